@@ -1,0 +1,1 @@
+"""JupyterHub-side glue for FracHub: the ``frachub`` command and, later, the hub helpers."""

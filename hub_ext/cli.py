@@ -1,0 +1,49 @@
+"""The ``frachub`` command.
+
+Each subcommand lives next to the code it drives and contributes two functions,
+``add_arguments(parser)`` and ``run(args) -> int``; this module only wires them
+into one argparse tree. User mistakes are reported as one line on stderr with
+exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scheduler.openb import command as openb_command
+from scheduler.scenario import command as scenario_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="frachub",
+        description="GPU fractions, quotas, fair share and preemption for JupyterHub.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    scenario = commands.add_parser("scenario", help="replay scheduling scenarios")
+    scenario_sub = scenario.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
+    scenario_command.add_arguments(
+        scenario_sub.add_parser("run", help="replay a scenario file through the engine")
+    )
+
+    simulate = commands.add_parser("simulate", help="replay public cluster traces")
+    simulate_sub = simulate.add_subparsers(dest="simulate_command", metavar="TRACE", required=True)
+    openb_command.add_arguments(
+        simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "scenario":
+        return scenario_command.run(args)
+    return openb_command.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The scheduling engine: pure and deterministic, no I/O and no clock.
+
+    run_cycle(snapshot, now, policy) -> CycleResult(decisions, pending reasons, queue status)
+
+Where things are: ``model`` (the data), ``fairshare`` (rule 2), ``placement``
+(rule 5 scorers), ``ledger`` (free capacity with undo), ``session`` (one cycle's
+state and the pluggable ``Policy``), ``actions`` (allocate, consolidate, reclaim,
+preempt), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all).
+"""
+
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.model import (
+    MILLI,
+    CycleResult,
+    Decision,
+    Evict,
+    EvictReason,
+    GpuShare,
+    Kind,
+    Move,
+    Node,
+    Pending,
+    Placement,
+    Queue,
+    QueueStatus,
+    ReplicaPlacement,
+    Request,
+    Snapshot,
+    Start,
+    State,
+    Workload,
+    default_priority,
+)
+from scheduler.engine.placement import SCORERS, scorer_named
+from scheduler.engine.session import Policy
+
+__all__ = [
+    "MILLI",
+    "SCORERS",
+    "CycleResult",
+    "Decision",
+    "Evict",
+    "EvictReason",
+    "GpuShare",
+    "Kind",
+    "Move",
+    "Node",
+    "Pending",
+    "Placement",
+    "Policy",
+    "Queue",
+    "QueueStatus",
+    "ReplicaPlacement",
+    "Request",
+    "Snapshot",
+    "Start",
+    "State",
+    "Workload",
+    "default_priority",
+    "run_cycle",
+    "scorer_named",
+]

@@ -1,0 +1,137 @@
+"""One scheduling cycle: snapshot and time in, decisions and pending reasons out.
+
+    allocate (idle capacity, rule 7 order)
+      -> for each workload still pending, in the same order:
+           start if evictions earlier in the cycle made room,
+           else consolidate (rule 6), else reclaim (rule 4, across queues),
+           else preempt (rule 4, inside its queue)
+      -> pending reasons, queue positions, queue status, next wake-up
+
+The cycle reads no clock and does no I/O; drivers (the service, the scenario
+runner, the simulators) apply the decisions and call it again.
+"""
+
+from __future__ import annotations
+
+from scheduler.engine import reasons
+from scheduler.engine.actions import (
+    Failures,
+    Outcome,
+    allocate,
+    consolidate,
+    preempt,
+    reclaim,
+    try_start,
+    victim_candidates,
+)
+from scheduler.engine.fairshare import subtree_totals
+from scheduler.engine.model import (
+    MILLI,
+    CycleResult,
+    Pending,
+    QueueStatus,
+    Snapshot,
+    State,
+    Workload,
+)
+from scheduler.engine.session import Policy, Session
+
+
+def run_cycle(snapshot: Snapshot, now: float, policy: Policy) -> CycleResult:
+    """Decide what starts, what is evicted or moved, and why everything else waits."""
+    session = Session(snapshot, now, policy)
+    left, outcomes = allocate(session)
+    if left:
+        _make_room(session, left, outcomes)
+    return _result(session, outcomes)
+
+
+def _make_room(session: Session, left: list[Workload], outcomes: dict[str, Outcome]) -> None:
+    candidates = victim_candidates(session)
+    failures = Failures()
+    for workload in left:
+        outcome = outcomes[workload.name]
+        if outcome.capacity:
+            retry = try_start(session, workload, failures)
+            if retry is None:
+                del outcomes[workload.name]
+                continue
+        if not (outcome.capacity or outcome.quota_blocked):
+            continue
+        evictions_before = len(session.decisions)
+        started = False
+        suffix = ""
+        if outcome.capacity:
+            if session.policy.consolidate and consolidate(session, workload):
+                started = True
+            else:
+                started, search = reclaim(session, workload, candidates)
+                suffix = _why_not_reclaimed(session, workload, search)
+        if not started:
+            started, search = preempt(session, workload, candidates)
+            if not started and search.protected_until is not None and not suffix:
+                suffix = reasons.protected(session, search.protected_until)
+        if started:
+            del outcomes[workload.name]
+            if len(session.decisions) > evictions_before + 1:
+                failures.shapes.clear()  # capacity came back: earlier misses may fit now
+        else:
+            outcome.reason += suffix
+
+
+def _why_not_reclaimed(session: Session, workload: Workload, search) -> str:
+    if search.protected_until is not None:
+        return reasons.protected(session, search.protected_until)
+    size = session.request_size(workload)
+    if session.use.allocated[workload.queue] + size > session.fair.get(workload.queue, 0.0):
+        return reasons.over_fair_share(session, workload)
+    return ""
+
+
+def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
+    waiting = [w for w in session.pending if w.name in outcomes or w.name in session.reserved]
+    by_queue: dict[str, list[Workload]] = {}
+    for workload in sorted(waiting, key=session.policy.workload_key):
+        by_queue.setdefault(workload.queue, []).append(workload)
+    pending: dict[str, Pending] = {}
+    for queue_pending in by_queue.values():
+        for position, workload in enumerate(queue_pending, start=1):
+            reason = session.reserved.get(workload.name) or outcomes[workload.name].reason
+            pending[workload.name] = Pending(reason, position)
+
+    running_counts = subtree_totals(
+        tuple(session.queues.values()), _count(w.queue for w in session.running.values())
+    )
+    pending_counts = subtree_totals(
+        tuple(session.queues.values()), _count(w.queue for w in waiting)
+    )
+    queues = {
+        name: QueueStatus(
+            allocated_gpus=session.use.allocated[name] / MILLI,
+            fair_share_gpus=round(session.fair.get(name, 0.0) / MILLI, 6),
+            deserved_gpus=session.deserved[name] / MILLI,
+            running=int(running_counts[name]),
+            pending=int(pending_counts[name]),
+        )
+        for name in session.queues
+    }
+    wakeups = [
+        until
+        for w in session.running.values()
+        if w.preemptible
+        and w.state is State.RUNNING
+        and (until := session.protected_until(w)) is not None
+    ]
+    return CycleResult(
+        decisions=tuple(session.decisions),
+        pending=pending,
+        queues=queues,
+        next_wakeup=min(wakeups, default=None),
+    )
+
+
+def _count(names) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -1,0 +1,225 @@
+"""The engine's vocabulary: frozen snapshots in, decisions out.
+
+Everything here is plain data. GPU capacity is counted in *milli-GPUs* (1000 =
+one whole GPU) so that shares such as 0.25 + 0.25 + 0.5 add up to exactly one
+GPU with no floating-point drift; the edges convert to and from GPU units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+MILLI = 1000
+"""Capacity units per whole GPU."""
+
+
+class Kind(str, Enum):
+    """What a workload is for; decides its default priority and preemptibility."""
+
+    INTERACTIVE = "interactive"
+    INFERENCE = "inference"
+    TRAINING = "training"
+
+
+DEFAULT_PRIORITY = {Kind.INFERENCE: 125, Kind.INTERACTIVE: 100, Kind.TRAINING: 50}
+PREEMPTIBLE_INTERACTIVE_PRIORITY = 75
+DEFAULT_PREEMPTIBLE = {Kind.INFERENCE: False, Kind.INTERACTIVE: False, Kind.TRAINING: True}
+
+
+def default_priority(kind: Kind, preemptible: bool | None) -> int:
+    """Rule 7's defaults; a notebook an admin made preemptible ranks below normal ones."""
+    if kind is Kind.INTERACTIVE and preemptible:
+        return PREEMPTIBLE_INTERACTIVE_PRIORITY
+    return DEFAULT_PRIORITY[kind]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A machine with identical GPUs. ``cpu_milli``/``memory_mib`` of None mean "not tracked"."""
+
+    name: str
+    gpus: int
+    gpu_memory_mib: int = 80 * 1024
+    gpu_model: str = ""
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A project (leaf) or department (has children); quotas in GPU units.
+
+    A department whose ``deserved_gpus`` is None deserves what its children deserve together,
+    so grouping projects under a department never silently takes their guarantees away.
+    """
+
+    name: str
+    parent: str | None = None
+    deserved_gpus: float | None = None
+    over_quota_weight: float = 1.0
+    limit_gpus: float | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """One replica's hold on one GPU: ``milli`` of 1000."""
+
+    index: int
+    milli: int
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    """Where one replica of a workload runs."""
+
+    node: str
+    gpus: tuple[GpuShare, ...]
+
+
+Placement = tuple[ReplicaPlacement, ...]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one replica needs. Exactly one of ``gpus`` and ``gpu_memory_mib`` describes the GPU
+    part: ``gpus`` is a fraction in (0, 1] or a whole number; ``gpu_memory_mib`` is memory on
+    one GPU, turned into a share of whichever GPU it lands on.
+    """
+
+    gpus: float = 0.0
+    gpu_memory_mib: int | None = None
+    replicas: int = 1
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def whole_gpus(self) -> int:
+        """GPUs per replica for a whole-GPU request, else 0."""
+        if self.gpu_memory_mib is None and self.gpus >= 1:
+            return int(self.gpus)
+        return 0
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.gpu_memory_mib is not None or 0 < self.gpus < 1
+
+    def milli_on(self, gpu_memory_mib: int) -> int:
+        """The share of one GPU of this memory size that a fractional replica takes."""
+        if self.gpu_memory_mib is not None:
+            return -(-self.gpu_memory_mib * MILLI // gpu_memory_mib)
+        return round(self.gpus * MILLI)
+
+
+class State(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    RELEASING = "releasing"
+    """Evicted, still holding its GPUs for the grace period; neither placeable nor a victim."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A unit of scheduling: a notebook, an inference server or a (gang of) training replica(s).
+
+    ``seq`` is the submission order (ties on ``submitted_at`` go to the earlier one) and
+    ``start_seq`` the order of the latest start, which victim selection needs ("most recently
+    started first") even when several starts share one instant.
+    """
+
+    name: str
+    queue: str
+    kind: Kind
+    request: Request
+    priority: int
+    preemptible: bool
+    submitted_at: float
+    seq: int
+    min_runtime: float = 0.0
+    user: str | None = None
+    state: State = State.PENDING
+    placement: Placement = ()
+    started_at: float | None = None
+    start_seq: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the engine knows at one instant. Order of ``nodes`` and ``queues`` matters:
+    ties go to the one listed first."""
+
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    workloads: tuple[Workload, ...]
+
+
+# --- decisions -------------------------------------------------------------------------------
+
+
+class EvictReason(str, Enum):
+    RECLAIM = "reclaim"
+    PREEMPT = "preempt"
+    CONSOLIDATE = "consolidate"
+    NODE_LOST = "node-lost"
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start ``workload`` at ``placement`` (one entry per replica)."""
+
+    workload: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Stop ``workload`` and requeue it; ``claimant`` is what the eviction makes room for."""
+
+    workload: str
+    reason: EvictReason
+    claimant: str | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """Consolidation: restart ``workload`` elsewhere so that ``claimant`` fits."""
+
+    workload: str
+    placement: Placement
+    claimant: str
+
+
+Decision = Start | Evict | Move
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Why a workload is still waiting, in words a researcher understands, and where it stands."""
+
+    reason: str
+    position: int
+    """1-based place among its queue's pending workloads, in the order they will be served."""
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    allocated_gpus: float
+    fair_share_gpus: float
+    deserved_gpus: float
+    running: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    decisions: tuple[Decision, ...]
+    pending: Mapping[str, Pending]
+    queues: Mapping[str, QueueStatus]
+    next_wakeup: float | None
+    """The earliest instant a min_runtime protection ends; the driver should run a cycle then."""
+
+
+TimeFormatter = Callable[[float], str]

@@ -1,0 +1,179 @@
+"""Where a workload's replicas go (SCENARIOS.md rule 5), as pluggable scorers.
+
+A scorer answers one question: the best spot for *one replica* on the current
+ledger, or None. ``place`` turns that into a whole gang: replicas prefer nodes
+that share the first replica's topology labels, and either every replica finds
+a spot or the ledger is left as it was.
+
+Scorers:
+- ``pack`` (KAI's gpupack; what ``scenario run`` uses): a fraction goes to the
+  GPU with the least free share that still fits it; whole GPUs go to the node
+  with the fewest wholly free GPUs that fits. Ties go to the node, then the GPU,
+  listed first. Packing keeps whole GPUs whole for the requests that need them.
+- ``spread``: the opposite, most free first; for latency-sensitive inference that
+  should not share a busy GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from scheduler.engine.ledger import Ledger
+from scheduler.engine.model import MILLI, Placement, ReplicaPlacement, Request
+
+
+class Scorer(Protocol):
+    """Chooses one replica's spot among ``nodes`` (ledger indices, in tie-break order)."""
+
+    def choose(
+        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+    ) -> ReplicaPlacement | None: ...
+
+
+def _fraction_candidates(ledger: Ledger, request: Request, nodes: Sequence[int]):
+    """(free before, node, gpu, milli) for every GPU a fractional replica fits on."""
+    for n in nodes:
+        node = ledger.nodes[n]
+        milli = request.milli_on(node.gpu_memory_mib)
+        if milli > MILLI or not ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+            continue
+        for g, free in enumerate(ledger.free[n]):
+            if free >= milli:
+                yield free, n, g, milli
+
+
+def _whole_candidates(ledger: Ledger, request: Request, nodes: Sequence[int]):
+    """(wholly free GPUs, node) for every node that can hold a whole-GPU replica."""
+    need = request.whole_gpus
+    for n in nodes:
+        count = ledger.whole_free[n]
+        if count >= need and ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+            yield count, n
+
+
+def _take_whole(ledger: Ledger, n: int, need: int) -> ReplicaPlacement:
+    chosen = [g for g, free in enumerate(ledger.free[n]) if free == MILLI][:need]
+    return ledger.replica_on(n, [(g, MILLI) for g in chosen])
+
+
+def _first_host(ledger: Ledger, request: Request, nodes: Sequence[int]) -> ReplicaPlacement | None:
+    for n in nodes:
+        if ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+            return ledger.replica_on(n, [])
+    return None
+
+
+class Pack:
+    """Most-used first: keeps free capacity together (rule 5's default)."""
+
+    name = "pack"
+
+    def choose(
+        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+    ) -> ReplicaPlacement | None:
+        if request.is_fraction:
+            best = min(
+                _fraction_candidates(ledger, request, nodes), default=None, key=lambda c: c[0]
+            )
+            return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
+        if request.whole_gpus:
+            best = min(_whole_candidates(ledger, request, nodes), default=None, key=lambda c: c[0])
+            return None if best is None else _take_whole(ledger, best[1], request.whole_gpus)
+        return _first_host(ledger, request, nodes)
+
+
+class Spread:
+    """Least-used first: each workload gets as quiet a GPU as possible."""
+
+    name = "spread"
+
+    def choose(
+        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+    ) -> ReplicaPlacement | None:
+        if request.is_fraction:
+            best = max(
+                _fraction_candidates(ledger, request, nodes),
+                default=None,
+                key=lambda c: (c[0], -c[1], -c[2]),
+            )
+            return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
+        if request.whole_gpus:
+            best = max(
+                _whole_candidates(ledger, request, nodes), default=None, key=lambda c: (c[0], -c[1])
+            )
+            return None if best is None else _take_whole(ledger, best[1], request.whole_gpus)
+        return _first_host(ledger, request, nodes)
+
+
+SCORERS: dict[str, Callable[[], Scorer]] = {"pack": Pack, "spread": Spread}
+
+
+def scorer_named(name: str) -> Scorer:
+    """The scorer registered under ``name``; the message lists the valid ones."""
+    try:
+        return SCORERS[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown placement {name!r}; choose one of: {', '.join(sorted(SCORERS))}"
+        ) from None
+
+
+def place(ledger: Ledger, request: Request, scorer: Scorer) -> Placement | None:
+    """Place every replica, taking the capacity on the ledger, or change nothing and return None.
+
+    Gang replicas try the topology domain (same labels) of the first replica's best spot first,
+    then every other domain in node order, then the whole cluster.
+    """
+    everywhere = range(len(ledger.nodes))
+    mark = ledger.mark()
+    first = scorer.choose(ledger, request, everywhere)
+    if first is None:
+        return None
+    if request.replicas == 1:
+        ledger.take((first,), request.cpu_milli, request.memory_mib)
+        return (first,)
+    domains = _domains(ledger)
+    first_domain = _domain_of(ledger, ledger.index[first.node])
+    order = [first_domain] + [d for d in domains if d != first_domain]
+    for domain in [*(domains[d] for d in order), list(everywhere)]:
+        placed = _place_all(ledger, request, scorer, domain)
+        if placed is not None:
+            return placed
+        ledger.rollback(mark)
+    return None
+
+
+def _place_all(
+    ledger: Ledger, request: Request, scorer: Scorer, nodes: Sequence[int]
+) -> Placement | None:
+    placed: list[ReplicaPlacement] = []
+    for _ in range(request.replicas):
+        replica = scorer.choose(ledger, request, nodes)
+        if replica is None:
+            return None
+        ledger.take((replica,), request.cpu_milli, request.memory_mib)
+        placed.append(replica)
+    return tuple(placed)
+
+
+def _domain_of(ledger: Ledger, n: int) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(ledger.nodes[n].labels.items()))
+
+
+def _domains(ledger: Ledger) -> dict[tuple[tuple[str, str], ...], list[int]]:
+    domains: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for n in range(len(ledger.nodes)):
+        domains.setdefault(_domain_of(ledger, n), []).append(n)
+    return domains
+
+
+def fits_somewhere_ever(nodes_gpus: Sequence[tuple[int, int]], request: Request) -> bool:
+    """Could one replica fit on an *empty* node of this (GPU count, GPU memory MiB) shape?"""
+    for gpus, memory in nodes_gpus:
+        if request.is_fraction:
+            if gpus >= 1 and request.milli_on(memory) <= MILLI:
+                return True
+        elif gpus >= request.whole_gpus:
+            return True
+    return False

@@ -1,0 +1,112 @@
+"""Pending reasons in words a researcher understands.
+
+Every refusal in the engine goes through one of these functions, so the wording
+stays consistent and names the numbers that matter (the quota, the use, the
+largest free spot) rather than an internal code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler.engine.model import MILLI, Kind, Workload
+
+if TYPE_CHECKING:
+    from scheduler.engine.session import Session
+
+_NOUNS = {
+    Kind.INTERACTIVE: "notebooks",
+    Kind.INFERENCE: "inference servers",
+    Kind.TRAINING: "non-preemptible jobs",
+}
+
+
+def gpus(milli: float) -> str:
+    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU"."""
+    value = round(milli / MILLI, 3)
+    text = f"{value:g}"
+    return f"{text} GPU" if value <= 1 else f"{text} GPUs"
+
+
+def _queue_label(session: Session, name: str) -> str:
+    is_department = any(q.parent == name for q in session.queues.values())
+    return f"department {name}" if is_department else name
+
+
+def at_limit(session: Session, name: str, used: float, size: int) -> str:
+    limit = (session.queues[name].limit_gpus or 0) * MILLI
+    return (
+        f"{_queue_label(session, name)} is limited to {gpus(limit)} and uses {gpus(used)}; "
+        f"this needs {gpus(size)} more"
+    )
+
+
+def beyond_deserved(session: Session, name: str, workload: Workload, used: float, size: int) -> str:
+    noun = _NOUNS[workload.kind]
+    label = _queue_label(session, name)
+    deserved = session.deserved[name]
+    if used >= deserved:
+        return (
+            f"{label}'s {noun} already use its deserved {gpus(deserved)}; "
+            "non-preemptible work cannot borrow beyond the quota"
+        )
+    return (
+        f"{label}'s {noun} use {gpus(used)} of its deserved {gpus(deserved)}; "
+        f"{gpus(size)} more would go beyond it"
+    )
+
+
+def no_room(session: Session, workload: Workload) -> str:
+    """Nothing fits now; says whether it ever could on this cluster."""
+    request = workload.request
+    ledger = session.ledger
+    nodes = ledger.nodes
+    if request.gpu_memory_mib is not None:
+        need = f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
+        largest = max((node.gpu_memory_mib for node in nodes if node.gpus), default=0)
+        if largest < request.gpu_memory_mib:
+            return (
+                f"needs {need}; the largest GPU has {largest / 1024:g} GiB, so it can never start"
+            )
+        free = ledger.most_free_on_one_gpu()
+        where = f"the most free on any GPU is {free / MILLI:g} of a GPU"
+    elif request.whole_gpus:
+        need = f"{request.whole_gpus} GPUs on one node" if request.whole_gpus > 1 else "1 GPU"
+        largest = max((node.gpus for node in nodes), default=0)
+        if largest < request.whole_gpus:
+            return f"needs {need}; the largest node has {largest} GPUs, so it can never start"
+        most = ledger.most_whole_free()
+        where = (
+            f"the most wholly free on any node is {most}"
+            if most
+            else "no node has a wholly free GPU"
+        )
+    elif request.is_fraction:
+        need = f"{request.gpus:g} of a GPU"
+        if not any(node.gpus for node in nodes):
+            return f"needs {need}; the cluster has no GPUs"
+        where = f"the most free on any GPU is {ledger.most_free_on_one_gpu() / MILLI:g} of a GPU"
+    else:
+        return "needs CPU or memory that no node has free"
+    if request.replicas > 1:
+        need = f"{request.replicas} replicas × {need}, all at once"
+    return f"needs {need}; {where}"
+
+
+def reserved() -> str:
+    return "starting as soon as the workloads evicted for it release their GPUs"
+
+
+def over_fair_share(session: Session, workload: Workload) -> str:
+    name = workload.queue
+    return (
+        f"; {name} uses {gpus(session.use.allocated[name])} of its fair share "
+        f"{gpus(session.fair.get(name, 0.0))}, so nothing is reclaimed for it"
+    )
+
+
+def protected(session: Session, until: float) -> str:
+    return (
+        f"; the work that could make room is protected by min_runtime until "
+        f"{session.policy.format_time(until)}"
+    )

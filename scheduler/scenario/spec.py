@@ -1,0 +1,515 @@
+"""Scenario files (SCENARIOS.md) parsed into typed, validated data.
+
+Validation happens completely before anything runs: the first problem raises
+``InvalidSpec`` naming the entry and the field, so the command can print one
+line and exit 2. Unknown top-level keys (``expect:``, ``description:``) are
+ignored; unknown keys inside an entry are refused, because a misspelt field
+(``gpu: 2``) silently taking its default is worse than an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from scheduler.engine import (
+    MILLI,
+    SCORERS,
+    GpuShare,
+    Kind,
+    Node,
+    Queue,
+    ReplicaPlacement,
+    Request,
+    default_priority,
+)
+from scheduler.engine.model import DEFAULT_PREEMPTIBLE
+
+
+class InvalidSpec(ValueError):
+    """Malformed input: ``where`` names the entry (and field); the message says what is wrong.
+
+    ``status_hint`` lets an HTTP edge answer 400 without the core knowing about HTTP.
+    """
+
+    def __init__(self, where: str, message: str, status_hint: int = 400) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.status_hint = status_hint
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    queue: str
+    kind: Kind
+    request: Request
+    priority: int
+    preemptible: bool
+    min_runtime: float
+    at: float
+    duration: float | None
+    running: bool
+    placement: tuple[ReplicaPlacement, ...] | None
+    user: str | None
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    at: float
+    action: str
+    """One of finish, cancel, remove_node, add_node."""
+    target: str
+    node: Node | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    workloads: tuple[WorkloadSpec, ...]
+    events: tuple[EventSpec, ...] = ()
+    run_until: float | None = None
+    placement: str = "pack"
+    grace_seconds: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Top-level keys the runner ignores (``expect``, ``description``), for tools and tests."""
+
+
+def load_scenario(path: str) -> Scenario:
+    """Read and validate a scenario file; every problem is an ``InvalidSpec``."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            document = yaml.safe_load(stream)
+    except OSError as error:
+        raise InvalidSpec(path, f"cannot read the file: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "YAML"
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise InvalidSpec(f"{path}: {where}", problem) from None
+    try:
+        return parse_scenario(document)
+    except InvalidSpec as error:
+        raise InvalidSpec(f"{path}: {error.where}", str(error)[len(error.where) + 2 :]) from None
+
+
+_TOP = ("cluster", "queues", "workloads", "events", "run_until", "placement", "grace_seconds")
+
+
+def parse_scenario(document: Any) -> Scenario:
+    if not isinstance(document, Mapping):
+        raise InvalidSpec("document", "must be a mapping with cluster, queues and workloads")
+    cluster = document.get("cluster")
+    if not isinstance(cluster, Mapping):
+        raise InvalidSpec("cluster", "is required and must be a mapping with a nodes list")
+    nodes = _nodes(_list(cluster, "nodes", "cluster.nodes"))
+    queues = _queues(_list(document, "queues", "queues"))
+    node_names = {node.name for node in nodes}
+    workloads = _workloads(_list(document, "workloads", "workloads"), queues, nodes)
+    events = _events(_list(document, "events", "events", required=False), workloads, node_names)
+    placement = document.get("placement", "pack")
+    if placement not in SCORERS:
+        raise InvalidSpec(
+            "placement",
+            f"unknown placement {placement!r}; choose one of: {', '.join(sorted(SCORERS))}",
+        )
+    return Scenario(
+        nodes=nodes,
+        queues=queues,
+        workloads=workloads,
+        events=events,
+        run_until=_number(document, "run_until", "", None, minimum=0, optional=True),
+        placement=placement,
+        grace_seconds=_number(document, "grace_seconds", "", 0.0, minimum=0),
+        extra={k: v for k, v in document.items() if k not in _TOP},
+    )
+
+
+# -- field helpers ------------------------------------------------------------------------
+
+
+def _list(parent: Mapping, key: str, where: str, required: bool = True) -> list:
+    value = parent.get(key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list):
+        raise InvalidSpec(where, "is required and must be a list" if required else "must be a list")
+    return value
+
+
+def _entry(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(where, "must be a mapping")
+    for key in value:
+        if key not in allowed:
+            raise InvalidSpec(
+                f"{where}.{key}", f"unknown field; known fields: {', '.join(allowed)}"
+            )
+    return value
+
+
+def _name(entry: Mapping, where: str, key: str = "name") -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec(f"{where}.{key}", "is required and must be a non-empty string")
+    return value
+
+
+def _number(
+    entry: Mapping,
+    key: str,
+    where: str,
+    default: Any,
+    *,
+    minimum: float = 0,
+    optional: bool = False,
+    strictly_positive: bool = False,
+) -> Any:
+    value = entry.get(key, default)
+    if value is None and (optional or default is None):
+        return None
+    field_name = f"{where}.{key}" if where else key
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSpec(field_name, f"must be a number, got {value!r}")
+    if value < minimum or (strictly_positive and value <= 0):
+        bound = "greater than 0" if strictly_positive else f">= {minimum:g}"
+        raise InvalidSpec(field_name, f"must be {bound}, got {value!r}")
+    return value
+
+
+def _integer(entry: Mapping, key: str, where: str, default: int, minimum: int) -> int:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidSpec(f"{where}.{key}", f"must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+# -- sections -----------------------------------------------------------------------------
+
+_NODE_FIELDS = (
+    "name",
+    "count",
+    "gpus",
+    "gpu_memory_gib",
+    "gpu_model",
+    "cpu",
+    "memory_gib",
+    "labels",
+)
+
+
+def _node_entries(raw: Any, where: str) -> list[Node]:
+    entry = _entry(raw, where, _NODE_FIELDS)
+    name = _name(entry, where)
+    where = f"{where} ({name})"
+    count = _integer(entry, "count", where, 1, 1)
+    gpus = _integer(entry, "gpus", where, 0, 0)
+    memory = _number(entry, "gpu_memory_gib", where, 80, strictly_positive=True)
+    cpu = _number(entry, "cpu", where, None, optional=True)
+    ram = _number(entry, "memory_gib", where, None, optional=True)
+    labels = entry.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) for k in labels):
+        raise InvalidSpec(f"{where}.labels", "must be a mapping of label names to values")
+    model = entry.get("gpu_model", "")
+    if not isinstance(model, str):
+        raise InvalidSpec(f"{where}.gpu_model", "must be a string")
+    names = [name] if "count" not in entry else [f"{name}-{i}" for i in range(count)]
+    return [
+        Node(
+            name=node_name,
+            gpus=gpus,
+            gpu_memory_mib=round(memory * 1024),
+            gpu_model=model,
+            cpu_milli=None if cpu is None else round(cpu * 1000),
+            memory_mib=None if ram is None else round(ram * 1024),
+            labels={str(k): str(v) for k, v in labels.items()},
+        )
+        for node_name in names
+    ]
+
+
+def _nodes(raw: list) -> tuple[Node, ...]:
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        for node in _node_entries(item, f"cluster.nodes[{i}]"):
+            if node.name in seen:
+                raise InvalidSpec(f"cluster.nodes[{i}].name", f"duplicate node name {node.name!r}")
+            seen.add(node.name)
+            nodes.append(node)
+    return tuple(nodes)
+
+
+_QUEUE_FIELDS = ("name", "parent", "deserved_gpus", "over_quota_weight", "limit_gpus", "priority")
+
+
+def _queues(raw: list) -> tuple[Queue, ...]:
+    queues: list[Queue] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"queues[{i}]"
+        entry = _entry(item, where, _QUEUE_FIELDS)
+        name = _name(entry, where)
+        where = f"{where} ({name})"
+        if name in seen:
+            raise InvalidSpec(f"{where}.name", f"duplicate queue name {name!r}")
+        seen.add(name)
+        parent = entry.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise InvalidSpec(f"{where}.parent", "must be the name of another queue or null")
+        priority = entry.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
+        queues.append(
+            Queue(
+                name=name,
+                parent=parent,
+                deserved_gpus=_number(entry, "deserved_gpus", where, None, optional=True),
+                over_quota_weight=_number(entry, "over_quota_weight", where, 1),
+                limit_gpus=_number(entry, "limit_gpus", where, None, optional=True),
+                priority=priority,
+            )
+        )
+    parents = {queue.name: queue.parent for queue in queues}
+    for i, queue in enumerate(queues):
+        where = f"queues[{i}] ({queue.name}).parent"
+        if queue.parent is not None and queue.parent not in parents:
+            raise InvalidSpec(where, f"unknown queue {queue.parent!r}")
+        seen_chain = {queue.name}
+        current = queue.parent
+        while current is not None:
+            if current in seen_chain:
+                raise InvalidSpec(where, f"the parents of {queue.name!r} form a cycle")
+            seen_chain.add(current)
+            current = parents[current]
+    has_children = {queue.parent for queue in queues}
+    return tuple(
+        queue
+        if queue.deserved_gpus is not None or queue.name in has_children
+        else Queue(
+            queue.name, queue.parent, 0.0, queue.over_quota_weight, queue.limit_gpus, queue.priority
+        )
+        for queue in queues
+    )
+
+
+_WORKLOAD_FIELDS = (
+    "name",
+    "queue",
+    "user",
+    "kind",
+    "gpus",
+    "gpu_memory_gib",
+    "replicas",
+    "priority",
+    "preemptible",
+    "min_runtime",
+    "at",
+    "duration",
+    "state",
+    "placement",
+    "cpu",
+    "memory_gib",
+)
+
+
+def _gpus(entry: Mapping, where: str) -> tuple[float, int | None]:
+    has_gpus = entry.get("gpus") is not None
+    has_memory = entry.get("gpu_memory_gib") is not None
+    if has_gpus and has_memory:
+        raise InvalidSpec(f"{where}.gpu_memory_gib", "give either gpus or gpu_memory_gib, not both")
+    if has_memory:
+        memory = _number(entry, "gpu_memory_gib", where, None, strictly_positive=True)
+        return 0.0, round(memory * 1024)
+    if not has_gpus:
+        raise InvalidSpec(f"{where}.gpus", "is required (or gpu_memory_gib)")
+    value = entry["gpus"]
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))
+    )
+    if not ok:
+        raise InvalidSpec(
+            f"{where}.gpus", f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}"
+        )
+    if value < 1 and round(value * MILLI) != value * MILLI:
+        raise InvalidSpec(f"{where}.gpus", f"fractions are counted in thousandths, got {value!r}")
+    return float(value), None
+
+
+def _workloads(
+    raw: list, queues: tuple[Queue, ...], nodes: tuple[Node, ...]
+) -> tuple[WorkloadSpec, ...]:
+    queue_names = {queue.name for queue in queues}
+    departments = {queue.parent for queue in queues if queue.parent}
+    node_index = {node.name: node for node in nodes}
+    specs: list[WorkloadSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"workloads[{i}]"
+        entry = _entry(item, where, _WORKLOAD_FIELDS)
+        name = _name(entry, where)
+        where = f"{where} ({name})"
+        if name in seen:
+            raise InvalidSpec(f"{where}.name", f"duplicate workload name {name!r}")
+        seen.add(name)
+        queue = _name(entry, where, "queue")
+        if queue not in queue_names:
+            raise InvalidSpec(f"{where}.queue", f"unknown queue {queue!r}")
+        if queue in departments:
+            raise InvalidSpec(
+                f"{where}.queue", f"{queue!r} is a department; submit to one of its projects"
+            )
+        kind_text = entry.get("kind", "training")
+        try:
+            kind = Kind(kind_text)
+        except ValueError:
+            raise InvalidSpec(
+                f"{where}.kind",
+                f"must be one of training, interactive, inference, got {kind_text!r}",
+            ) from None
+        gpus, memory_mib = _gpus(entry, where)
+        replicas = _integer(entry, "replicas", where, 1, 1)
+        cpu = _number(entry, "cpu", where, 0)
+        ram = _number(entry, "memory_gib", where, 0)
+        request = Request(
+            gpus=gpus,
+            gpu_memory_mib=memory_mib,
+            replicas=replicas,
+            cpu_milli=round(cpu * 1000),
+            memory_mib=round(ram * 1024),
+        )
+        preemptible = entry.get("preemptible")
+        if preemptible is not None and not isinstance(preemptible, bool):
+            raise InvalidSpec(
+                f"{where}.preemptible", f"must be true, false or null, got {preemptible!r}"
+            )
+        effective = DEFAULT_PREEMPTIBLE[kind] if preemptible is None else preemptible
+        priority = entry.get("priority")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
+        state = entry.get("state")
+        if state not in (None, "pending", "running"):
+            raise InvalidSpec(f"{where}.state", f"must be running, pending or null, got {state!r}")
+        at = _number(entry, "at", where, 0)
+        if state == "running" and at != 0:
+            raise InvalidSpec(f"{where}.at", "a workload that begins running must have at: 0")
+        placement = None
+        if entry.get("placement") is not None:
+            if state != "running":
+                raise InvalidSpec(f"{where}.placement", "only a running workload has a placement")
+            placement = _placement(entry["placement"], f"{where}.placement", request, node_index)
+        user = entry.get("user")
+        if user is not None and not isinstance(user, str):
+            raise InvalidSpec(f"{where}.user", "must be a string")
+        specs.append(
+            WorkloadSpec(
+                name=name,
+                queue=queue,
+                kind=kind,
+                request=request,
+                priority=default_priority(kind, effective) if priority is None else priority,
+                preemptible=effective,
+                min_runtime=_number(entry, "min_runtime", where, 0),
+                at=at,
+                duration=_number(
+                    entry, "duration", where, None, optional=True, strictly_positive=True
+                ),
+                running=state == "running",
+                placement=placement,
+                user=user,
+            )
+        )
+    _check_initial_capacity(specs, node_index)
+    return tuple(specs)
+
+
+def _placement(
+    raw: Any, where: str, request: Request, nodes: Mapping[str, Node]
+) -> tuple[ReplicaPlacement, ...]:
+    if not isinstance(raw, list) or len(raw) != request.replicas:
+        raise InvalidSpec(where, f"must list one entry per replica ({request.replicas})")
+    replicas = []
+    for r, item in enumerate(raw):
+        at = f"{where}[{r}]"
+        entry = _entry(item, at, ("node", "gpus"))
+        node_name = _name(entry, at, "node")
+        node = nodes.get(node_name)
+        if node is None:
+            raise InvalidSpec(f"{at}.node", f"unknown node {node_name!r}")
+        indices = entry.get("gpus")
+        want = request.whole_gpus or 1
+        if (
+            not isinstance(indices, list)
+            or len(indices) != want
+            or not all(isinstance(g, int) and not isinstance(g, bool) for g in indices)
+        ):
+            raise InvalidSpec(f"{at}.gpus", f"must list {want} GPU index(es)")
+        if len(set(indices)) != len(indices) or not all(0 <= g < node.gpus for g in indices):
+            raise InvalidSpec(
+                f"{at}.gpus", f"indices must be distinct and within 0..{node.gpus - 1}"
+            )
+        milli = MILLI if request.whole_gpus else request.milli_on(node.gpu_memory_mib)
+        if milli > MILLI:
+            raise InvalidSpec(f"{at}.node", f"{node_name}'s GPUs are too small for this request")
+        replicas.append(ReplicaPlacement(node_name, tuple(GpuShare(g, milli) for g in indices)))
+    return tuple(replicas)
+
+
+def _check_initial_capacity(specs: list[WorkloadSpec], nodes: Mapping[str, Node]) -> None:
+    used: dict[tuple[str, int], int] = {}
+    for spec in specs:
+        for replica in spec.placement or ():
+            for share in replica.gpus:
+                key = (replica.node, share.index)
+                used[key] = used.get(key, 0) + share.milli
+                if used[key] > MILLI:
+                    raise InvalidSpec(
+                        f"workloads ({spec.name}).placement",
+                        f"GPU {share.index} of {replica.node} would hold more than one whole GPU",
+                    )
+
+
+_EVENT_ACTIONS = ("finish", "cancel", "remove_node", "add_node")
+
+
+def _events(
+    raw: list, workloads: tuple[WorkloadSpec, ...], node_names: set[str]
+) -> tuple[EventSpec, ...]:
+    known = {spec.name for spec in workloads}
+    all_nodes = set(node_names)
+    events = []
+    for i, item in enumerate(raw):
+        where = f"events[{i}]"
+        entry = _entry(item, where, ("at", *_EVENT_ACTIONS))
+        at = _number(entry, "at", where, None)
+        if at is None:
+            raise InvalidSpec(f"{where}.at", "is required")
+        actions = [key for key in _EVENT_ACTIONS if key in entry]
+        if len(actions) != 1:
+            raise InvalidSpec(where, f"needs exactly one of {', '.join(_EVENT_ACTIONS)}")
+        action = actions[0]
+        if action == "add_node":
+            added = _node_entries(entry["add_node"], f"{where}.add_node")
+            for node in added:
+                if node.name in all_nodes:
+                    raise InvalidSpec(
+                        f"{where}.add_node.name", f"duplicate node name {node.name!r}"
+                    )
+                all_nodes.add(node.name)
+                events.append(EventSpec(at, action, node.name, node))
+            continue
+        target = entry[action]
+        if not isinstance(target, str):
+            raise InvalidSpec(f"{where}.{action}", "must be a name")
+        if action in ("finish", "cancel") and target not in known:
+            raise InvalidSpec(f"{where}.{action}", f"unknown workload {target!r}")
+        if action == "remove_node" and target not in all_nodes:
+            raise InvalidSpec(f"{where}.{action}", f"unknown node {target!r}")
+        events.append(EventSpec(at, action, target))
+    return tuple(events)

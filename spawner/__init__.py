@@ -1,0 +1,1 @@
+"""The FracHub spawners (arrive with the hub integration)."""
