@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
 from scheduler.engine.model import EvictReason, Placement, Workload
-from scheduler.engine.placement import place
+from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import Session
 
 _EPS = 1e-6
@@ -155,13 +155,13 @@ def try_start(
         return Outcome(refusal, capacity=False, quota_blocked=True)
     shape = Failures.shape(workload)
     if failures is not None and failures.known(shape):
-        return Outcome(reasons.no_room(session, workload), capacity=True)
+        return _no_room(session, workload)
     mark = session.ledger.mark()
     placement = place(session.ledger, workload.request, session.policy.scorer)
     if placement is None:
         if failures is not None and shape is not None:
             failures.shapes.append(shape)
-        return Outcome(reasons.no_room(session, workload), capacity=True)
+        return _no_room(session, workload)
     actual = _placed_size(placement)
     if actual != size:  # a memory request landed on a smaller GPU: check again, exactly
         refusal = quota_refusal(session, workload, actual)
@@ -170,6 +170,13 @@ def try_start(
             return Outcome(refusal, capacity=False, quota_blocked=True)
     session.start(workload, placement)
     return None
+
+
+def _no_room(session: Session, workload: Workload) -> Outcome:
+    """Capacity is missing; evictions can only help if an empty node could hold it."""
+    shapes = [(node.gpus, node.gpu_memory_mib) for node in session.ledger.nodes]
+    ever = fits_somewhere_ever(shapes, workload.request)
+    return Outcome(reasons.no_room(session, workload), capacity=ever)
 
 
 def _placed_size(placement: Placement) -> int:

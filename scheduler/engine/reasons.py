@@ -99,9 +99,16 @@ def reserved() -> str:
 
 def over_fair_share(session: Session, workload: Workload) -> str:
     name = workload.queue
+    used = session.use.allocated[name]
+    fair = session.fair.get(name, 0.0)
+    if used >= fair:
+        return (
+            f"; {name} already uses its fair share of {gpus(fair)}, so nothing is reclaimed for it"
+        )
+    after = used + session.request_size(workload)
     return (
-        f"; {name} uses {gpus(session.use.allocated[name])} of its fair share "
-        f"{gpus(session.fair.get(name, 0.0))}, so nothing is reclaimed for it"
+        f"; with it {name} would use {gpus(after)}, above its fair share of {gpus(fair)}, "
+        "so nothing is reclaimed for it"
     )
 
 
