@@ -8,7 +8,7 @@ GPU with no floating-point drift; the edges convert to and from GPU units.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import Enum
 
 MILLI = 1000
@@ -57,6 +57,7 @@ class Queue:
     """
 
     name: str
+    _: KW_ONLY
     parent: str | None = None
     deserved_gpus: float | None = None
     over_quota_weight: float = 1.0

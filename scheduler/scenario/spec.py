@@ -10,7 +10,7 @@ ignored; unknown keys inside an entry are refused, because a misspelt field
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -290,9 +290,7 @@ def _queues(raw: list) -> tuple[Queue, ...]:
     return tuple(
         queue
         if queue.deserved_gpus is not None or queue.name in has_children
-        else Queue(
-            queue.name, queue.parent, 0.0, queue.over_quota_weight, queue.limit_gpus, queue.priority
-        )
+        else replace(queue, deserved_gpus=0.0)
         for queue in queues
     )
 

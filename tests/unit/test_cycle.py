@@ -1,0 +1,210 @@
+"""``run_cycle`` used directly, as the service will: decisions are data, nothing is applied."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.engine import (
+    Evict,
+    EvictReason,
+    GpuShare,
+    Kind,
+    Move,
+    Node,
+    Policy,
+    Queue,
+    ReplicaPlacement,
+    Request,
+    Snapshot,
+    Start,
+    State,
+    Workload,
+    run_cycle,
+    scorer_named,
+)
+
+pytestmark = pytest.mark.unit
+
+PACK = Policy(scorer=scorer_named("pack"))
+
+
+def workload(
+    name: str,
+    queue: str = "lab",
+    *,
+    kind: Kind = Kind.TRAINING,
+    gpus: float = 1,
+    memory_gib: float | None = None,
+    seq: int = 0,
+    **fields,
+) -> Workload:
+    request = Request(
+        gpus=0 if memory_gib else gpus,
+        gpu_memory_mib=round(memory_gib * 1024) if memory_gib else None,
+        replicas=fields.pop("replicas", 1),
+    )
+    preemptible = fields.pop("preemptible", kind is Kind.TRAINING)
+    priority = fields.pop(
+        "priority", {Kind.TRAINING: 50, Kind.INTERACTIVE: 100, Kind.INFERENCE: 125}[kind]
+    )
+    return Workload(
+        name=name,
+        queue=queue,
+        kind=kind,
+        request=request,
+        priority=priority,
+        preemptible=preemptible,
+        submitted_at=fields.pop("submitted_at", 0.0),
+        seq=seq,
+        **fields,
+    )
+
+
+def running(name: str, node: str, gpu_shares: list[tuple[int, int]], **fields) -> Workload:
+    placement = (ReplicaPlacement(node, tuple(GpuShare(i, m) for i, m in gpu_shares)),)
+    gpus = gpu_shares[0][1] / 1000 if gpu_shares[0][1] < 1000 else len(gpu_shares)
+    return workload(
+        name,
+        gpus=gpus,
+        state=State.RUNNING,
+        placement=placement,
+        started_at=0.0,
+        start_seq=fields.pop("start_seq", 1),
+        **fields,
+    )
+
+
+def test_decisions_are_data_and_the_snapshot_is_untouched() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 2),),
+        (Queue("lab", deserved_gpus=2),),
+        (workload("a", gpus=0.5), workload("b", gpus=2, seq=1)),
+    )
+    result = run_cycle(snapshot, 0.0, PACK)
+    assert result.decisions == (Start("a", (ReplicaPlacement("ws", (GpuShare(0, 500),)),)),)
+    assert snapshot.workloads[0].state is State.PENDING
+    assert result.pending["b"].position == 1
+    assert "needs 2 GPUs on one node" in result.pending["b"].reason
+
+
+def test_memory_request_becomes_a_share_of_the_gpu_it_lands_on() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 1, gpu_memory_mib=40 * 1024),),
+        (Queue("lab", deserved_gpus=1),),
+        (workload("m", memory_gib=10),),
+    )
+    (start,) = run_cycle(snapshot, 0.0, PACK).decisions
+    assert start.placement[0].gpus == (GpuShare(0, 250),)
+
+
+def test_memory_request_larger_than_any_gpu_can_never_start() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 1, gpu_memory_mib=40 * 1024),),
+        (Queue("lab", deserved_gpus=1),),
+        (workload("m", memory_gib=48),),
+    )
+    result = run_cycle(snapshot, 0.0, PACK)
+    assert result.decisions == ()
+    assert "the largest GPU has 40 GiB, so it can never start" in result.pending["m"].reason
+
+
+def test_running_work_on_a_vanished_node_is_evicted_as_node_lost() -> None:
+    gone = running("g", "old", [(0, 1000)])
+    snapshot = Snapshot((Node("ws", 1),), (Queue("lab", deserved_gpus=1),), (gone,))
+    result = run_cycle(snapshot, 5.0, PACK)
+    assert result.decisions[0] == Evict("g", EvictReason.NODE_LOST)
+    assert isinstance(result.decisions[1], Start) and result.decisions[1].workload == "g"
+
+
+def test_consolidation_is_a_move_decision_naming_its_claimant() -> None:
+    snapshot = Snapshot(
+        (Node("n0", 2), Node("n1", 2)),
+        (Queue("lab", deserved_gpus=4),),
+        (
+            running("f1", "n0", [(0, 500)]),
+            running("f2", "n1", [(0, 500)], kind=Kind.INTERACTIVE, start_seq=2),
+            running("t1", "n1", [(1, 1000)], start_seq=3),
+            workload("big", gpus=2, seq=9, submitted_at=5.0),
+        ),
+    )
+    result = run_cycle(snapshot, 5.0, PACK)
+    assert result.decisions == (
+        Move("f1", (ReplicaPlacement("n1", (GpuShare(0, 500),)),), claimant="big"),
+        Start("big", (ReplicaPlacement("n0", (GpuShare(0, 1000), GpuShare(1, 1000))),)),
+    )
+
+
+def test_without_consolidation_the_claim_waits() -> None:
+    snapshot = Snapshot(
+        (Node("n0", 2), Node("n1", 2)),
+        (Queue("lab", deserved_gpus=4),),
+        (
+            running("f1", "n0", [(0, 500)]),
+            running("f2", "n1", [(0, 500)], start_seq=2),
+            running("t1", "n1", [(1, 1000)], start_seq=3),
+            workload("big", gpus=2, seq=9),
+        ),
+    )
+    policy = Policy(scorer=scorer_named("pack"), consolidate=False)
+    result = run_cycle(snapshot, 5.0, policy)
+    assert not any(isinstance(d, Move) for d in result.decisions)
+
+
+def test_with_a_grace_period_the_claimant_is_reserved_not_started() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 1),),
+        (Queue("owner", deserved_gpus=1), Queue("borrower")),
+        (
+            running("b", "ws", [(0, 1000)], queue="borrower"),
+            workload("nb", "owner", kind=Kind.INTERACTIVE, seq=2),
+        ),
+    )
+    policy = Policy(scorer=scorer_named("pack"), immediate_evictions=False)
+    result = run_cycle(snapshot, 1.0, policy)
+    assert result.decisions == (Evict("b", EvictReason.RECLAIM, claimant="nb"),)
+    assert "as soon as" in result.pending["nb"].reason
+
+    releasing = Snapshot(
+        snapshot.nodes,
+        snapshot.queues,
+        (
+            snapshot.workloads[0].__class__(
+                **{**snapshot.workloads[0].__dict__, "state": State.RELEASING}
+            ),
+            snapshot.workloads[1],
+        ),
+    )
+    again = run_cycle(releasing, 2.0, policy)
+    assert again.decisions == (), "no second victim while the first is still leaving"
+    assert "as soon as" in again.pending["nb"].reason
+
+
+def test_next_wakeup_is_the_earliest_protection_end() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 2),),
+        (Queue("lab", deserved_gpus=2),),
+        (
+            running("a", "ws", [(0, 1000)], min_runtime=30),
+            running("b", "ws", [(1, 1000)], min_runtime=90, start_seq=2),
+        ),
+    )
+    assert run_cycle(snapshot, 10.0, PACK).next_wakeup == 30.0
+    assert run_cycle(snapshot, 40.0, PACK).next_wakeup == 90.0
+    assert run_cycle(snapshot, 95.0, PACK).next_wakeup is None
+
+
+def test_spread_uses_the_quietest_gpu() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 2),),
+        (Queue("lab", deserved_gpus=2),),
+        (running("a", "ws", [(0, 500)]), workload("b", gpus=0.25, seq=2)),
+    )
+    spread = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("spread"))).decisions
+    pack = run_cycle(snapshot, 0.0, PACK).decisions
+    assert spread[0].placement[0].gpus[0].index == 1
+    assert pack[0].placement[0].gpus[0].index == 0
+
+
+def test_unknown_scorer_lists_the_choices() -> None:
+    with pytest.raises(ValueError, match="choose one of: pack, spread"):
+        scorer_named("best")
