@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from scheduler.engine import reasons
 from scheduler.engine.model import EvictReason, Placement, Workload
 from scheduler.engine.placement import fits_somewhere_ever, place
-from scheduler.engine.session import Session
+from scheduler.engine.session import QueueStanding, Session
 
 _EPS = 1e-6
 
@@ -110,15 +110,16 @@ def service_order(session: Session, pending: list[Workload]) -> Iterator[Workloa
 
     def key(name: str) -> tuple:
         head = by_queue[name][heads[name]]
-        queue = session.queues[name]
-        allocated = session.use.allocated[name]
-        fair = session.fair.get(name, 0.0)
-        starved = allocated / fair if fair > _EPS else (0.0 if allocated == 0 else float("inf"))
-        within = allocated + session.request_size(head) <= session.deserved[name] + _EPS
+        standing = QueueStanding(
+            name=name,
+            priority=session.queues[name].priority,
+            allocated=session.use.allocated[name],
+            fair_share=session.fair.get(name, 0.0),
+            deserved=session.deserved[name],
+            next_size=session.request_size(head),
+        )
         return (
-            not within,
-            -queue.priority,
-            starved,
+            *session.policy.queue_key(standing),
             *session.policy.workload_key(head),
             session.queue_order[name],
         )

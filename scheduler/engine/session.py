@@ -35,6 +35,30 @@ def _by_start_order(workload: Workload) -> tuple[int, float, int]:
     return workload.start_seq, workload.started_at or 0.0, workload.seq
 
 
+@dataclass(frozen=True)
+class QueueStanding:
+    """What queue ordering may look at: a queue's position at this point of the cycle (milli)."""
+
+    name: str
+    priority: int
+    allocated: float
+    fair_share: float
+    deserved: float
+    next_size: float
+    """The size of the queue's next workload in line."""
+
+
+def default_queue_key(queue: QueueStanding) -> tuple:
+    """Order between queues (rule 7): inside deserved quota first, then queue priority, then the
+    most starved (allocated / fair share)."""
+    if queue.fair_share > 1e-6:
+        starved = queue.allocated / queue.fair_share
+    else:
+        starved = 0.0 if queue.allocated == 0 else float("inf")
+    within = queue.allocated + queue.next_size <= queue.deserved + 1e-6
+    return (not within, -queue.priority, starved)
+
+
 def default_workload_key(workload: Workload) -> tuple:
     """Order inside one queue (rule 7): higher priority, then earlier submission."""
     return (-workload.priority, workload.submitted_at, workload.seq)
@@ -55,6 +79,7 @@ class Policy:
     """The pluggable parts of the policy; the engine never reads configuration of its own."""
 
     scorer: Scorer
+    queue_key: Callable[[QueueStanding], tuple] = default_queue_key
     workload_key: Callable[[Workload], tuple] = default_workload_key
     victim_key: Callable[[Workload], tuple] = default_victim_key
     format_time: Callable[[float], str] = format_seconds
