@@ -210,6 +210,11 @@ class _Search:
             )
         placement = place(session.ledger, self.claimant.request, session.policy.scorer)
         session.ledger.rollback(mark)
+        if placement is None or _placed_size(placement) == size:
+            return placement
+        # a memory request sized on the largest GPU landed on a smaller one: check exactly
+        if quota_refusal(session, self.claimant, _placed_size(placement), freed, freed_np):
+            return None
         return placement
 
     def minimal(self) -> list[Workload]:
@@ -405,6 +410,9 @@ def consolidate(session: Session, claimant: Workload) -> bool:
             ledger.rollback(mark)
             return False
         replicas.extend(spot)
+    if quota_refusal(session, claimant, _placed_size(tuple(replicas))) is not None:
+        ledger.rollback(mark)
+        return False
     for workload, placement in moved.values():
         if placement != workload.placement:
             session.move(workload, placement, claimant.name)

@@ -144,6 +144,8 @@ def _list(parent: Mapping, key: str, where: str, required: bool = True) -> list:
 def _entry(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
     if not isinstance(value, Mapping):
         raise InvalidSpec(where, "must be a mapping")
+    if isinstance(value.get("name"), str):
+        where = f"{where} ({value['name']})"
     for key in value:
         if key not in allowed:
             raise InvalidSpec(
