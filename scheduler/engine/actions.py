@@ -9,7 +9,7 @@ for workloads that ``allocate`` could not place.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
@@ -32,19 +32,6 @@ class Outcome:
 
 
 # -- quota checks -------------------------------------------------------------------------
-
-
-def freed_by(session: Session, victims: list[Workload]) -> tuple[dict[str, int], dict[str, int]]:
-    """Milli-GPUs that evicting ``victims`` gives back, per queue and ancestor."""
-    freed: dict[str, int] = {}
-    freed_np: dict[str, int] = {}
-    for victim in victims:
-        size = session.size(victim)
-        for name in session.ancestry[victim.queue]:
-            freed[name] = freed.get(name, 0) + size
-            if not victim.preemptible:
-                freed_np[name] = freed_np.get(name, 0) + size
-    return freed, freed_np
 
 
 def quota_refusal(
@@ -175,8 +162,7 @@ def try_start(
 
 def _no_room(session: Session, workload: Workload) -> Outcome:
     """Capacity is missing; evictions can only help if an empty node could hold it."""
-    shapes = [(node.gpus, node.gpu_memory_mib) for node in session.ledger.nodes]
-    ever = fits_somewhere_ever(shapes, workload.request)
+    ever = fits_somewhere_ever(session.ledger.shapes, workload.request)
     return Outcome(reasons.no_room(session, workload), capacity=ever)
 
 
@@ -187,68 +173,181 @@ def _placed_size(placement: Placement) -> int:
 # -- evictions: shared search -------------------------------------------------------------
 
 
-@dataclass
 class _Search:
-    """Victims added in order until the claimant fits, then the unneeded ones dropped."""
+    """Victims given back on the ledger one at a time until the claimant fits, then trimmed.
 
-    session: Session
-    claimant: Workload
-    victims: list[Workload] = field(default_factory=list)
-    protected_until: float | None = None
+    Before the first fit only the newest victim's nodes can have become a fit (every other
+    node already failed and has not changed), so a single-replica claimant is tried on those
+    nodes alone. Victims only ever add capacity, so once a fit exists it stays one; if a quota
+    refused it, later steps only re-check the quota against more freed capacity.
+    """
 
-    def fits(self, victims: list[Workload]) -> Placement | None:
-        """Would the claimant start with ``victims`` gone? Leaves the ledger unchanged."""
-        session = self.session
-        freed, freed_np = freed_by(session, victims)
-        size = session.request_size(self.claimant)
-        if quota_refusal(session, self.claimant, size, freed, freed_np) is not None:
-            return None
-        mark = session.ledger.mark()
-        for victim in victims:
-            session.ledger.give_back(
-                victim.placement, victim.request.cpu_milli, victim.request.memory_mib
-            )
-        placement = place(session.ledger, self.claimant.request, session.policy.scorer)
-        session.ledger.rollback(mark)
-        if placement is None or _placed_size(placement) == size:
-            return placement
-        # a memory request sized on the largest GPU landed on a smaller one: check exactly
-        if quota_refusal(session, self.claimant, _placed_size(placement), freed, freed_np):
-            return None
-        return placement
-
-    def minimal(self) -> list[Workload]:
-        kept = list(self.victims)
-        for victim in list(kept):
-            trial = [v for v in kept if v is not victim]
-            if self.fits(trial) is not None:
-                kept = trial
-        return kept
+    def __init__(
+        self,
+        session: Session,
+        claimant: Workload,
+        admissible: Callable[[_Search, int], bool] | None = None,
+    ) -> None:
+        self.session = session
+        self.claimant = claimant
+        self.victims: list[Workload] = []
+        self.freed: dict[str, int] = {}
+        self.freed_np: dict[str, int] = {}
+        self.protected_until: float | None = None
+        self.extra_check = admissible
+        self.mark = session.ledger.mark()
+        self._fit: Placement | None = None
+        self._could_fit: set[int] | None = set()
+        """Nodes where the claimant can fit (None: anywhere): the nodes of the step that first
+        made a fit and of every victim after it. Others failed once and have not changed."""
 
     def note_protected(self, until: float) -> None:
         if self.protected_until is None or until < self.protected_until:
             self.protected_until = until
 
+    def _account(self, victim: Workload, sign: int) -> None:
+        size = sign * self.session.size(victim)
+        for name in self.session.ancestry[victim.queue]:
+            self.freed[name] = self.freed.get(name, 0) + size
+            if not victim.preemptible:
+                self.freed_np[name] = self.freed_np.get(name, 0) + size
 
-def _commit(
-    session: Session, claimant: Workload, victims: list[Workload], reason: EvictReason
-) -> None:
-    for victim in victims:
-        session.evict(victim, reason, claimant.name)
-    placement = place(session.ledger, claimant.request, session.policy.scorer)
-    assert placement is not None, "a fit found by the search must still fit"
-    session.start(claimant, placement)
+    def admissible(self, placement: Placement) -> bool:
+        size = _placed_size(placement)
+        if quota_refusal(self.session, self.claimant, size, self.freed, self.freed_np):
+            return False
+        return self.extra_check is None or self.extra_check(self, size)
+
+    def _capacity(self, nodes: set[int] | None) -> Placement | None:
+        """Where the claimant would go now, ignoring quotas; the ledger is left unchanged."""
+        ledger = self.session.ledger
+        request = self.claimant.request
+        if request.replicas == 1:
+            replica = self.session.policy.scorer.choose(ledger, request, nodes)
+            return None if replica is None else (replica,)
+        mark = ledger.mark()
+        placement = place(ledger, request, self.session.policy.scorer, nodes)
+        ledger.rollback(mark)
+        return placement
+
+    def add(self, victim: Workload) -> Placement | None:
+        """Evict ``victim`` on trial; the claimant's placement if it may start now."""
+        self.victims.append(victim)
+        self._account(victim, +1)
+        ledger = self.session.ledger
+        ledger.give_back(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
+        nodes = {ledger.index[r.node] for r in victim.placement}
+        if self.claimant.request.replicas > 1:
+            self._could_fit = None
+        if self._fit is None:
+            self._fit = self._capacity(None if self._could_fit is None else nodes)
+            if self._fit is None:
+                return None
+            if self._could_fit is not None:
+                self._could_fit = set(nodes)
+        elif self._could_fit is not None:
+            self._could_fit |= nodes
+        return self._fit if self.admissible(self._fit) else None
+
+    def trim(self, placement: Placement) -> Placement:
+        """Drop, in order, every victim the fit does not need (rule 4); returns a fit that
+        holds without the dropped ones."""
+        ledger = self.session.ledger
+        kept: list[Workload] = []
+        for victim in list(self.victims):
+            mark = ledger.mark()
+            ledger.take(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
+            self._account(victim, -1)
+            untouched = {r.node for r in victim.placement}.isdisjoint(r.node for r in placement)
+            if untouched and self.admissible(placement):
+                continue  # the fit we have does not use anything the victim held
+            found = self._capacity(self._could_fit)
+            if found is not None and self.admissible(found):
+                placement = found
+                continue
+            ledger.rollback(mark)
+            self._account(victim, +1)
+            kept.append(victim)
+        self.victims = kept
+        return placement
+
+    def abandon(self) -> None:
+        self.session.ledger.rollback(self.mark)
+
+    def commit(self, placement: Placement, reason: EvictReason) -> None:
+        placement = self.trim(placement)
+        self.abandon()
+        session = self.session
+        for victim in self.victims:
+            session.evict(victim, reason, self.claimant.name)
+        self.freed, self.freed_np = {}, {}  # the session's accounting has them gone now
+        mark = session.ledger.mark()
+        final = place(session.ledger, self.claimant.request, session.policy.scorer)
+        if final is None or not self.admissible(final):  # keep the fit the search proved
+            session.ledger.rollback(mark)
+            session.ledger.take(
+                placement, self.claimant.request.cpu_milli, self.claimant.request.memory_mib
+            )
+            final = placement
+        session.start(self.claimant, final)
 
 
-def victim_candidates(session: Session) -> dict[str, list[Workload]]:
-    """Running preemptible work per queue, in victim order (rule 4)."""
-    per_queue: dict[str, list[Workload]] = {}
-    for workload in session.running.values():
-        if workload.preemptible:
-            per_queue.setdefault(workload.queue, []).append(workload)
-    for candidates in per_queue.values():
-        candidates.sort(key=session.policy.victim_key)
-    return per_queue
+class Candidates:
+    """Running preemptible work per queue in victim order (rule 4), built once per cycle.
+
+    Workloads evicted during the cycle are skipped for good; moved ones are looked up again so
+    the victim is always the workload as it runs now. Work started in this cycle is never a
+    victim in the same cycle.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.per_queue: dict[str, list[Workload]] = {}
+        for workload in session.running.values():
+            if workload.preemptible:
+                self.per_queue.setdefault(workload.queue, []).append(workload)
+        for candidates in self.per_queue.values():
+            candidates.sort(key=session.policy.victim_key)
+        self._alive_from = dict.fromkeys(self.per_queue, 0)
+        self.reclaim_failed: dict[tuple, str] = {}
+        self.preempt_failed: dict[tuple, str] = {}
+        self.consolidate_failed: set[tuple] = set()
+
+    def walk(
+        self, queue: str, search: _Search, below_priority: int | None = None
+    ) -> Iterator[Workload]:
+        """The queue's victims in order: running, unprotected, (optionally) lower priority."""
+        candidates = self.per_queue.get(queue, [])
+        running = self.session.running
+        i = self._alive_from.get(queue, 0)
+        while i < len(candidates) and candidates[i].name not in running:
+            i += 1
+        self._alive_from[queue] = i
+        protected_until = self.session.protected_until
+        for j in range(i, len(candidates)):
+            workload = running.get(candidates[j].name)
+            if workload is None:
+                continue
+            if below_priority is not None and workload.priority >= below_priority:
+                continue
+            if workload.min_runtime > 0:
+                until = protected_until(workload)
+                if until is not None:
+                    search.note_protected(until)
+                    continue
+            yield workload
+
+
+def _shape_key(session: Session, workload: Workload) -> tuple:
+    request = workload.request
+    return (
+        session.request_size(workload),
+        request.whole_gpus,
+        request.replicas,
+        request.gpu_memory_mib,
+        request.cpu_milli,
+        request.memory_mib,
+    )
 
 
 # -- reclaim ------------------------------------------------------------------------------
@@ -268,146 +367,132 @@ def _sides(session: Session, claimer: str, victim: str) -> tuple[str, str]:
     return up_claimer[depth], up_victim[depth]
 
 
-def reclaim(
-    session: Session, claimant: Workload, candidates: dict[str, list[Workload]]
-) -> tuple[bool, _Search]:
-    """Take back capacity from queues above their fair share (or above deserved, for a claimant
-    inside its own deserved quota). Returns whether the claimant started."""
-    search = _Search(session, claimant)
-    size = session.request_size(claimant)
-    home = claimant.queue
-    if session.use.allocated[home] + size > session.fair.get(home, 0.0) + _EPS:
-        return False, search
-    cursor = {name: 0 for name in candidates if name != home}
-    while True:
-        freed, _ = freed_by(session, search.victims)
-
-        def after(name: str, freed: dict[str, int] = freed) -> float:
-            return session.use.allocated[name] - freed.get(name, 0)
-
-        best: tuple[float, int, str] | None = None
-        for name in cursor:
-            if cursor[name] >= len(candidates[name]):
-                continue
-            mine, theirs = _sides(session, home, name)
-            above_fair = (
-                after(name) > session.fair.get(name, 0.0) + _EPS
-                and after(theirs) > session.fair.get(theirs, 0.0) + _EPS
-            )
-            claimer_within = all(
-                after(level) + size <= session.deserved[level] + _EPS for level in (home, mine)
-            )
-            above_deserved = (
-                after(name) > session.deserved[name] + _EPS
-                and after(theirs) > session.deserved[theirs] + _EPS
-            )
-            if not (above_fair or (claimer_within and above_deserved)):
-                continue
-            fair = session.fair.get(name, 0.0)
-            ratio = after(name) / fair if fair > _EPS else float("inf")
-            entry = (-ratio, session.queue_order[name], name)
-            if best is None or entry < best:
-                best = entry
-        if best is None:
-            return False, search
-        victim = _next_victim(session, candidates[best[2]], cursor, best[2], search)
-        if victim is None:
-            continue
-        search.victims.append(victim)
-        if (
-            _within_fair_after(session, claimant, size, search.victims)
-            and search.fits(search.victims) is not None
-        ):
-            break
-    victims = search.minimal()
-    _commit(session, claimant, victims, EvictReason.RECLAIM)
-    return True, search
-
-
-def _within_fair_after(
-    session: Session, claimant: Workload, size: int, victims: list[Workload]
-) -> bool:
-    freed, _ = freed_by(session, victims)
+def _within_fair(search: _Search, size: int) -> bool:
+    """Reclaim's condition on the claimant: its queue and ancestors stay within fair share."""
+    session = search.session
     return all(
-        session.use.allocated[level] - freed.get(level, 0) + size
+        session.use.allocated[level] - search.freed.get(level, 0) + size
         <= session.fair.get(level, 0.0) + _EPS
-        for level in session.ancestry[claimant.queue]
+        for level in session.ancestry[search.claimant.queue]
     )
 
 
-def _next_victim(
-    session: Session,
-    queue_candidates: list[Workload],
-    cursor: dict[str, int],
-    name: str,
-    search: _Search,
-) -> Workload | None:
-    """The queue's next candidate if it still runs unprotected, else None (and move on)."""
-    workload = session.running.get(queue_candidates[cursor[name]].name)
-    cursor[name] += 1
-    if workload is None:
-        return None
-    until = session.protected_until(workload)
-    if until is not None:
-        search.note_protected(until)
-        return None
-    return workload
+def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tuple[bool, str]:
+    """Take back capacity from queues above their fair share (or above deserved, for a claimant
+    inside its own deserved quota). Returns whether the claimant started, and if not, what to
+    add to its pending reason."""
+    size = session.request_size(claimant)
+    home = claimant.queue
+    if session.use.allocated[home] + size > session.fair.get(home, 0.0) + _EPS:
+        return False, reasons.over_fair_share(session, claimant)
+    memo = (home, _shape_key(session, claimant))
+    if memo in candidates.reclaim_failed:
+        return False, candidates.reclaim_failed[memo]
+    search = _Search(session, claimant, _within_fair)
+    used = session.use.allocated
+
+    def after(name: str) -> float:
+        return used[name] - search.freed.get(name, 0)
+
+    sides = {name: _sides(session, home, name) for name in candidates.per_queue if name != home}
+    within = {
+        mine: used[home] + size <= session.deserved[home] + _EPS
+        and used[mine] + size <= session.deserved[mine] + _EPS
+        for mine, _ in sides.values()
+    }
+
+    def eligible(name: str) -> bool:
+        mine, theirs = sides[name]
+        fair, fair_theirs = session.fair.get(name, 0.0), session.fair.get(theirs, 0.0)
+        if after(name) > fair + _EPS and after(theirs) > fair_theirs + _EPS:
+            return True
+        return (
+            within[mine]
+            and after(name) > session.deserved[name] + _EPS
+            and after(theirs) > session.deserved[theirs] + _EPS
+        )
+
+    def ratio(name: str) -> float:
+        fair = session.fair.get(name, 0.0)
+        return after(name) / fair if fair > _EPS else float("inf")
+
+    walks = {name: candidates.walk(name, search) for name in sides}
+    heap = [(-ratio(name), session.queue_order[name], name) for name in sides if eligible(name)]
+    heapq.heapify(heap)
+    while heap:
+        _, order, name = heapq.heappop(heap)
+        if not eligible(name):
+            continue  # only falls as victims go, so it never comes back
+        victim = next(walks[name], None)
+        if victim is None:
+            continue
+        placement = search.add(victim)
+        if placement is not None:
+            search.commit(placement, EvictReason.RECLAIM)
+            return True, ""
+        heapq.heappush(heap, (-ratio(name), order, name))
+    search.abandon()
+    suffix = (
+        reasons.protected(session, search.protected_until)
+        if search.protected_until is not None
+        else ""
+    )
+    candidates.reclaim_failed[memo] = suffix
+    return False, suffix
 
 
 # -- preempt ------------------------------------------------------------------------------
 
 
-def preempt(
-    session: Session, claimant: Workload, candidates: dict[str, list[Workload]]
-) -> tuple[bool, _Search]:
+def preempt(session: Session, claimant: Workload, candidates: Candidates) -> tuple[bool, str]:
     """Evict lower-priority preemptible work of the claimant's own queue; equal never preempts."""
+    memo = (claimant.queue, claimant.priority, _shape_key(session, claimant))
+    if memo in candidates.preempt_failed:
+        return False, candidates.preempt_failed[memo]
     search = _Search(session, claimant)
-    own = [w for w in candidates.get(claimant.queue, []) if w.priority < claimant.priority]
-    cursor = {claimant.queue: 0}
-    while cursor[claimant.queue] < len(own):
-        victim = _next_victim(session, own, cursor, claimant.queue, search)
-        if victim is None:
-            continue
-        search.victims.append(victim)
-        if search.fits(search.victims) is not None:
-            _commit(session, claimant, search.minimal(), EvictReason.PREEMPT)
-            return True, search
-    return False, search
+    for victim in candidates.walk(claimant.queue, search, below_priority=claimant.priority):
+        placement = search.add(victim)
+        if placement is not None:
+            search.commit(placement, EvictReason.PREEMPT)
+            return True, ""
+    search.abandon()
+    suffix = (
+        reasons.protected(session, search.protected_until)
+        if search.protected_until is not None
+        else ""
+    )
+    candidates.preempt_failed[memo] = suffix
+    return False, suffix
 
 
 # -- consolidate --------------------------------------------------------------------------
 
 
-def consolidate(session: Session, claimant: Workload) -> bool:
+def consolidate(session: Session, claimant: Workload, candidates: Candidates) -> bool:
     """Move preemptible single-replica work so that scattered free capacity comes together.
 
     Tries the emptiest nodes first (a bounded number of them); on a node, moves its smallest
     movable workloads until one replica fits, then must place every moved workload elsewhere.
+    A request shape that could not be consolidated is not tried again in the same cycle.
     """
     ledger = session.ledger
     size = session.request_size(claimant)
-    if quota_refusal(session, claimant, size) is not None or ledger.free_gpu_total() < size:
+    if quota_refusal(session, claimant, size) is not None or ledger.total_free < size:
+        return False
+    memo = _shape_key(session, claimant)
+    if memo in candidates.consolidate_failed:
         return False
     one = replace(claimant.request, replicas=1)
     mark = ledger.mark()
-    movers_by_node: dict[int, list[Workload]] = {}
-    for workload in session.running.values():
-        if (
-            workload.preemptible
-            and workload.request.replicas == 1
-            and session.protected_until(workload) is None
-        ):
-            movers_by_node.setdefault(ledger.index[workload.placement[0].node], []).append(workload)
-    if not movers_by_node:
-        return False
     moved: dict[str, tuple[Workload, Placement]] = {}
-    replicas = []
+    replicas: list = []
     for _ in range(claimant.request.replicas):
         spot = place(ledger, one, session.policy.scorer)
         if spot is None:
-            spot = _consolidate_one(session, one, movers_by_node, moved)
+            spot = _consolidate_one(session, one, moved)
         if spot is None:
             ledger.rollback(mark)
+            candidates.consolidate_failed.add(memo)
             return False
         replicas.extend(spot)
     if quota_refusal(session, claimant, _placed_size(tuple(replicas))) is not None:
@@ -420,28 +505,39 @@ def consolidate(session: Session, claimant: Workload) -> bool:
     return True
 
 
+def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
+    return [
+        w
+        for w in session.on_node(session.ledger.nodes[n].name)
+        if w.preemptible
+        and w.request.replicas == 1
+        and w.name not in moved
+        and session.protected_until(w) is None
+    ]
+
+
 def _consolidate_one(
-    session: Session,
-    one,
-    movers_by_node: dict[int, list[Workload]],
-    moved: dict[str, tuple[Workload, Placement]],
+    session: Session, one, moved: dict[str, tuple[Workload, Placement]]
 ) -> Placement | None:
     ledger = session.ledger
-    nodes = sorted(movers_by_node, key=lambda n: (-sum(ledger.free[n]), n))
-    for n in nodes[: session.policy.consolidation_nodes]:
+    emptiest = heapq.nsmallest(
+        session.policy.consolidation_nodes,
+        (n for n in range(len(ledger.nodes)) if ledger.nodes[n].gpus),
+        key=lambda n: (-sum(ledger.free[n]), n),
+    )
+    for n in emptiest:
+        movers = sorted(_movers_on(session, n, moved), key=lambda w: (session.size(w), w.seq))
+        if not movers:
+            continue
         mark = ledger.mark()
         removed: list[Workload] = []
         spot = None
-        movers = sorted(
-            (w for w in movers_by_node[n] if w.name not in moved),
-            key=lambda w: (session.size(w), w.seq),
-        )
         for workload in movers:
             ledger.give_back(
                 workload.placement, workload.request.cpu_milli, workload.request.memory_mib
             )
             removed.append(workload)
-            spot = session.policy.scorer.choose(ledger, one, [n])
+            spot = session.policy.scorer.choose(ledger, one, {n})
             if spot is not None:
                 break
         if spot is None:

@@ -13,8 +13,8 @@ runner, the simulators) apply the decisions and call it again.
 
 from __future__ import annotations
 
-from scheduler.engine import reasons
 from scheduler.engine.actions import (
+    Candidates,
     Failures,
     Outcome,
     allocate,
@@ -22,7 +22,6 @@ from scheduler.engine.actions import (
     preempt,
     reclaim,
     try_start,
-    victim_candidates,
 )
 from scheduler.engine.fairshare import subtree_totals
 from scheduler.engine.model import (
@@ -47,7 +46,7 @@ def run_cycle(snapshot: Snapshot, now: float, policy: Policy) -> CycleResult:
 
 
 def _make_room(session: Session, left: list[Workload], outcomes: dict[str, Outcome]) -> None:
-    candidates = victim_candidates(session)
+    candidates = Candidates(session)
     failures = Failures()
     for workload in left:
         outcome = outcomes[workload.name]
@@ -58,34 +57,23 @@ def _make_room(session: Session, left: list[Workload], outcomes: dict[str, Outco
                 continue
         if not (outcome.capacity or outcome.quota_blocked):
             continue
-        evictions_before = len(session.decisions)
+        before = len(session.decisions)
         started = False
         suffix = ""
         if outcome.capacity:
-            if session.policy.consolidate and consolidate(session, workload):
+            if session.policy.consolidate and consolidate(session, workload, candidates):
                 started = True
             else:
-                started, search = reclaim(session, workload, candidates)
-                suffix = _why_not_reclaimed(session, workload, search)
+                started, suffix = reclaim(session, workload, candidates)
         if not started:
-            started, search = preempt(session, workload, candidates)
-            if not started and search.protected_until is not None and not suffix:
-                suffix = reasons.protected(session, search.protected_until)
+            started, preempt_suffix = preempt(session, workload, candidates)
+            suffix = suffix or preempt_suffix
         if started:
             del outcomes[workload.name]
-            if len(session.decisions) > evictions_before + 1:
+            if len(session.decisions) > before + 1:
                 failures.shapes.clear()  # capacity came back: earlier misses may fit now
         else:
             outcome.reason += suffix
-
-
-def _why_not_reclaimed(session: Session, workload: Workload, search) -> str:
-    if search.protected_until is not None:
-        return reasons.protected(session, search.protected_until)
-    size = session.request_size(workload)
-    if session.use.allocated[workload.queue] + size > session.fair.get(workload.queue, 0.0):
-        return reasons.over_fair_share(session, workload)
-    return ""
 
 
 def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:

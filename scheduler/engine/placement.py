@@ -16,7 +16,7 @@ Scorers:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
 from scheduler.engine.ledger import Ledger
@@ -24,14 +24,14 @@ from scheduler.engine.model import MILLI, Placement, ReplicaPlacement, Request
 
 
 class Scorer(Protocol):
-    """Chooses one replica's spot among ``nodes`` (ledger indices, in tie-break order)."""
+    """Chooses one replica's spot among ``nodes`` (ledger indices; None means every node)."""
 
     def choose(
-        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+        self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None: ...
 
 
-def _fraction_candidates(ledger: Ledger, request: Request, nodes: Sequence[int]):
+def _fraction_candidates(ledger: Ledger, request: Request, nodes: Iterable[int]):
     """(free before, node, gpu, milli) for every GPU a fractional replica fits on."""
     for n in nodes:
         node = ledger.nodes[n]
@@ -43,7 +43,7 @@ def _fraction_candidates(ledger: Ledger, request: Request, nodes: Sequence[int])
                 yield free, n, g, milli
 
 
-def _whole_candidates(ledger: Ledger, request: Request, nodes: Sequence[int]):
+def _whole_candidates(ledger: Ledger, request: Request, nodes: Iterable[int]):
     """(wholly free GPUs, node) for every node that can hold a whole-GPU replica."""
     need = request.whole_gpus
     for n in nodes:
@@ -57,29 +57,73 @@ def _take_whole(ledger: Ledger, n: int, need: int) -> ReplicaPlacement:
     return ledger.replica_on(n, [(g, MILLI) for g in chosen])
 
 
-def _first_host(ledger: Ledger, request: Request, nodes: Sequence[int]) -> ReplicaPlacement | None:
+def _first_host(ledger: Ledger, request: Request, nodes: Iterable[int]) -> ReplicaPlacement | None:
     for n in nodes:
         if ledger.host_fits(n, request.cpu_milli, request.memory_mib):
             return ledger.replica_on(n, [])
     return None
 
 
+def _everywhere(ledger: Ledger, nodes: Collection[int] | None) -> Iterable[int]:
+    return range(len(ledger.nodes)) if nodes is None else sorted(nodes)
+
+
+_SCAN_BELOW = 16
+"""Restricted to this few nodes, scanning them beats walking the cluster-wide index."""
+
+
 class Pack:
-    """Most-used first: keeps free capacity together (rule 5's default)."""
+    """Most-used first: keeps free capacity together (rule 5's default).
+
+    Walks the ledger's sorted indexes from the smallest free amount that fits, so the first
+    entry that passes the node filter and the CPU/memory check is the answer.
+    """
 
     name = "pack"
 
     def choose(
-        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+        self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None:
+        if nodes is not None and len(nodes) < _SCAN_BELOW:
+            return self._scan(ledger, request, sorted(nodes))
+        ledger.sync()
+        if request.is_fraction:
+            best = None
+            for memory, index in ledger.by_memory.items():
+                milli = request.milli_on(memory)
+                if milli > MILLI:
+                    continue
+                for free, n, g in index.islice(index.bisect_left((milli, -1, -1))):
+                    if best is not None and (free, n, g) >= best[:3]:
+                        break
+                    if (nodes is None or n in nodes) and ledger.host_fits(
+                        n, request.cpu_milli, request.memory_mib
+                    ):
+                        best = (free, n, g, milli)
+                        break
+            return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
+        if request.whole_gpus:
+            index = ledger.by_whole
+            for _count, n in index.islice(index.bisect_left((request.whole_gpus, -1))):
+                if (nodes is None or n in nodes) and ledger.host_fits(
+                    n, request.cpu_milli, request.memory_mib
+                ):
+                    return _take_whole(ledger, n, request.whole_gpus)
+            return None
+        return _first_host(ledger, request, _everywhere(ledger, nodes))
+
+    @staticmethod
+    def _scan(ledger: Ledger, request: Request, nodes: Sequence[int]) -> ReplicaPlacement | None:
         if request.is_fraction:
             best = min(
-                _fraction_candidates(ledger, request, nodes), default=None, key=lambda c: c[0]
+                _fraction_candidates(ledger, request, nodes),
+                default=None,
+                key=lambda c: (c[0], c[1], c[2]),
             )
             return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
         if request.whole_gpus:
-            best = min(_whole_candidates(ledger, request, nodes), default=None, key=lambda c: c[0])
-            return None if best is None else _take_whole(ledger, best[1], request.whole_gpus)
+            found = min(_whole_candidates(ledger, request, nodes), default=None)
+            return None if found is None else _take_whole(ledger, found[1], request.whole_gpus)
         return _first_host(ledger, request, nodes)
 
 
@@ -89,21 +133,24 @@ class Spread:
     name = "spread"
 
     def choose(
-        self, ledger: Ledger, request: Request, nodes: Sequence[int]
+        self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None:
+        candidates = _everywhere(ledger, nodes)
         if request.is_fraction:
             best = max(
-                _fraction_candidates(ledger, request, nodes),
+                _fraction_candidates(ledger, request, candidates),
                 default=None,
                 key=lambda c: (c[0], -c[1], -c[2]),
             )
             return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
         if request.whole_gpus:
             best = max(
-                _whole_candidates(ledger, request, nodes), default=None, key=lambda c: (c[0], -c[1])
+                _whole_candidates(ledger, request, candidates),
+                default=None,
+                key=lambda c: (c[0], -c[1]),
             )
             return None if best is None else _take_whole(ledger, best[1], request.whole_gpus)
-        return _first_host(ledger, request, nodes)
+        return _first_host(ledger, request, candidates)
 
 
 SCORERS: dict[str, Callable[[], Scorer]] = {"pack": Pack, "spread": Spread}
@@ -119,25 +166,29 @@ def scorer_named(name: str) -> Scorer:
         ) from None
 
 
-def place(ledger: Ledger, request: Request, scorer: Scorer) -> Placement | None:
+def place(
+    ledger: Ledger, request: Request, scorer: Scorer, nodes: Collection[int] | None = None
+) -> Placement | None:
     """Place every replica, taking the capacity on the ledger, or change nothing and return None.
 
     Gang replicas try the topology domain (same labels) of the first replica's best spot first,
-    then every other domain in node order, then the whole cluster.
+    then every other domain in node order, then the whole cluster (or ``nodes``).
     """
-    everywhere = range(len(ledger.nodes))
     mark = ledger.mark()
-    first = scorer.choose(ledger, request, everywhere)
+    first = scorer.choose(ledger, request, nodes)
     if first is None:
         return None
     if request.replicas == 1:
         ledger.take((first,), request.cpu_milli, request.memory_mib)
         return (first,)
-    domains = _domains(ledger)
+    domains = _domains(ledger, nodes)
     first_domain = _domain_of(ledger, ledger.index[first.node])
     order = [first_domain] + [d for d in domains if d != first_domain]
-    for domain in [*(domains[d] for d in order), list(everywhere)]:
-        placed = _place_all(ledger, request, scorer, domain)
+    attempts: list[Collection[int] | None] = [set(domains[d]) for d in order]
+    if len(domains) > 1:
+        attempts.append(nodes)
+    for attempt in attempts:
+        placed = _place_all(ledger, request, scorer, attempt)
         if placed is not None:
             return placed
         ledger.rollback(mark)
@@ -145,7 +196,7 @@ def place(ledger: Ledger, request: Request, scorer: Scorer) -> Placement | None:
 
 
 def _place_all(
-    ledger: Ledger, request: Request, scorer: Scorer, nodes: Sequence[int]
+    ledger: Ledger, request: Request, scorer: Scorer, nodes: Collection[int] | None
 ) -> Placement | None:
     placed: list[ReplicaPlacement] = []
     for _ in range(request.replicas):
@@ -161,14 +212,16 @@ def _domain_of(ledger: Ledger, n: int) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(ledger.nodes[n].labels.items()))
 
 
-def _domains(ledger: Ledger) -> dict[tuple[tuple[str, str], ...], list[int]]:
+def _domains(
+    ledger: Ledger, nodes: Collection[int] | None
+) -> dict[tuple[tuple[str, str], ...], list[int]]:
     domains: dict[tuple[tuple[str, str], ...], list[int]] = {}
-    for n in range(len(ledger.nodes)):
+    for n in _everywhere(ledger, nodes):
         domains.setdefault(_domain_of(ledger, n), []).append(n)
     return domains
 
 
-def fits_somewhere_ever(nodes_gpus: Sequence[tuple[int, int]], request: Request) -> bool:
+def fits_somewhere_ever(nodes_gpus: Iterable[tuple[int, int]], request: Request) -> bool:
     """Could one replica fit on an *empty* node of this (GPU count, GPU memory MiB) shape?"""
     for gpus, memory in nodes_gpus:
         if request.is_fraction:

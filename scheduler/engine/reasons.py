@@ -29,8 +29,7 @@ def gpus(milli: float) -> str:
 
 
 def _queue_label(session: Session, name: str) -> str:
-    is_department = any(q.parent == name for q in session.queues.values())
-    return f"department {name}" if is_department else name
+    return f"department {name}" if name in session.departments else name
 
 
 def at_limit(session: Session, name: str, used: float, size: int) -> str:
@@ -60,10 +59,9 @@ def no_room(session: Session, workload: Workload) -> str:
     """Nothing fits now; says whether it ever could on this cluster."""
     request = workload.request
     ledger = session.ledger
-    nodes = ledger.nodes
     if request.gpu_memory_mib is not None:
         need = f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
-        largest = max((node.gpu_memory_mib for node in nodes if node.gpus), default=0)
+        largest = max((memory for gpus, memory in ledger.shapes if gpus), default=0)
         if largest < request.gpu_memory_mib:
             return (
                 f"needs {need}; the largest GPU has {largest / 1024:g} GiB, so it can never start"
@@ -72,7 +70,7 @@ def no_room(session: Session, workload: Workload) -> str:
         where = f"the most free on any GPU is {free / MILLI:g} of a GPU"
     elif request.whole_gpus:
         need = f"{request.whole_gpus} GPUs on one node" if request.whole_gpus > 1 else "1 GPU"
-        largest = max((node.gpus for node in nodes), default=0)
+        largest = max((gpus for gpus, _memory in ledger.shapes), default=0)
         if largest < request.whole_gpus:
             return f"needs {need}; the largest node has {largest} GPUs, so it can never start"
         most = ledger.most_whole_free()
@@ -83,7 +81,7 @@ def no_room(session: Session, workload: Workload) -> str:
         )
     elif request.is_fraction:
         need = f"{request.gpus:g} of a GPU"
-        if not any(node.gpus for node in nodes):
+        if not any(gpus for gpus, _memory in ledger.shapes):
             return f"needs {need}; the cluster has no GPUs"
         where = f"the most free on any GPU is {ledger.most_free_on_one_gpu() / MILLI:g} of a GPU"
     else:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
-from scheduler.engine.fairshare import deserved_quotas, fair_shares
+from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import (
     MILLI,
@@ -23,6 +23,7 @@ from scheduler.engine.model import (
     EvictReason,
     Move,
     Placement,
+    Request,
     Snapshot,
     Start,
     State,
@@ -106,38 +107,61 @@ class Session:
         self.queues = {queue.name: queue for queue in snapshot.queues}
         self.queue_order = {queue.name: i for i, queue in enumerate(snapshot.queues)}
         self.ancestry = {name: self._ancestors(name) for name in self.queues}
+        self.departments = {queue.parent for queue in snapshot.queues if queue.parent}
         self.deserved = deserved_quotas(snapshot.queues)
-        self.ledger = Ledger(snapshot.nodes)
+        nodes = {node.name for node in snapshot.nodes}
         self.largest_gpu_mib = max((node.gpu_memory_mib for node in snapshot.nodes), default=1)
         self.decisions: list[Decision] = []
         self.running: dict[str, Workload] = {}
         self.pending: list[Workload] = []
         self.reserved: dict[str, str] = {}
         """Pending workload -> why it waits, for those placed onto releasing capacity."""
-        self.held = [[0] * len(gpus) for gpus in self.ledger.free]
-        self.use = Accounting(dict.fromkeys(self.queues, 0), dict.fromkeys(self.queues, 0))
+        self._placed_size: dict[str, int] = {}
+        self._by_node: dict[str, list[str]] | None = None
+        self._request_size: dict[Request, int] = {}
         self._next_start_seq = 1 + max((w.start_seq for w in snapshot.workloads), default=0)
 
+        releasing: list[Placement] = []
         demand = dict.fromkeys(self.queues, 0)
+        allocated = dict.fromkeys(self.queues, 0)
+        non_preemptible = dict.fromkeys(self.queues, 0)
         for workload in snapshot.workloads:
-            demand[workload.queue] += self.size(workload)
             if workload.state is State.PENDING:
                 self.pending.append(workload)
-            elif workload.state is State.RELEASING:
-                if all(r.node in self.ledger.index for r in workload.placement):
-                    self._hold(workload.placement)
-            elif any(r.node not in self.ledger.index for r in workload.placement):
+                demand[workload.queue] += self.request_size(workload)
+                continue
+            on_known_nodes = all(replica.node in nodes for replica in workload.placement)
+            if workload.state is State.RELEASING:
+                demand[workload.queue] += self.request_size(workload)
+                if on_known_nodes:
+                    releasing.append(workload.placement)
+            elif not on_known_nodes:
                 self._record(Evict(workload.name, EvictReason.NODE_LOST))
                 self.pending.append(replace(workload, state=State.PENDING, placement=()))
+                demand[workload.queue] += self.request_size(workload)
             else:
-                self.ledger.take(
-                    workload.placement, workload.request.cpu_milli, workload.request.memory_mib
-                )
                 self.running[workload.name] = workload
-                self._count(workload, +1)
+                size = self._placed_size[workload.name] = _placed(workload.placement)
+                demand[workload.queue] += size
+                allocated[workload.queue] += size
+                if not workload.preemptible:
+                    non_preemptible[workload.queue] += size
+        self.ledger = Ledger(
+            snapshot.nodes,
+            (
+                (w.placement, w.request.cpu_milli, w.request.memory_mib)
+                for w in self.running.values()
+            ),
+        )
+        self.held = [[0] * len(gpus) for gpus in self.ledger.free]
+        for placement in releasing:
+            self._hold(placement)
+        self.use = Accounting(
+            {name: int(v) for name, v in subtree_totals(snapshot.queues, allocated).items()},
+            {name: int(v) for name, v in subtree_totals(snapshot.queues, non_preemptible).items()},
+        )
         self.capacity = sum(node.gpus for node in snapshot.nodes) * MILLI
         self.fair = fair_shares(snapshot.queues, self.deserved, demand, self.capacity)
-        self.ledger.mark()
 
     def _ancestors(self, name: str) -> tuple[str, ...]:
         chain = []
@@ -151,17 +175,22 @@ class Session:
 
     def size(self, workload: Workload) -> int:
         """Milli-GPUs the workload holds, or would hold on the largest GPUs if pending."""
-        if workload.placement and workload.state is not State.PENDING:
-            return sum(s.milli for replica in workload.placement for s in replica.gpus)
+        if workload.state is not State.PENDING and workload.name in self._placed_size:
+            return self._placed_size[workload.name]
         return self.request_size(workload)
 
     def request_size(self, workload: Workload) -> int:
         request = workload.request
-        if request.whole_gpus:
-            per_replica = request.whole_gpus * MILLI
-        else:
-            per_replica = request.milli_on(self.largest_gpu_mib) if request.is_fraction else 0
-        return per_replica * request.replicas
+        size = self._request_size.get(request)
+        if size is None:
+            if request.whole_gpus:
+                per_replica = request.whole_gpus * MILLI
+            elif request.is_fraction:
+                per_replica = request.milli_on(self.largest_gpu_mib)
+            else:
+                per_replica = 0
+            size = self._request_size[request] = per_replica * request.replicas
+        return size
 
     def _count(self, workload: Workload, sign: int) -> None:
         amount = sign * self.size(workload)
@@ -188,6 +217,20 @@ class Session:
                     return True
         return False
 
+    def on_node(self, node: str) -> list[Workload]:
+        """Work running on ``node`` (by its first replica) that was running when the cycle began
+        and still runs there."""
+        if self._by_node is None:
+            self._by_node = {}
+            for name, workload in self.running.items():
+                self._by_node.setdefault(workload.placement[0].node, []).append(name)
+        found = []
+        for name in self._by_node.get(node, ()):
+            workload = self.running.get(name)
+            if workload is not None and workload.placement[0].node == node:
+                found.append(workload)
+        return found
+
     def protected_until(self, workload: Workload) -> float | None:
         """When min_runtime stops protecting ``workload``, if it protects it now."""
         if workload.min_runtime <= 0 or workload.started_at is None:
@@ -203,6 +246,7 @@ class Session:
     def start(self, workload: Workload, placement: Placement) -> Workload:
         """Account a placement already taken on the ledger; reserve it if capacity is releasing."""
         placed = replace(workload, state=State.RUNNING, placement=placement)
+        self._placed_size[workload.name] = _placed(placement)
         self._count(placed, +1)
         if self.conflicts_with_releasing(placement):
             self.reserved[workload.name] = reasons.reserved()
@@ -217,6 +261,7 @@ class Session:
         """Give the workload's capacity back and requeue it (the driver applies the grace)."""
         del self.running[workload.name]
         self._count(workload, -1)
+        del self._placed_size[workload.name]
         self.ledger.give_back(
             workload.placement, workload.request.cpu_milli, workload.request.memory_mib
         )
@@ -233,6 +278,11 @@ class Session:
         )
         self._next_start_seq += 1
         self._count(workload, -1)
+        self._placed_size[workload.name] = _placed(placement)
         self._count(moved, +1)
         self.running[workload.name] = moved
         self._record(Move(workload.name, placement, claimant))
+
+
+def _placed(placement: Placement) -> int:
+    return sum(share.milli for replica in placement for share in replica.gpus)
