@@ -1,6 +1,7 @@
 """The scheduling engine: pure and deterministic, no I/O and no clock.
 
     run_cycle(snapshot, now, policy) -> CycleResult(decisions, pending reasons, queue status)
+    decide(settled_session.fork(arrivals, now)) -> the same, in milliseconds, for a few arrivals
 
 Where things are: ``model`` (the data), ``fairshare`` (rule 2), ``placement``
 (rule 5 scorers), ``ledger`` (free capacity with undo), ``session`` (one cycle's
@@ -8,7 +9,7 @@ state and the pluggable ``Policy``), ``actions`` (allocate, consolidate, reclaim
 preempt), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all).
 """
 
-from scheduler.engine.cycle import run_cycle
+from scheduler.engine.cycle import decide, run_cycle
 from scheduler.engine.model import (
     MILLI,
     CycleResult,
@@ -32,7 +33,7 @@ from scheduler.engine.model import (
     default_priority,
 )
 from scheduler.engine.placement import SCORERS, scorer_named
-from scheduler.engine.session import Policy
+from scheduler.engine.session import Policy, Session
 
 __all__ = [
     "MILLI",
@@ -52,10 +53,12 @@ __all__ = [
     "QueueStatus",
     "ReplicaPlacement",
     "Request",
+    "Session",
     "Snapshot",
     "Start",
     "State",
     "Workload",
+    "decide",
     "default_priority",
     "run_cycle",
     "scorer_named",

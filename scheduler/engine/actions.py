@@ -302,12 +302,7 @@ class Candidates:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.per_queue: dict[str, list[Workload]] = {}
-        for workload in session.running.values():
-            if workload.preemptible:
-                self.per_queue.setdefault(workload.queue, []).append(workload)
-        for candidates in self.per_queue.values():
-            candidates.sort(key=session.policy.victim_key)
+        self.per_queue = session.victim_lists()
         self._alive_from = dict.fromkeys(self.per_queue, 0)
         self.reclaim_failed: dict[tuple, str] = {}
         self.preempt_failed: dict[tuple, str] = {}

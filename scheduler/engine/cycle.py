@@ -30,7 +30,6 @@ from scheduler.engine.model import (
     Pending,
     QueueStatus,
     Snapshot,
-    State,
     Workload,
 )
 from scheduler.engine.session import Policy, Session
@@ -38,7 +37,15 @@ from scheduler.engine.session import Policy, Session
 
 def run_cycle(snapshot: Snapshot, now: float, policy: Policy) -> CycleResult:
     """Decide what starts, what is evicted or moved, and why everything else waits."""
-    session = Session(snapshot, now, policy)
+    return decide(Session(snapshot, now, policy))
+
+
+def decide(session: Session) -> CycleResult:
+    """Run one cycle on a session (from a snapshot, or a ``Session.fork`` of a settled one).
+
+    The session is left in the state its decisions describe, so it can be forked for the
+    next arrivals.
+    """
     left, outcomes = allocate(session)
     if left:
         _make_room(session, left, outcomes)
@@ -87,9 +94,7 @@ def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
             reason = session.reserved.get(workload.name) or outcomes[workload.name].reason
             pending[workload.name] = Pending(reason, position)
 
-    running_counts = subtree_totals(
-        tuple(session.queues.values()), _count(w.queue for w in session.running.values())
-    )
+    running_counts = subtree_totals(tuple(session.queues.values()), session.running_count)
     pending_counts = subtree_totals(
         tuple(session.queues.values()), _count(w.queue for w in waiting)
     )
@@ -103,18 +108,11 @@ def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
         )
         for name in session.queues
     }
-    wakeups = [
-        until
-        for w in session.running.values()
-        if w.preemptible
-        and w.state is State.RUNNING
-        and (until := session.protected_until(w)) is not None
-    ]
     return CycleResult(
         decisions=tuple(session.decisions),
         pending=pending,
         queues=queues,
-        next_wakeup=min(wakeups, default=None),
+        next_wakeup=session.next_wakeup(),
     )
 
 

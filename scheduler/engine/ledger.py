@@ -61,6 +61,24 @@ class Ledger:
         self.shapes = frozenset((node.gpus, node.gpu_memory_mib) for node in self.nodes)
         self._log: list[tuple[int, ReplicaPlacement, int, int]] = []
 
+    def copy(self) -> Ledger:
+        """An independent ledger in the same state (the undo log starts empty)."""
+        self.sync()
+        twin = object.__new__(Ledger)
+        twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
+        twin.free = [list(gpus) for gpus in self.free]
+        twin.cpu_free = list(self.cpu_free)
+        twin.mem_free = list(self.mem_free)
+        twin.total_free = self.total_free
+        twin.whole_free = list(self.whole_free)
+        twin.by_memory = {memory: index.copy() for memory, index in self.by_memory.items()}
+        twin.by_whole = self.by_whole.copy()
+        twin._indexed_free = [list(gpus) for gpus in self._indexed_free]
+        twin._indexed_whole = list(self._indexed_whole)
+        twin._dirty = set()
+        twin._log = []
+        return twin
+
     # -- trial changes --------------------------------------------------------------------
 
     def mark(self) -> int:

@@ -10,7 +10,8 @@ engine never evicts twice for the same claim.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
@@ -161,7 +162,88 @@ class Session:
             {name: int(v) for name, v in subtree_totals(snapshot.queues, non_preemptible).items()},
         )
         self.capacity = sum(node.gpus for node in snapshot.nodes) * MILLI
+        self.demand = demand
         self.fair = fair_shares(snapshot.queues, self.deserved, demand, self.capacity)
+        self.running_count = dict.fromkeys(self.queues, 0)
+        for workload in self.running.values():
+            self.running_count[workload.queue] += 1
+        self.requeued: list[Workload] = []
+        """Work this session evicted, pending again as the driver will report it."""
+        self._protections = sorted(
+            (w.started_at + w.min_runtime, w.name, w.started_at)
+            for w in self.running.values()
+            if w.preemptible and w.min_runtime > 0 and w.started_at is not None
+        )
+        self._new_protections: list[tuple[float, str, float]] = []
+        self._victims: dict[str, list[Workload]] | None = None
+
+    def fork(self, arrivals: Sequence[Workload], now: float) -> Session:
+        """This session's outcome as a new starting point, with ``arrivals`` pending.
+
+        Building a session from a snapshot touches every running workload; a fork copies
+        the ledger and a few dicts instead, so deciding one arriving notebook in a busy
+        cluster takes milliseconds. The outcome assumes the driver applied this session's
+        decisions; anything else changed since calls for a fresh session.
+        """
+        twin = object.__new__(Session)
+        twin.__dict__.update(self.__dict__)
+        twin.now = now
+        twin.decisions = []
+        twin.reserved = {}
+        twin.running = dict(self.running)
+        twin.pending = [w for w in self.pending if w.name not in self.running] + [
+            *self.requeued,
+            *arrivals,
+        ]
+        twin.requeued = []
+        twin.ledger = self.ledger.copy()
+        twin.held = [list(gpus) for gpus in self.held]
+        twin.use = Accounting(dict(self.use.allocated), dict(self.use.non_preemptible))
+        twin._placed_size = dict(self._placed_size)
+        twin.running_count = dict(self.running_count)
+        twin._protections = self._protections_now()
+        twin._new_protections = []
+        twin._victims = self.victim_lists()
+        twin.demand = dict(self.demand)
+        for workload in arrivals:
+            twin.demand[workload.queue] += self.request_size(workload)
+        twin.fair = fair_shares(
+            tuple(self.queues.values()), self.deserved, twin.demand, self.capacity
+        )
+        return twin
+
+    def victim_lists(self) -> dict[str, list[Workload]]:
+        """Running preemptible work per queue in victim order (rule 4), sorted once and shared
+        with forks (who skip whatever no longer runs)."""
+        if self._victims is None:
+            self._victims = {}
+            for workload in self.running.values():
+                if workload.preemptible:
+                    self._victims.setdefault(workload.queue, []).append(workload)
+            for candidates in self._victims.values():
+                candidates.sort(key=self.policy.victim_key)
+        return self._victims
+
+    def _protections_now(self) -> list[tuple[float, str, float]]:
+        if not self._new_protections:
+            return self._protections
+        return sorted([*self._protections, *self._new_protections])
+
+    def next_wakeup(self) -> float | None:
+        """The earliest instant a running workload's min_runtime protection ends."""
+        candidates = [self._protections, sorted(self._new_protections)]
+        best = None
+        for entries in candidates:
+            for i in range(bisect.bisect_right(entries, (self.now, "\uffff")), len(entries)):
+                end, name, started_at = entries[i]
+                if end <= self.now:
+                    continue
+                workload = self.running.get(name)
+                if workload is not None and workload.started_at == started_at:
+                    if best is None or end < best:
+                        best = end
+                    break
+        return best
 
     def _ancestors(self, name: str) -> tuple[str, ...]:
         chain = []
@@ -254,14 +336,18 @@ class Session:
         placed = replace(placed, started_at=self.now, start_seq=self._next_start_seq)
         self._next_start_seq += 1
         self.running[workload.name] = placed
+        self.running_count[workload.queue] += 1
+        self._protect(placed)
         self._record(Start(workload.name, placement))
         return placed
 
     def evict(self, workload: Workload, reason: EvictReason, claimant: str) -> None:
         """Give the workload's capacity back and requeue it (the driver applies the grace)."""
         del self.running[workload.name]
+        self.running_count[workload.queue] -= 1
         self._count(workload, -1)
         del self._placed_size[workload.name]
+        self.requeued.append(replace(workload, state=State.PENDING, placement=(), started_at=None))
         self.ledger.give_back(
             workload.placement, workload.request.cpu_milli, workload.request.memory_mib
         )
@@ -281,7 +367,12 @@ class Session:
         self._placed_size[workload.name] = _placed(placement)
         self._count(moved, +1)
         self.running[workload.name] = moved
+        self._protect(moved)
         self._record(Move(workload.name, placement, claimant))
+
+    def _protect(self, workload: Workload) -> None:
+        if workload.preemptible and workload.min_runtime > 0:
+            self._new_protections.append((self.now + workload.min_runtime, workload.name, self.now))
 
 
 def _placed(placement: Placement) -> int:

@@ -208,3 +208,71 @@ def test_spread_uses_the_quietest_gpu() -> None:
 def test_unknown_scorer_lists_the_choices() -> None:
     with pytest.raises(ValueError, match="choose one of: pack, spread"):
         scorer_named("best")
+
+
+def _busy_cluster() -> Snapshot:
+    nodes = tuple(Node(f"n{i}", 4) for i in range(3))
+    queues = (Queue("owner", deserved_gpus=4), Queue("borrower", deserved_gpus=2))
+    work = []
+    for i in range(12):
+        node, gpu = f"n{i // 4}", i % 4
+        work.append(running(f"b{i}", node, [(gpu, 1000)], queue="borrower", start_seq=i + 1, seq=i))
+    return Snapshot(nodes, queues, tuple(work))
+
+
+def test_a_fork_decides_like_a_fresh_session() -> None:
+    from dataclasses import replace
+
+    from scheduler.engine import Session, decide
+
+    standing_snapshot = _busy_cluster()
+    standing = Session(standing_snapshot, 10.0, PACK)
+    assert decide(standing).decisions == ()
+    free_before = [list(gpus) for gpus in standing.ledger.free]
+    arrival = workload("nb", "owner", kind=Kind.INTERACTIVE, gpus=1, seq=99, submitted_at=10.0)
+    forked = decide(standing.fork([arrival], 10.0))
+    fresh = run_cycle(
+        replace(standing_snapshot, workloads=(*standing_snapshot.workloads, arrival)), 10.0, PACK
+    )
+    assert forked.decisions == fresh.decisions
+    assert any(isinstance(d, Evict) for d in forked.decisions)
+    assert forked.queues == fresh.queues
+    assert [list(gpus) for gpus in standing.ledger.free] == free_before, "the fork is separate"
+
+
+def test_forks_chain_through_their_own_decisions() -> None:
+    from dataclasses import replace
+
+    from scheduler.engine import Session, decide
+
+    snapshot = _busy_cluster()
+    first = workload("nb1", "owner", kind=Kind.INTERACTIVE, gpus=1, seq=98, submitted_at=10.0)
+    second = workload("nb2", "owner", kind=Kind.INTERACTIVE, gpus=1, seq=99, submitted_at=11.0)
+    standing = Session(snapshot, 10.0, PACK)
+    decide(standing)
+    after_first = standing.fork([first], 10.0)
+    decide(after_first)
+    chained = decide(after_first.fork([second], 11.0))
+
+    # the same history applied by a driver, then a fresh cycle
+    once = run_cycle(replace(snapshot, workloads=(*snapshot.workloads, first)), 10.0, PACK)
+    evicted = {d.workload for d in once.decisions if isinstance(d, Evict)}
+    started = {d.workload: d.placement for d in once.decisions if isinstance(d, Start)}
+    applied = []
+    for w in (*snapshot.workloads, first):
+        if w.name in evicted:
+            applied.append(replace(w, state=State.PENDING, placement=(), started_at=None))
+        elif w.name in started:
+            applied.append(
+                replace(
+                    w,
+                    state=State.RUNNING,
+                    placement=started[w.name],
+                    started_at=10.0,
+                    start_seq=100,
+                )
+            )
+        else:
+            applied.append(w)
+    fresh = run_cycle(replace(snapshot, workloads=(*applied, second)), 11.0, PACK)
+    assert chained.decisions == fresh.decisions
