@@ -253,8 +253,18 @@ class _Search:
         """Drop, in order, every victim the fit does not need (rule 4); returns a fit that
         holds without the dropped ones."""
         ledger = self.session.ledger
+        home_levels = set(self.session.ancestry[self.claimant.queue])
         kept: list[Workload] = []
         for victim in list(self.victims):
+            nodes = {ledger.index[r.node] for r in victim.placement}
+            if (
+                self._could_fit is not None
+                and nodes.isdisjoint(self._could_fit)
+                and home_levels.isdisjoint(self.session.ancestry[victim.queue])
+            ):
+                # neither the claimant's possible spots nor its quotas can see this victim
+                self._account(victim, -1)
+                continue
             mark = ledger.mark()
             ledger.take(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
             self._account(victim, -1)
