@@ -1,15 +1,15 @@
-"""The cycle's actions: allocate, consolidate, reclaim, preempt (SCENARIOS.md rules 3-7).
+"""The cycle's actions: start, consolidate, reclaim, preempt (SCENARIOS.md rules 3-7).
 
 Each action works on a ``Session`` and tries one pending workload at a time on
-the ledger, keeping an attempt only if the workload starts. ``allocate`` uses
+the ledger, keeping an attempt only if the workload starts. ``try_start`` uses
 idle capacity only; the three others evict or move running work, and run only
-for workloads that ``allocate`` could not place.
+for a workload that ``try_start`` could not place, at its turn in service order.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
@@ -82,21 +82,28 @@ class Failures:
         )
 
 
-def service_order(session: Session, pending: list[Workload]) -> Iterator[Workload]:
-    """Pending work in rule 7's order, recomputed as queues fill up.
+class ServiceOrder:
+    """Pending work in rule 7's order, kept current as the cycle changes allocations.
 
     Queues first whose allocation with their next workload stays inside the deserved quota, then
     higher queue priority, then the most starved queue (allocated / fair share), then workload
-    priority and submission time. A queue's key only changes when that queue starts something,
-    so a heap with one entry per queue stays exact.
+    priority and submission time. A heap holds one entry per queue; a queue's entry is re-keyed
+    when it starts something, and ``touch`` re-keys the queues that evictions took from.
     """
-    by_queue: dict[str, list[Workload]] = {}
-    for workload in sorted(pending, key=session.policy.workload_key):
-        by_queue.setdefault(workload.queue, []).append(workload)
-    heads = dict.fromkeys(by_queue, 0)
 
-    def key(name: str) -> tuple:
-        head = by_queue[name][heads[name]]
+    def __init__(self, session: Session, pending: list[Workload]) -> None:
+        self.session = session
+        self.by_queue: dict[str, list[Workload]] = {}
+        for workload in sorted(pending, key=session.policy.workload_key):
+            self.by_queue.setdefault(workload.queue, []).append(workload)
+        self.heads = dict.fromkeys(self.by_queue, 0)
+        self.version = dict.fromkeys(self.by_queue, 0)
+        self.heap = [(self._key(name), 0, name) for name in self.by_queue]
+        heapq.heapify(self.heap)
+
+    def _key(self, name: str) -> tuple:
+        session = self.session
+        head = self.by_queue[name][self.heads[name]]
         standing = QueueStanding(
             name=name,
             priority=session.queues[name].priority,
@@ -111,27 +118,26 @@ def service_order(session: Session, pending: list[Workload]) -> Iterator[Workloa
             session.queue_order[name],
         )
 
-    heap = [(key(name), name) for name in by_queue]
-    heapq.heapify(heap)
-    while heap:
-        _, name = heapq.heappop(heap)
-        yield by_queue[name][heads[name]]
-        heads[name] += 1
-        if heads[name] < len(by_queue[name]):
-            heapq.heappush(heap, (key(name), name))
+    def _push(self, name: str) -> None:
+        self.version[name] += 1
+        heapq.heappush(self.heap, (self._key(name), self.version[name], name))
 
+    def touch(self, queues: Iterable[str]) -> None:
+        """Re-key these queues: evictions changed their allocation."""
+        for name in queues:
+            if name in self.by_queue and self.heads[name] < len(self.by_queue[name]):
+                self._push(name)
 
-def allocate(session: Session) -> tuple[list[Workload], dict[str, Outcome]]:
-    """Start what fits in idle capacity; returns the rest in service order with their outcomes."""
-    failures = Failures()
-    left: list[Workload] = []
-    outcomes: dict[str, Outcome] = {}
-    for workload in service_order(session, session.pending):
-        outcome = try_start(session, workload, failures)
-        if outcome is not None:
-            left.append(workload)
-            outcomes[workload.name] = outcome
-    return left, outcomes
+    def __iter__(self) -> Iterator[Workload]:
+        while self.heap:
+            _, version, name = heapq.heappop(self.heap)
+            if version != self.version[name]:
+                continue  # superseded by a newer key
+            workload = self.by_queue[name][self.heads[name]]
+            self.heads[name] += 1  # first, so that a touch while it is served sees the next
+            yield workload
+            if self.heads[name] < len(self.by_queue[name]):
+                self._push(name)  # keyed after the workload's outcome changed the queue
 
 
 def try_start(
@@ -329,11 +335,14 @@ class Candidates:
             i += 1
         self._alive_from[queue] = i
         protected_until = self.session.protected_until
+        first_new = self.session.first_new_start
         for j in range(i, len(candidates)):
             workload = running.get(candidates[j].name)
             if workload is None:
                 continue
-            if below_priority is not None and workload.priority >= below_priority:
+            if workload.start_seq >= first_new or (
+                below_priority is not None and workload.priority >= below_priority
+            ):
                 continue
             if workload.min_runtime > 0:
                 until = protected_until(workload)
@@ -517,6 +526,7 @@ def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
         if w.preemptible
         and w.request.replicas == 1
         and w.name not in moved
+        and w.start_seq < session.first_new_start
         and session.protected_until(w) is None
     ]
 

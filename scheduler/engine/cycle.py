@@ -1,11 +1,10 @@
 """One scheduling cycle: snapshot and time in, decisions and pending reasons out.
 
-    allocate (idle capacity, rule 7 order)
-      -> for each workload still pending, in the same order:
-           start if evictions earlier in the cycle made room,
-           else consolidate (rule 6), else reclaim (rule 4, across queues),
-           else preempt (rule 4, inside its queue)
-      -> pending reasons, queue positions, queue status, next wake-up
+    for each pending workload, in service order (rule 7):
+        start it on idle capacity,
+        else consolidate (rule 6), else reclaim (rule 4, across queues),
+        else preempt (rule 4, inside its queue)
+    -> pending reasons, queue positions, queue status, next wake-up
 
 The cycle reads no clock and does no I/O; drivers (the service, the scenario
 runner, the simulators) apply the decisions and call it again.
@@ -17,7 +16,7 @@ from scheduler.engine.actions import (
     Candidates,
     Failures,
     Outcome,
-    allocate,
+    ServiceOrder,
     consolidate,
     preempt,
     reclaim,
@@ -43,44 +42,48 @@ def run_cycle(snapshot: Snapshot, now: float, policy: Policy) -> CycleResult:
 def decide(session: Session) -> CycleResult:
     """Run one cycle on a session (from a snapshot, or a ``Session.fork`` of a settled one).
 
-    The session is left in the state its decisions describe, so it can be forked for the
-    next arrivals.
+    Each pending workload, in service order, first tries idle capacity and, failing that,
+    makes room, before the next one is served: a later, smaller workload must not take the
+    idle GPUs an earlier claim was about to complete with evictions. The session is left in
+    the state its decisions describe, so it can be forked for the next arrivals.
     """
-    left, outcomes = allocate(session)
-    if left:
-        _make_room(session, left, outcomes)
+    order = ServiceOrder(session, session.pending)
+    failures = Failures()
+    candidates: Candidates | None = None
+    outcomes: dict[str, Outcome] = {}
+    for workload in order:
+        outcome = try_start(session, workload, failures)
+        if outcome is None:
+            continue
+        if outcome.capacity or outcome.quota_blocked:
+            candidates = candidates or Candidates(session)
+            before = len(session.decisions)
+            evicted = len(session.requeued)
+            started, suffix = _make_room(session, workload, outcome, candidates)
+            if started:
+                if len(session.decisions) > before + 1:
+                    failures.shapes.clear()  # capacity came back: earlier misses may fit now
+                    order.touch({w.queue for w in session.requeued[evicted:]})
+                continue
+            outcome.reason += suffix
+        outcomes[workload.name] = outcome
     return _result(session, outcomes)
 
 
-def _make_room(session: Session, left: list[Workload], outcomes: dict[str, Outcome]) -> None:
-    candidates = Candidates(session)
-    failures = Failures()
-    for workload in left:
-        outcome = outcomes[workload.name]
-        if outcome.capacity:
-            retry = try_start(session, workload, failures)
-            if retry is None:
-                del outcomes[workload.name]
-                continue
-        if not (outcome.capacity or outcome.quota_blocked):
-            continue
-        before = len(session.decisions)
-        started = False
-        suffix = ""
-        if outcome.capacity:
-            if session.policy.consolidate and consolidate(session, workload, candidates):
-                started = True
-            else:
-                started, suffix = reclaim(session, workload, candidates)
-        if not started:
-            started, preempt_suffix = preempt(session, workload, candidates)
-            suffix = suffix or preempt_suffix
+def _make_room(
+    session: Session, workload: Workload, outcome: Outcome, candidates: Candidates
+) -> tuple[bool, str]:
+    """Consolidate, else reclaim, else preempt; returns whether it started and, if not, what
+    to add to its pending reason."""
+    suffix = ""
+    if outcome.capacity:
+        if session.policy.consolidate and consolidate(session, workload, candidates):
+            return True, ""
+        started, suffix = reclaim(session, workload, candidates)
         if started:
-            del outcomes[workload.name]
-            if len(session.decisions) > before + 1:
-                failures.shapes.clear()  # capacity came back: earlier misses may fit now
-        else:
-            outcome.reason += suffix
+            return True, ""
+    started, preempt_suffix = preempt(session, workload, candidates)
+    return started, suffix or preempt_suffix
 
 
 def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:

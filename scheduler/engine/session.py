@@ -176,6 +176,10 @@ class Session:
         )
         self._new_protections: list[tuple[float, str, float]] = []
         self._victims: dict[str, list[Workload]] | None = None
+        self._victims_cover = 0
+        self.first_new_start = self._next_start_seq
+        """Starts (and moves) in this session are numbered from here; such work is not a victim
+        in the same cycle."""
 
     def fork(self, arrivals: Sequence[Workload], now: float) -> Session:
         """This session's outcome as a new starting point, with ``arrivals`` pending.
@@ -203,7 +207,11 @@ class Session:
         twin.running_count = dict(self.running_count)
         twin._protections = self._protections_now()
         twin._new_protections = []
-        twin._victims = self.victim_lists()
+        if self._victims is not None and self._victims_cover == self._next_start_seq:
+            twin._victims = self._victims  # nothing started since they were sorted
+        else:
+            twin._victims = None
+        twin.first_new_start = self._next_start_seq
         twin.demand = dict(self.demand)
         for workload in arrivals:
             twin.demand[workload.queue] += self.request_size(workload)
@@ -216,6 +224,7 @@ class Session:
         """Running preemptible work per queue in victim order (rule 4), sorted once and shared
         with forks (who skip whatever no longer runs)."""
         if self._victims is None:
+            self._victims_cover = self._next_start_seq
             self._victims = {}
             for workload in self.running.values():
                 if workload.preemptible:
