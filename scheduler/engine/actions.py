@@ -531,6 +531,16 @@ def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
     ]
 
 
+def _move_fits_quota(session: Session, workload: Workload, placement: Placement) -> bool:
+    """A memory request moved to a smaller GPU grows; its queue's limits must still hold."""
+    old, new = session.size(workload), _placed_size(placement)
+    if new <= old:
+        return True
+    freed = dict.fromkeys(session.ancestry[workload.queue], old)
+    freed_np = {} if workload.preemptible else freed
+    return quota_refusal(session, workload, new, freed, freed_np) is None
+
+
 def _consolidate_one(
     session: Session, one, moved: dict[str, tuple[Workload, Placement]]
 ) -> Placement | None:
@@ -562,7 +572,7 @@ def _consolidate_one(
         new_places = []
         for workload in sorted(removed, key=lambda w: (-session.size(w), w.seq)):
             placement = place(ledger, workload.request, session.policy.scorer)
-            if placement is None:
+            if placement is None or not _move_fits_quota(session, workload, placement):
                 break
             new_places.append((workload, placement))
         else:
