@@ -9,13 +9,13 @@ for a workload that ``try_start`` could not place, at its turn in service order.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
 from scheduler.engine.model import EvictReason, Placement, Workload
 from scheduler.engine.placement import fits_somewhere_ever, place
-from scheduler.engine.session import QueueStanding, Session
+from scheduler.engine.session import QueueStanding, Session, default_victim_key
 
 _EPS = 1e-6
 
@@ -188,19 +188,13 @@ class _Search:
     refused it, later steps only re-check the quota against more freed capacity.
     """
 
-    def __init__(
-        self,
-        session: Session,
-        claimant: Workload,
-        admissible: Callable[[_Search, int], bool] | None = None,
-    ) -> None:
+    def __init__(self, session: Session, claimant: Workload) -> None:
         self.session = session
         self.claimant = claimant
         self.victims: list[Workload] = []
         self.freed: dict[str, int] = {}
         self.freed_np: dict[str, int] = {}
         self.protected_until: float | None = None
-        self.extra_check = admissible
         self.mark = session.ledger.mark()
         self._fit: Placement | None = None
         self._could_fit: set[int] | None = set()
@@ -220,9 +214,7 @@ class _Search:
 
     def admissible(self, placement: Placement) -> bool:
         size = _placed_size(placement)
-        if quota_refusal(self.session, self.claimant, size, self.freed, self.freed_np):
-            return False
-        return self.extra_check is None or self.extra_check(self, size)
+        return quota_refusal(self.session, self.claimant, size, self.freed, self.freed_np) is None
 
     def _capacity(self, nodes: set[int] | None) -> Placement | None:
         """Where the claimant would go now, ignoring quotas; the ledger is left unchanged."""
@@ -311,44 +303,72 @@ class _Search:
 class Candidates:
     """Running preemptible work per queue in victim order (rule 4), built once per cycle.
 
-    Workloads evicted during the cycle are skipped for good; moved ones are looked up again so
-    the victim is always the workload as it runs now. Work started in this cycle is never a
-    victim in the same cycle.
+    A queue's list is filtered on first use: work protected by min_runtime is set aside (with
+    the earliest end of its protection, for the pending reason), since nothing in one cycle
+    ends a protection. Workloads evicted during the cycle are skipped for good; moved ones are
+    looked up again so the victim is always the workload as it runs now. Work started in this
+    cycle is never a victim in the same cycle.
     """
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.per_queue = session.victim_lists()
-        self._alive_from = dict.fromkeys(self.per_queue, 0)
+        self.sorted_lists = session.victim_lists()
+        self._usable: dict[str, list[Workload]] = {}
+        self._protected: dict[str, float | None] = {}
+        self._alive_from: dict[str, int] = {}
+        self._sides: dict[tuple[str, str], tuple[str, str]] = {}
+        self.ordered_by_priority = session.policy.victim_key is default_victim_key
         self.reclaim_failed: dict[tuple, str] = {}
         self.preempt_failed: dict[tuple, str] = {}
         self.consolidate_failed: set[tuple] = set()
+
+    @property
+    def queues(self) -> Iterable[str]:
+        return self.sorted_lists.keys()
+
+    def sides(self, claimer: str, victim: str) -> tuple[str, str]:
+        key = (claimer, victim)
+        if key not in self._sides:
+            self._sides[key] = _sides(self.session, claimer, victim)
+        return self._sides[key]
+
+    def _usable_in(self, queue: str) -> list[Workload]:
+        if queue not in self._usable:
+            usable, earliest = [], None
+            for candidate in self.sorted_lists.get(queue, ()):
+                workload = self.session.running.get(candidate.name)
+                if workload is None:
+                    continue
+                until = self.session.protected_until(workload)
+                if until is None:
+                    usable.append(workload)
+                elif earliest is None or until < earliest:
+                    earliest = until
+            self._usable[queue], self._protected[queue] = usable, earliest
+            self._alive_from[queue] = 0
+        return self._usable[queue]
 
     def walk(
         self, queue: str, search: _Search, below_priority: int | None = None
     ) -> Iterator[Workload]:
         """The queue's victims in order: running, unprotected, (optionally) lower priority."""
-        candidates = self.per_queue.get(queue, [])
+        candidates = self._usable_in(queue)
+        if self._protected[queue] is not None:
+            search.note_protected(self._protected[queue])
         running = self.session.running
-        i = self._alive_from.get(queue, 0)
+        i = self._alive_from[queue]
         while i < len(candidates) and candidates[i].name not in running:
             i += 1
         self._alive_from[queue] = i
-        protected_until = self.session.protected_until
         first_new = self.session.first_new_start
         for j in range(i, len(candidates)):
             workload = running.get(candidates[j].name)
-            if workload is None:
+            if workload is None or workload.start_seq >= first_new:
                 continue
-            if workload.start_seq >= first_new or (
-                below_priority is not None and workload.priority >= below_priority
-            ):
+            if below_priority is not None and workload.priority >= below_priority:
+                if self.ordered_by_priority:
+                    return  # lowest priority first: nothing lower follows
                 continue
-            if workload.min_runtime > 0:
-                until = protected_until(workload)
-                if until is not None:
-                    search.note_protected(until)
-                    continue
             yield workload
 
 
@@ -381,16 +401,6 @@ def _sides(session: Session, claimer: str, victim: str) -> tuple[str, str]:
     return up_claimer[depth], up_victim[depth]
 
 
-def _within_fair(search: _Search, size: int) -> bool:
-    """Reclaim's condition on the claimant: its queue and ancestors stay within fair share."""
-    session = search.session
-    return all(
-        session.use.allocated[level] - search.freed.get(level, 0) + size
-        <= session.fair.get(level, 0.0) + _EPS
-        for level in session.ancestry[search.claimant.queue]
-    )
-
-
 def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tuple[bool, str]:
     """Take back capacity from queues above their fair share (or above deserved, for a claimant
     inside its own deserved quota). Returns whether the claimant started, and if not, what to
@@ -402,41 +412,56 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     memo = (home, _shape_key(session, claimant))
     if memo in candidates.reclaim_failed:
         return False, candidates.reclaim_failed[memo]
-    search = _Search(session, claimant, _within_fair)
+    search = _Search(session, claimant)
     used = session.use.allocated
+    fair = session.fair
 
     def after(name: str) -> float:
         return used[name] - search.freed.get(name, 0)
 
-    sides = {name: _sides(session, home, name) for name in candidates.per_queue if name != home}
-    within = {
-        mine: used[home] + size <= session.deserved[home] + _EPS
-        and used[mine] + size <= session.deserved[mine] + _EPS
-        for mine, _ in sides.values()
+    sides = {name: candidates.sides(home, name) for name in candidates.queues if name != home}
+    # The claimant's side is judged on its own branch under the common ancestor with the
+    # victim: from its queue up to `mine`. Levels above are shared, so a reclaim between two
+    # projects of one department never needs that department to shrink first.
+    chain = session.ancestry[home]
+    branch = {mine: chain[: chain.index(mine) + 1] for mine, _ in sides.values()}
+    fair_with_it = {
+        mine: all(used[level] + size <= fair.get(level, 0.0) + _EPS for level in levels)
+        for mine, levels in branch.items()
+    }
+    deserved_with_it = {
+        mine: all(used[level] + size <= session.deserved[level] + _EPS for level in levels)
+        for mine, levels in branch.items()
     }
 
     def eligible(name: str) -> bool:
         mine, theirs = sides[name]
-        fair, fair_theirs = session.fair.get(name, 0.0), session.fair.get(theirs, 0.0)
-        if after(name) > fair + _EPS and after(theirs) > fair_theirs + _EPS:
+        if not fair_with_it[mine]:
+            return False
+        if (
+            after(name) > fair.get(name, 0.0) + _EPS
+            and after(theirs) > fair.get(theirs, 0.0) + _EPS
+        ):
             return True
         return (
-            within[mine]
+            deserved_with_it[mine]
             and after(name) > session.deserved[name] + _EPS
             and after(theirs) > session.deserved[theirs] + _EPS
         )
 
     def ratio(name: str) -> float:
-        fair = session.fair.get(name, 0.0)
-        return after(name) / fair if fair > _EPS else float("inf")
+        share = fair.get(name, 0.0)
+        return after(name) / share if share > _EPS else float("inf")
 
-    walks = {name: candidates.walk(name, search) for name in sides}
+    walks: dict[str, Iterator[Workload]] = {}
     heap = [(-ratio(name), session.queue_order[name], name) for name in sides if eligible(name)]
     heapq.heapify(heap)
     while heap:
         _, order, name = heapq.heappop(heap)
         if not eligible(name):
             continue  # only falls as victims go, so it never comes back
+        if name not in walks:
+            walks[name] = candidates.walk(name, search)
         victim = next(walks[name], None)
         if victim is None:
             continue

@@ -59,6 +59,8 @@ class Ledger:
         self._indexed_whole = list(self.whole_free)
         self._dirty: set[int] = set()
         self.shapes = frozenset((node.gpus, node.gpu_memory_mib) for node in self.nodes)
+        self.domains: dict[tuple[tuple[str, str], ...], list[int]] | None = None
+        """Nodes grouped by identical labels (topology domains), filled in by placement."""
         self._log: list[tuple[int, ReplicaPlacement, int, int]] = []
 
     def copy(self) -> Ledger:
@@ -66,6 +68,7 @@ class Ledger:
         self.sync()
         twin = object.__new__(Ledger)
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
+        twin.domains = self.domains
         twin.free = [list(gpus) for gpus in self.free]
         twin.cpu_free = list(self.cpu_free)
         twin.mem_free = list(self.mem_free)

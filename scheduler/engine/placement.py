@@ -215,8 +215,14 @@ def _domain_of(ledger: Ledger, n: int) -> tuple[tuple[str, str], ...]:
 def _domains(
     ledger: Ledger, nodes: Collection[int] | None
 ) -> dict[tuple[tuple[str, str], ...], list[int]]:
+    if nodes is None:
+        if ledger.domains is None:  # node labels never change within a ledger
+            ledger.domains = {}
+            for n in range(len(ledger.nodes)):
+                ledger.domains.setdefault(_domain_of(ledger, n), []).append(n)
+        return ledger.domains
     domains: dict[tuple[tuple[str, str], ...], list[int]] = {}
-    for n in _everywhere(ledger, nodes):
+    for n in sorted(nodes):
         domains.setdefault(_domain_of(ledger, n), []).append(n)
     return domains
 
