@@ -641,15 +641,15 @@ def run(scale: Scale, reps: int, probe_reps: int, seed: int, only: str = "all") 
             standing = Session(replace(probe, workloads=tuple(running)), NOW, policy)
             decide(standing)
             standing.victim_lists()  # part of the standing state, sorted once per full cycle
-            unfrozen, _ = _time(lambda s=standing, n=notebook: decide(s.fork([n], NOW)),
-                                probe_reps)
+            unfrozen, _ = _time(lambda s=standing, n=notebook: decide(s.fork([n], NOW)), probe_reps)
             # A long-running service freezes its standing state after each full cycle
             # (gc.freeze), so full collections stop walking 20,000 long-lived workloads.
             gc.collect()
             gc.freeze()
             try:
                 decision, result = _time(
-                    lambda s=standing, n=notebook: decide(s.fork([n], NOW)), probe_reps)
+                    lambda s=standing, n=notebook: decide(s.fork([n], NOW)), probe_reps
+                )
             finally:
                 gc.unfreeze()
             report["notebooks"][f"{gpus:g}"] = {
@@ -713,8 +713,12 @@ def table(report: dict) -> str:
         row(f"notebook {gpus} GPU: cold run_cycle", nb["cold"])
         row(f"notebook {gpus} GPU: decide(fork)", nb["unfrozen"])
         ok = nb["decision"]["p99_s"] < TARGET_NOTEBOOK_P99_S
-        row(f"notebook {gpus} GPU: decide(fork), gc.freeze", nb["decision"], "p99 < 10 ms",
-            "yes" if ok else "NO")
+        row(
+            f"notebook {gpus} GPU: decide(fork), gc.freeze",
+            nb["decision"],
+            "p99 < 10 ms",
+            "yes" if ok else "NO",
+        )
     lines.append("")
     if "cycle" in report:
         d = report["cycle_decisions"]
