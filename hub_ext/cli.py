@@ -9,6 +9,7 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,9 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "scenario":
-        return scenario_command.run(args)
-    return openb_command.run(args)
+    command = scenario_command if args.command == "scenario" else openb_command
+    try:
+        return command.run(args)
+    except BrokenPipeError:
+        # the reader went away (`frachub ... | head`): stop quietly, as other Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print("frachub: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
