@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
-from scheduler.engine.model import EvictReason, Placement, Workload
+from scheduler.engine.model import MILLI, EvictReason, Placement, Workload
 from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import QueueStanding, Session, default_victim_key
 
@@ -238,6 +238,8 @@ class _Search:
         if self.claimant.request.replicas > 1:
             self._could_fit = None
         if self._fit is None:
+            if self._could_fit is not None and not self._victim_opens_room(nodes):
+                return None
             self._fit = self._capacity(None if self._could_fit is None else nodes)
             if self._fit is None:
                 return None
@@ -246,6 +248,19 @@ class _Search:
         elif self._could_fit is not None:
             self._could_fit |= nodes
         return self._fit if self.admissible(self._fit) else None
+
+    def _victim_opens_room(self, nodes: set[int]) -> bool:
+        """Cheap necessary test before asking the scorer: is there room of the claimant's shape
+        on the victim's nodes? (Only they changed since the last try.)"""
+        ledger = self.session.ledger
+        request = self.claimant.request
+        if request.gpu_memory_mib is not None:
+            return True  # its share depends on the GPU; let the scorer judge
+        hosts = [n for n in nodes if ledger.host_fits(n, request.cpu_milli, request.memory_mib)]
+        if request.whole_gpus:
+            return any(ledger.whole_free[n] >= request.whole_gpus for n in hosts)
+        need = round(request.gpus * MILLI)  # the victim may also have freed CPU or memory
+        return any(max(ledger.free[n], default=0) >= need for n in hosts)
 
     def trim(self, placement: Placement) -> Placement:
         """Drop, in order, every victim the fit does not need (rule 4); returns a fit that
@@ -424,7 +439,7 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     # victim: from its queue up to `mine`. Levels above are shared, so a reclaim between two
     # projects of one department never needs that department to shrink first.
     chain = session.ancestry[home]
-    branch = {mine: chain[: chain.index(mine) + 1] for mine, _ in sides.values()}
+    branch = {mine: chain[: chain.index(mine) + 1] for mine in {mine for mine, _ in sides.values()}}
     fair_with_it = {
         mine: all(used[level] + size <= fair.get(level, 0.0) + _EPS for level in levels)
         for mine, levels in branch.items()

@@ -283,8 +283,8 @@ class Session:
             size = self._request_size[request] = per_replica * request.replicas
         return size
 
-    def _count(self, workload: Workload, sign: int) -> None:
-        amount = sign * self.size(workload)
+    def _count(self, workload: Workload, sign: int, size: int | None = None) -> None:
+        amount = sign * (self.size(workload) if size is None else size)
         for name in self.ancestry[workload.queue]:
             self.use.allocated[name] += amount
             if not workload.preemptible:
@@ -336,13 +336,18 @@ class Session:
 
     def start(self, workload: Workload, placement: Placement) -> Workload:
         """Account a placement already taken on the ledger; reserve it if capacity is releasing."""
-        placed = replace(workload, state=State.RUNNING, placement=placement)
-        self._placed_size[workload.name] = _placed(placement)
-        self._count(placed, +1)
+        size = self._placed_size[workload.name] = _placed(placement)
+        self._count(workload, +1, size)
         if self.conflicts_with_releasing(placement):
             self.reserved[workload.name] = reasons.reserved()
-            return placed
-        placed = replace(placed, started_at=self.now, start_seq=self._next_start_seq)
+            return replace(workload, state=State.RUNNING, placement=placement)
+        placed = replace(
+            workload,
+            state=State.RUNNING,
+            placement=placement,
+            started_at=self.now,
+            start_seq=self._next_start_seq,
+        )
         self._next_start_seq += 1
         self.running[workload.name] = placed
         self.running_count[workload.queue] += 1
