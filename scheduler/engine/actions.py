@@ -331,21 +331,22 @@ class Candidates:
         self._usable: dict[str, list[Workload]] = {}
         self._protected: dict[str, float | None] = {}
         self._alive_from: dict[str, int] = {}
-        self._sides: dict[tuple[str, str], tuple[str, str]] = {}
+        self._sides: dict[str, dict[str, tuple[str, str]]] = {}
         self.ordered_by_priority = session.policy.victim_key is default_victim_key
         self.reclaim_failed: dict[tuple, str] = {}
         self.preempt_failed: dict[tuple, str] = {}
         self.consolidate_failed: set[tuple] = set()
 
-    @property
-    def queues(self) -> Iterable[str]:
-        return self.sorted_lists.keys()
-
-    def sides(self, claimer: str, victim: str) -> tuple[str, str]:
-        key = (claimer, victim)
-        if key not in self._sides:
-            self._sides[key] = _sides(self.session, claimer, victim)
-        return self._sides[key]
+    def sides_for(self, claimer: str) -> dict[str, tuple[str, str]]:
+        """For every other queue with victims: the two siblings under the lowest common
+        ancestor of ``claimer`` and that queue (static for the cycle, so computed once)."""
+        if claimer not in self._sides:
+            self._sides[claimer] = {
+                name: _sides(self.session, claimer, name)
+                for name in self.sorted_lists
+                if name != claimer
+            }
+        return self._sides[claimer]
 
     def _usable_in(self, queue: str) -> list[Workload]:
         if queue not in self._usable:
@@ -434,7 +435,7 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     def after(name: str) -> float:
         return used[name] - search.freed.get(name, 0)
 
-    sides = {name: candidates.sides(home, name) for name in candidates.queues if name != home}
+    sides = candidates.sides_for(home)
     # The claimant's side is judged on its own branch under the common ancestor with the
     # victim: from its queue up to `mine`. Levels above are shared, so a reclaim between two
     # projects of one department never needs that department to shrink first.
