@@ -297,6 +297,16 @@ class _Search:
     def abandon(self) -> None:
         self.session.ledger.rollback(self.mark)
 
+    def give_up(self, failures: dict[tuple, str], memo: tuple) -> str:
+        """Undo the trial, remember the failure for the cycle, and return what to add to the
+        claimant's pending reason."""
+        self.abandon()
+        suffix = ""
+        if self.protected_until is not None:
+            suffix = reasons.protected(self.session, self.protected_until)
+        failures[memo] = suffix
+        return suffix
+
     def commit(self, placement: Placement, reason: EvictReason) -> None:
         placement = self.trim(placement)
         self.abandon()
@@ -486,14 +496,7 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
             search.commit(placement, EvictReason.RECLAIM)
             return True, ""
         heapq.heappush(heap, (-ratio(name), order, name))
-    search.abandon()
-    suffix = (
-        reasons.protected(session, search.protected_until)
-        if search.protected_until is not None
-        else ""
-    )
-    candidates.reclaim_failed[memo] = suffix
-    return False, suffix
+    return False, search.give_up(candidates.reclaim_failed, memo)
 
 
 # -- preempt ------------------------------------------------------------------------------
@@ -510,14 +513,7 @@ def preempt(session: Session, claimant: Workload, candidates: Candidates) -> tup
         if placement is not None:
             search.commit(placement, EvictReason.PREEMPT)
             return True, ""
-    search.abandon()
-    suffix = (
-        reasons.protected(session, search.protected_until)
-        if search.protected_until is not None
-        else ""
-    )
-    candidates.preempt_failed[memo] = suffix
-    return False, suffix
+    return False, search.give_up(candidates.preempt_failed, memo)
 
 
 # -- consolidate --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ The paper's policies (BENCHMARKS.md section 1): ``random``, ``dotproduct``,
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ def pick_best(scores: np.ndarray, feasible: np.ndarray, rank: np.ndarray) -> int
     return int(np.argmin(np.where(masked == best, rank, rank.size)))
 
 
-class Policy:
+class Policy(ABC):
     """Base class: holds the cluster, the node ranks and the run's random stream."""
 
     name = ""
@@ -60,11 +61,11 @@ class Policy:
         self.rank = rank
         self.rng = rng
 
+    @abstractmethod
     def choose(self, req: Request, feasible: np.ndarray) -> tuple[int, int]:
         """(node, GPU index) for ``req``; node -1 if nothing fits, GPU -1 if not a one-GPU pod."""
-        raise NotImplementedError
 
-    def placed(self, node: int) -> None:
+    def placed(self, node: int) -> None:  # noqa: B027 - a hook most policies need not use
         """Called after the state changed on ``node``; cached scores are refreshed here."""
 
     def _best_fit(self, node: int, req: Request) -> tuple[int, int]:
