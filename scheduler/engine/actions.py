@@ -47,7 +47,7 @@ def quota_refusal(
     for name in session.ancestry[workload.queue]:
         queue = session.queues[name]
         used = session.use.allocated[name] - freed.get(name, 0)
-        if queue.limit_gpus is not None and used + size > queue.limit_gpus * 1000 + _EPS:
+        if queue.limit_gpus is not None and used + size > queue.limit_gpus * MILLI + _EPS:
             return reasons.at_limit(session, name, used, size)
         if not workload.preemptible:
             used_np = session.use.non_preemptible[name] - freed_np.get(name, 0)
@@ -56,13 +56,14 @@ def quota_refusal(
     return None
 
 
-# -- allocate -----------------------------------------------------------------------------
+# -- idle capacity ------------------------------------------------------------------------
 
 
 @dataclass
 class Failures:
-    """Request shapes that found no room; during allocate capacity only shrinks, so any request
-    at least as large fails too and need not be placed again."""
+    """Request shapes that found no idle room. Idle capacity only shrinks until an eviction
+    frees some (the cycle then clears this), so meanwhile any request at least as large fails
+    too and need not be placed again."""
 
     shapes: list[tuple[bool, int, int, int, int]] = field(default_factory=list)
 
@@ -71,7 +72,7 @@ class Failures:
         request = workload.request
         if request.gpu_memory_mib is not None:
             return None
-        size = request.whole_gpus * 1000 if request.whole_gpus else round(request.gpus * 1000)
+        size = request.whole_gpus * MILLI if request.whole_gpus else round(request.gpus * MILLI)
         return (request.is_fraction, size, request.replicas, request.cpu_milli, request.memory_mib)
 
     def known(self, shape: tuple[bool, int, int, int, int] | None) -> bool:
