@@ -206,7 +206,7 @@ def test_spread_uses_the_quietest_gpu() -> None:
 
 
 def test_unknown_scorer_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="choose one of: pack, spread"):
+    with pytest.raises(ValueError, match="choose one of: frag, pack, spread"):
         scorer_named("best")
 
 
@@ -276,3 +276,25 @@ def test_forks_chain_through_their_own_decisions() -> None:
             applied.append(w)
     fresh = run_cycle(replace(snapshot, workloads=(*applied, second)), 11.0, PACK)
     assert chained.decisions == fresh.decisions
+
+
+def test_frag_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> None:
+    """0.75 of a GPU: on the half-used node it strands 0.5 GPU that quarter notebooks can
+    still use; on the empty node it would break up two GPUs that 2-GPU jobs need."""
+    snapshot = Snapshot(
+        (Node("a", 2), Node("b", 2)),
+        (Queue("lab", deserved_gpus=4),),
+        (running("q", "a", [(0, 750)]), workload("new", gpus=0.75, seq=2)),
+    )
+    (start,) = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("frag"))).decisions
+    assert start.placement[0].node == "a"
+    assert start.placement[0].gpus == (GpuShare(1, 750),)
+
+
+def test_frag_counts_what_the_expected_shapes_cannot_use() -> None:
+    from scheduler.engine.fragmentation import TaskShape, node_fragmentation
+
+    quarter = TaskShape(cpu_milli=0, gpu_milli=250, num_gpu=1, probability=0.5)
+    pair = TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=2, probability=0.5)
+    assert node_fragmentation([1000, 1000], 0, 0, "", [quarter, pair]) == 0
+    assert node_fragmentation([1000, 200], 0, 0, "", [quarter, pair]) == 0.5 * 200 + 0.5 * 1200
