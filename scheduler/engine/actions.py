@@ -27,8 +27,10 @@ class Outcome:
     reason: str
     capacity: bool
     """True when only free capacity was missing, so evictions might help."""
-    quota_blocked: bool = False
-    """True when a limit or the non-preemptible quota refused it; only preempt can help."""
+    limit_blocked: bool = False
+    """True when a limit refused it: preempting the queue's own lower-priority work can help.
+    (Nothing can help a non-preemptible workload beyond its deserved quota: victims are
+    always preemptible, so evicting them frees none of that quota.)"""
 
 
 # -- quota checks -------------------------------------------------------------------------
@@ -147,7 +149,7 @@ def try_start(
     size = session.request_size(workload)
     refusal = quota_refusal(session, workload, size)
     if refusal is not None:
-        return Outcome(refusal, capacity=False, quota_blocked=True)
+        return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
     shape = Failures.shape(workload)
     if failures is not None and failures.known(shape):
         return _no_room(session, workload)
@@ -162,9 +164,18 @@ def try_start(
         refusal = quota_refusal(session, workload, actual)
         if refusal is not None:
             session.ledger.rollback(mark)
-            return Outcome(refusal, capacity=False, quota_blocked=True)
+            return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
     session.start(workload, placement)
     return None
+
+
+def _limited(session: Session, workload: Workload, size: int) -> bool:
+    """Whether a limit (rather than only the non-preemptible quota) refuses this size."""
+    return any(
+        session.queues[name].limit_gpus is not None
+        and session.use.allocated[name] + size > session.queues[name].limit_gpus * MILLI + _EPS
+        for name in session.ancestry[workload.queue]
+    )
 
 
 def _no_room(session: Session, workload: Workload) -> Outcome:
@@ -198,6 +209,9 @@ class _Search:
         self.protected_until: float | None = None
         self.mark = session.ledger.mark()
         self._fit: Placement | None = None
+        self._tallied: dict[int, tuple[list[int], list[int]]] = {}
+        self._unapplied: dict[int, list[Workload]] = {}
+        self._applied: set[str] = set()
         self._could_fit: set[int] | None = set()
         """Nodes where the claimant can fit (None: anywhere): the nodes of the step that first
         made a fit and of every victim after it. Others failed once and have not changed."""
@@ -230,38 +244,87 @@ class _Search:
         return placement
 
     def add(self, victim: Workload) -> Placement | None:
-        """Evict ``victim`` on trial; the claimant's placement if it may start now."""
+        """Evict ``victim`` on trial; the claimant's placement if it may start now.
+
+        Victims are first only tallied per node; the ledger sees a victim once one of its
+        nodes could hold the claimant (and from then on, everything on that node). Most of
+        the victims a long walk passes are never applied, which spares two ledger updates
+        each. Nodes outside ``_could_fit`` are never consulted, so they may lag.
+        """
         self.victims.append(victim)
         self._account(victim, +1)
+        self._tally(victim, +1)
         ledger = self.session.ledger
-        ledger.give_back(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
         nodes = {ledger.index[r.node] for r in victim.placement}
         if self.claimant.request.replicas > 1:
             self._could_fit = None
-        if self._fit is None:
-            if self._could_fit is not None and not self._victim_opens_room(nodes):
+        if self._could_fit is None:
+            self._apply(None)
+        elif self._fit is None:
+            if not self._opens_room(nodes):
                 return None
+            self._apply(nodes)
+        else:
+            self._could_fit |= nodes
+            self._apply(nodes)
+        if self._fit is None:
             self._fit = self._capacity(None if self._could_fit is None else nodes)
             if self._fit is None:
                 return None
             if self._could_fit is not None:
                 self._could_fit = set(nodes)
-        elif self._could_fit is not None:
-            self._could_fit |= nodes
         return self._fit if self.admissible(self._fit) else None
 
-    def _victim_opens_room(self, nodes: set[int]) -> bool:
-        """Cheap necessary test before asking the scorer: is there room of the claimant's shape
-        on the victim's nodes? (Only they changed since the last try.)"""
+    def _tally(self, victim: Workload, sign: int) -> None:
+        ledger = self.session.ledger
+        request = victim.request
+        for replica in victim.placement:
+            n = ledger.index[replica.node]
+            gpus, host = self._tallied.setdefault(n, ([0] * len(ledger.free[n]), [0, 0]))
+            for share in replica.gpus:
+                gpus[share.index] += sign * share.milli
+            host[0] += sign * request.cpu_milli
+            host[1] += sign * request.memory_mib
+            if sign > 0:
+                self._unapplied.setdefault(n, []).append(victim)
+
+    def _apply(self, nodes: set[int] | None) -> None:
+        """Give back on the ledger every tallied victim on ``nodes`` (None: all of them)."""
+        if nodes is None:
+            due = [v for v in self.victims if v.name not in self._applied]
+        else:
+            due = [v for n in sorted(nodes) for v in self._unapplied.pop(n, ())]
+        ledger = self.session.ledger
+        for victim in due:
+            if victim.name in self._applied:
+                continue  # a gang reached through another of its nodes
+            ledger.give_back(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
+            self._applied.add(victim.name)
+            self._tally(victim, -1)
+        if nodes is None:
+            self._unapplied.clear()
+
+    def _opens_room(self, nodes: set[int]) -> bool:
+        """Cheap necessary test before asking the scorer: with the tallied victims gone, is
+        there room of the claimant's shape on these nodes? (Only they changed since the last
+        try.)"""
         ledger = self.session.ledger
         request = self.claimant.request
         if request.gpu_memory_mib is not None:
             return True  # its share depends on the GPU; let the scorer judge
-        hosts = [n for n in nodes if ledger.host_fits(n, request.cpu_milli, request.memory_mib)]
-        if request.whole_gpus:
-            return any(ledger.whole_free[n] >= request.whole_gpus for n in hosts)
-        need = round(request.gpus * MILLI)  # the victim may also have freed CPU or memory
-        return any(max(ledger.free[n], default=0) >= need for n in hosts)
+        need = MILLI if request.whole_gpus else round(request.gpus * MILLI)  # per GPU
+        count = max(request.whole_gpus, 1)
+        for n in nodes:
+            gpus, host = self._tallied[n]
+            cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
+            if cpu is not None and cpu + host[0] < request.cpu_milli:
+                continue
+            if mem is not None and mem + host[1] < request.memory_mib:
+                continue
+            room = sum(free + back >= need for free, back in zip(ledger.free[n], gpus, strict=True))
+            if room >= count:
+                return True
+        return False
 
     def trim(self, placement: Placement) -> Placement:
         """Drop, in order, every victim the fit does not need (rule 4); returns a fit that
@@ -270,6 +333,13 @@ class _Search:
         home_levels = set(self.session.ancestry[self.claimant.queue])
         kept: list[Workload] = []
         for victim in list(self.victims):
+            if victim.name not in self._applied:
+                # on nodes the claimant cannot use: only a quota could need it
+                self._account(victim, -1)
+                if not self.admissible(placement):
+                    self._account(victim, +1)
+                    kept.append(victim)
+                continue
             nodes = {ledger.index[r.node] for r in victim.placement}
             if (
                 self._could_fit is not None

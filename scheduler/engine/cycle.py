@@ -55,7 +55,7 @@ def decide(session: Session) -> CycleResult:
         outcome = try_start(session, workload, failures)
         if outcome is None:
             continue
-        if outcome.capacity or outcome.quota_blocked:
+        if outcome.capacity or outcome.limit_blocked:
             candidates = candidates or Candidates(session)
             before = len(session.decisions)
             evicted = len(session.requeued)
