@@ -386,7 +386,7 @@ Commit `{commit}`, run {date} on {machine}; {runs} runs (seeds {seeds}) in
 * `bestfit`: least 0.5 × CPU/128 cores + 0.5 × GPU/8 GPUs left after placement.
 * `fgd`: the paper's Fragmentation Gradient Descent. Target workload = the most
   frequent (CPU, GPU share, GPU count, model) shapes covering 95% of the pod
-  list; fragmentation per `scheduler/openb/fragmentation.py`; node score
+  list; fragmentation per `scheduler/engine/fragmentation.py`; node score
   `int(100 × sigmoid((F_before − F_after)/1000))` as in the paper's simulator,
   so nodes whose growth differs by less than a score step tie and go to the rank;
   inside the node, the GPU with least growth.
@@ -421,8 +421,8 @@ NOTES = """\
 
 Two changes; the integer sigmoid score, the rank tie-break for GPU pods and the
 GPU choice inside a node are FGD's, and both policies use the one definition
-in `scheduler/openb/fragmentation.py` (`node_fragmentation`), which the engine
-can reuse.
+in `scheduler/engine/fragmentation.py` (`node_fragmentation`), which the
+engine's `frag` placement uses too.
 
 1. **Fragmentation sees memory.** FGD describes its target workload by CPU and
    GPUs only, so a node whose memory is nearly gone still looks able to host
