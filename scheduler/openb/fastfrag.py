@@ -1,4 +1,4 @@
-"""Vectorised, memoised use of :mod:`scheduler.openb.fragmentation` for the replay.
+"""Vectorised, memoised use of :mod:`scheduler.engine.fragmentation` for the replay.
 
 FGD must know, for every node and every request shape, how much the node's
 fragmentation grows if the request lands there on its best GPU. Doing that from
@@ -15,7 +15,7 @@ scratch for 1,213 nodes per pod costs milliseconds. Two facts make it cheap:
 
 ``tests/simulator`` checks :meth:`FragmentationTable.fragmentation` and
 :meth:`FragmentationTable.row` against the plain
-:func:`~scheduler.openb.fragmentation.node_fragmentation` on random states.
+:func:`~scheduler.engine.fragmentation.node_fragmentation` on random states.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler.openb.fragmentation import TaskShape
+from scheduler.engine.fragmentation import TaskShape
 from scheduler.openb.trace import GPU_MILLI
 
 ScoreKey = tuple[int, int, int, int]

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from scheduler.engine.fragmentation import TaskShape, target_workload
 from scheduler.openb.cluster import ClusterState, Request
 from scheduler.openb.fastfrag import FragmentationTable, ScoreKey
-from scheduler.openb.fragmentation import TaskShape, target_workload
 from scheduler.openb.trace import GPU_MILLI, MAX_GPUS_PER_NODE, Pod
 
 NORM_CPU_MILLI = 128_000

@@ -7,13 +7,13 @@ import random
 import numpy as np
 import pytest
 
-from scheduler.openb.fastfrag import FragmentationTable
-from scheduler.openb.fragmentation import (
+from scheduler.engine.fragmentation import (
     TaskShape,
     node_fragmentation,
     target_workload,
     task_fragmentation,
 )
+from scheduler.openb.fastfrag import FragmentationTable
 
 pytestmark = pytest.mark.simulator
 
