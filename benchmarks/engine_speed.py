@@ -626,13 +626,7 @@ def run(scale: Scale, reps: int, probe_reps: int, seed: int, only: str = "all") 
         report["build_s"] = time.perf_counter() - start
         report["cycle_snapshot"] = validate(snapshot)
         report["session"], _ = _time(lambda: Session(snapshot, NOW, policy), reps)
-        report["cycle_unfrozen"], _ = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
-        gc.collect()
-        gc.freeze()  # as for the notebook below: the snapshot is long-lived state
-        try:
-            report["cycle"], result = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
-        finally:
-            gc.unfreeze()
+        report["cycle"], result = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
         report["cycle_decisions"] = summarize_decisions(result, snapshot)  # type: ignore[arg-type]
 
     report["notebooks"] = {}
@@ -712,14 +706,8 @@ def table(report: dict) -> str:
 
     if "cycle" in report:
         row("Session(snapshot) only", report["session"])
-        row("full run_cycle", report["cycle_unfrozen"])
         cycle_ok = report["cycle"]["p50_s"] < TARGET_CYCLE_P50_S
-        row(
-            "full run_cycle, gc.freeze",
-            report["cycle"],
-            "p50 < 1000 ms",
-            "yes" if cycle_ok else "NO",
-        )
+        row("full run_cycle", report["cycle"], "p50 < 1000 ms", "yes" if cycle_ok else "NO")
     for gpus, nb in report["notebooks"].items():
         row(f"notebook {gpus} GPU: Session only", nb["session"])
         row(f"notebook {gpus} GPU: cold run_cycle", nb["cold"])
