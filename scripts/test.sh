@@ -3,11 +3,6 @@
 # test suite. Safe to re-run: the venv is reused and only missing packages install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${FRACHUB_VENV:-.venv}
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e '.[test]'
+source scripts/venv.sh test
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest "$@"

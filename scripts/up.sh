@@ -4,10 +4,5 @@
 # real scheduling engine; pass another scenario file to try your own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${FRACHUB_VENV:-.venv}
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e .
+source scripts/venv.sh
 exec "$VENV/bin/frachub" scenario run "${1:-tests/scenarios/02_notebook_gets_a_fraction_now.yaml}"
