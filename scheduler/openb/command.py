@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the flags of ``frachub simulate openb``."""
     parser.description = (
         "Replay Alibaba's openb GPU-sharing trace the way the FGD paper (ATC'23) measures "
-        "placement quality: pods arrive in a seeded order up to 130%% of the cluster, each is "
+        "placement quality: pods arrive in a seeded order up to 130% of the cluster, each is "
         "placed at once or fails, and the allocated share of GPU capacity is reported at "
-        "arrived = 50..130%%."
+        "arrived = 50..130%."
     )
     parser.add_argument(
         "--nodes",
