@@ -1,7 +1,9 @@
 """One cycle's working state: who runs where, what each queue uses, and what it may use.
 
-A ``Session`` is built from a snapshot, changed only through ``start``/``evict``/
-``move`` (which record decisions), and thrown away at the end of the cycle.
+A ``Session`` is built from a snapshot and changed only through ``start``/``evict``/
+``move`` (which record decisions). After a cycle it describes the state its
+decisions lead to, so a driver may ``fork`` it for the next arrivals instead of
+building a new one from a snapshot.
 Workloads that are *releasing* (evicted, inside their grace period) are already
 gone as far as quotas and placement are concerned; a workload placed onto the
 capacity they still hold is *reserved* there and starts once they exit, so the
