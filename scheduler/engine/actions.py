@@ -253,9 +253,9 @@ class _Search:
         """
         self.victims.append(victim)
         self._account(victim, +1)
-        self._tally(victim, +1)
         ledger = self.session.ledger
         nodes = {ledger.index[r.node] for r in victim.placement}
+        self._tally(victim, +1)
         if self.claimant.request.replicas > 1:
             self._could_fit = None
         if self._could_fit is None:
@@ -321,9 +321,12 @@ class _Search:
                 continue
             if mem is not None and mem + host[1] < request.memory_mib:
                 continue
-            room = sum(free + back >= need for free, back in zip(ledger.free[n], gpus, strict=True))
-            if room >= count:
-                return True
+            room = 0
+            for free, back in zip(ledger.free[n], gpus, strict=True):
+                if free + back >= need:
+                    room += 1
+                    if room >= count:
+                        return True
         return False
 
     def trim(self, placement: Placement) -> Placement:

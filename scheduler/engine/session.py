@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from scheduler.engine import reasons
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
@@ -39,9 +40,11 @@ def _by_start_order(workload: Workload) -> tuple[int, float, int]:
     return workload.start_seq, workload.started_at or 0.0, workload.seq
 
 
-@dataclass(frozen=True)
-class QueueStanding:
-    """What queue ordering may look at: a queue's position at this point of the cycle (milli)."""
+class QueueStanding(NamedTuple):
+    """What queue ordering may look at: a queue's position at this point of the cycle (milli).
+
+    A named tuple rather than a dataclass: one is made for every re-keying of the service
+    order, thousands per cycle."""
 
     name: str
     priority: int
