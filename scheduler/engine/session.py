@@ -36,10 +36,6 @@ from scheduler.engine.model import (
 from scheduler.engine.placement import Scorer
 
 
-def _by_start_order(workload: Workload) -> tuple[int, float, int]:
-    return workload.start_seq, workload.started_at or 0.0, workload.seq
-
-
 class QueueStanding(NamedTuple):
     """What queue ordering may look at: a queue's position at this point of the cycle (milli).
 
