@@ -10,7 +10,7 @@ ignored; unknown keys inside an entry are refused, because a misspelt field
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -27,18 +27,16 @@ from scheduler.engine import (
     default_priority,
 )
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
-
-
-class InvalidSpec(ValueError):
-    """Malformed input: ``where`` names the entry (and field); the message says what is wrong.
-
-    ``status_hint`` lets an HTTP edge answer 400 without the core knowing about HTTP.
-    """
-
-    def __init__(self, where: str, message: str, status_hint: int = 400) -> None:
-        super().__init__(f"{where}: {message}")
-        self.where = where
-        self.status_hint = status_hint
+from scheduler.fields import (
+    InvalidSpec,
+    gpus_field,
+    integer_field,
+    list_field,
+    mapping_field,
+    name_field,
+    number_field,
+    parse_queues,
+)
 
 
 @dataclass(frozen=True)
@@ -106,11 +104,12 @@ def parse_scenario(document: Any) -> Scenario:
     cluster = document.get("cluster")
     if not isinstance(cluster, Mapping):
         raise InvalidSpec("cluster", "is required and must be a mapping with a nodes list")
-    nodes = _nodes(_list(cluster, "nodes", "cluster.nodes"))
-    queues = _queues(_list(document, "queues", "queues"))
+    nodes = _nodes(list_field(cluster, "nodes", "cluster.nodes"))
+    queues = parse_queues(list_field(document, "queues", "queues"))
     node_names = {node.name for node in nodes}
-    workloads = _workloads(_list(document, "workloads", "workloads"), queues, nodes)
-    events = _events(_list(document, "events", "events", required=False), workloads, node_names)
+    workloads = _workloads(list_field(document, "workloads", "workloads"), queues, nodes)
+    raw_events = list_field(document, "events", "events", required=False)
+    events = _events(raw_events, workloads, node_names)
     placement = document.get("placement", "pack")
     if placement not in SCORERS:
         raise InvalidSpec(
@@ -122,72 +121,11 @@ def parse_scenario(document: Any) -> Scenario:
         queues=queues,
         workloads=workloads,
         events=events,
-        run_until=_number(document, "run_until", "", None, minimum=0, optional=True),
+        run_until=number_field(document, "run_until", "", None, minimum=0, optional=True),
         placement=placement,
-        grace_seconds=_number(document, "grace_seconds", "", 0.0, minimum=0),
+        grace_seconds=number_field(document, "grace_seconds", "", 0.0, minimum=0),
         extra={k: v for k, v in document.items() if k not in _TOP},
     )
-
-
-# -- field helpers ------------------------------------------------------------------------
-
-
-def _list(parent: Mapping, key: str, where: str, required: bool = True) -> list:
-    value = parent.get(key)
-    if value is None and not required:
-        return []
-    if not isinstance(value, list):
-        raise InvalidSpec(where, "is required and must be a list" if required else "must be a list")
-    return value
-
-
-def _entry(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
-    if not isinstance(value, Mapping):
-        raise InvalidSpec(where, "must be a mapping")
-    if isinstance(value.get("name"), str):
-        where = f"{where} ({value['name']})"
-    for key in value:
-        if key not in allowed:
-            raise InvalidSpec(
-                f"{where}.{key}", f"unknown field; known fields: {', '.join(allowed)}"
-            )
-    return value
-
-
-def _name(entry: Mapping, where: str, key: str = "name") -> str:
-    value = entry.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidSpec(f"{where}.{key}", "is required and must be a non-empty string")
-    return value
-
-
-def _number(
-    entry: Mapping,
-    key: str,
-    where: str,
-    default: Any,
-    *,
-    minimum: float = 0,
-    optional: bool = False,
-    strictly_positive: bool = False,
-) -> Any:
-    value = entry.get(key, default)
-    if value is None and (optional or default is None):
-        return None
-    field_name = f"{where}.{key}" if where else key
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidSpec(field_name, f"must be a number, got {value!r}")
-    if value < minimum or (strictly_positive and value <= 0):
-        bound = "greater than 0" if strictly_positive else f">= {minimum:g}"
-        raise InvalidSpec(field_name, f"must be {bound}, got {value!r}")
-    return value
-
-
-def _integer(entry: Mapping, key: str, where: str, default: int, minimum: int) -> int:
-    value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidSpec(f"{where}.{key}", f"must be a whole number >= {minimum}, got {value!r}")
-    return value
 
 
 # -- sections -----------------------------------------------------------------------------
@@ -205,14 +143,14 @@ _NODE_FIELDS = (
 
 
 def _node_entries(raw: Any, where: str) -> list[Node]:
-    entry = _entry(raw, where, _NODE_FIELDS)
-    name = _name(entry, where)
+    entry = mapping_field(raw, where, _NODE_FIELDS)
+    name = name_field(entry, where)
     where = f"{where} ({name})"
-    count = _integer(entry, "count", where, 1, 1)
-    gpus = _integer(entry, "gpus", where, 0, 0)
-    memory = _number(entry, "gpu_memory_gib", where, 80, strictly_positive=True)
-    cpu = _number(entry, "cpu", where, None, optional=True)
-    ram = _number(entry, "memory_gib", where, None, optional=True)
+    count = integer_field(entry, "count", where, 1, 1)
+    gpus = integer_field(entry, "gpus", where, 0, 0)
+    memory = number_field(entry, "gpu_memory_gib", where, 80, strictly_positive=True)
+    cpu = number_field(entry, "cpu", where, None, optional=True)
+    ram = number_field(entry, "memory_gib", where, None, optional=True)
     labels = entry.get("labels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(k, str) for k in labels):
         raise InvalidSpec(f"{where}.labels", "must be a mapping of label names to values")
@@ -246,57 +184,6 @@ def _nodes(raw: list) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
-_QUEUE_FIELDS = ("name", "parent", "deserved_gpus", "over_quota_weight", "limit_gpus", "priority")
-
-
-def _queues(raw: list) -> tuple[Queue, ...]:
-    queues: list[Queue] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        where = f"queues[{i}]"
-        entry = _entry(item, where, _QUEUE_FIELDS)
-        name = _name(entry, where)
-        where = f"{where} ({name})"
-        if name in seen:
-            raise InvalidSpec(f"{where}.name", f"duplicate queue name {name!r}")
-        seen.add(name)
-        parent = entry.get("parent")
-        if parent is not None and not isinstance(parent, str):
-            raise InvalidSpec(f"{where}.parent", "must be the name of another queue or null")
-        priority = entry.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
-        queues.append(
-            Queue(
-                name=name,
-                parent=parent,
-                deserved_gpus=_number(entry, "deserved_gpus", where, None, optional=True),
-                over_quota_weight=_number(entry, "over_quota_weight", where, 1),
-                limit_gpus=_number(entry, "limit_gpus", where, None, optional=True),
-                priority=priority,
-            )
-        )
-    parents = {queue.name: queue.parent for queue in queues}
-    for i, queue in enumerate(queues):
-        where = f"queues[{i}] ({queue.name}).parent"
-        if queue.parent is not None and queue.parent not in parents:
-            raise InvalidSpec(where, f"unknown queue {queue.parent!r}")
-        seen_chain = {queue.name}
-        current = queue.parent
-        while current is not None:
-            if current in seen_chain:
-                raise InvalidSpec(where, f"the parents of {queue.name!r} form a cycle")
-            seen_chain.add(current)
-            current = parents[current]
-    has_children = {queue.parent for queue in queues}
-    return tuple(
-        queue
-        if queue.deserved_gpus is not None or queue.name in has_children
-        else replace(queue, deserved_gpus=0.0)
-        for queue in queues
-    )
-
-
 _WORKLOAD_FIELDS = (
     "name",
     "queue",
@@ -317,31 +204,6 @@ _WORKLOAD_FIELDS = (
 )
 
 
-def _gpus(entry: Mapping, where: str) -> tuple[float, int | None]:
-    has_gpus = entry.get("gpus") is not None
-    has_memory = entry.get("gpu_memory_gib") is not None
-    if has_gpus and has_memory:
-        raise InvalidSpec(f"{where}.gpu_memory_gib", "give either gpus or gpu_memory_gib, not both")
-    if has_memory:
-        memory = _number(entry, "gpu_memory_gib", where, None, strictly_positive=True)
-        return 0.0, round(memory * 1024)
-    if not has_gpus:
-        raise InvalidSpec(f"{where}.gpus", "is required (or gpu_memory_gib)")
-    value = entry["gpus"]
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))
-    )
-    if not ok:
-        raise InvalidSpec(
-            f"{where}.gpus", f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}"
-        )
-    if value < 1 and round(value * MILLI) != value * MILLI:
-        raise InvalidSpec(f"{where}.gpus", f"fractions are counted in thousandths, got {value!r}")
-    return float(value), None
-
-
 def _workloads(
     raw: list, queues: tuple[Queue, ...], nodes: tuple[Node, ...]
 ) -> tuple[WorkloadSpec, ...]:
@@ -352,13 +214,13 @@ def _workloads(
     seen: set[str] = set()
     for i, item in enumerate(raw):
         where = f"workloads[{i}]"
-        entry = _entry(item, where, _WORKLOAD_FIELDS)
-        name = _name(entry, where)
+        entry = mapping_field(item, where, _WORKLOAD_FIELDS)
+        name = name_field(entry, where)
         where = f"{where} ({name})"
         if name in seen:
             raise InvalidSpec(f"{where}.name", f"duplicate workload name {name!r}")
         seen.add(name)
-        queue = _name(entry, where, "queue")
+        queue = name_field(entry, where, "queue")
         if queue not in queue_names:
             raise InvalidSpec(f"{where}.queue", f"unknown queue {queue!r}")
         if queue in departments:
@@ -373,10 +235,10 @@ def _workloads(
                 f"{where}.kind",
                 f"must be one of training, interactive, inference, got {kind_text!r}",
             ) from None
-        gpus, memory_mib = _gpus(entry, where)
-        replicas = _integer(entry, "replicas", where, 1, 1)
-        cpu = _number(entry, "cpu", where, 0)
-        ram = _number(entry, "memory_gib", where, 0)
+        gpus, memory_mib = gpus_field(entry, where)
+        replicas = integer_field(entry, "replicas", where, 1, 1)
+        cpu = number_field(entry, "cpu", where, 0)
+        ram = number_field(entry, "memory_gib", where, 0)
         request = Request(
             gpus=gpus,
             gpu_memory_mib=memory_mib,
@@ -396,7 +258,7 @@ def _workloads(
         state = entry.get("state")
         if state not in (None, "pending", "running"):
             raise InvalidSpec(f"{where}.state", f"must be running, pending or null, got {state!r}")
-        at = _number(entry, "at", where, 0)
+        at = number_field(entry, "at", where, 0)
         if state == "running" and at != 0:
             raise InvalidSpec(f"{where}.at", "a workload that begins running must have at: 0")
         placement = None
@@ -415,9 +277,9 @@ def _workloads(
                 request=request,
                 priority=default_priority(kind, effective) if priority is None else priority,
                 preemptible=effective,
-                min_runtime=_number(entry, "min_runtime", where, 0),
+                min_runtime=number_field(entry, "min_runtime", where, 0),
                 at=at,
-                duration=_number(
+                duration=number_field(
                     entry, "duration", where, None, optional=True, strictly_positive=True
                 ),
                 running=state == "running",
@@ -437,8 +299,8 @@ def _placement(
     replicas = []
     for r, item in enumerate(raw):
         at = f"{where}[{r}]"
-        entry = _entry(item, at, ("node", "gpus"))
-        node_name = _name(entry, at, "node")
+        entry = mapping_field(item, at, ("node", "gpus"))
+        node_name = name_field(entry, at, "node")
         node = nodes.get(node_name)
         if node is None:
             raise InvalidSpec(f"{at}.node", f"unknown node {node_name!r}")
@@ -486,8 +348,8 @@ def _events(
     events = []
     for i, item in enumerate(raw):
         where = f"events[{i}]"
-        entry = _entry(item, where, ("at", *_EVENT_ACTIONS))
-        at = _number(entry, "at", where, None)
+        entry = mapping_field(item, where, ("at", *_EVENT_ACTIONS))
+        at = number_field(entry, "at", where, None)
         if at is None:
             raise InvalidSpec(f"{where}.at", "is required")
         actions = [key for key in _EVENT_ACTIONS if key in entry]

@@ -1,0 +1,164 @@
+"""Field-by-field validation shared by every input FracHub accepts: scenario files, the
+service's configuration and its REST API.
+
+Each helper checks one field and raises ``InvalidSpec`` naming the entry and the field, so a
+command-line tool can print one line and an HTTP edge can answer 400 with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduler.engine import MILLI, Queue
+
+
+class InvalidSpec(ValueError):
+    """Malformed input: ``where`` names the entry (and field); the message says what is wrong.
+
+    ``status_hint`` lets an HTTP edge answer 400 without the core knowing about HTTP.
+    """
+
+    def __init__(self, where: str, message: str, status_hint: int = 400) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.status_hint = status_hint
+
+
+
+# -- fields ------------------------------------------------------------------------
+
+
+def list_field(parent: Mapping, key: str, where: str, required: bool = True) -> list:
+    value = parent.get(key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list):
+        raise InvalidSpec(where, "is required and must be a list" if required else "must be a list")
+    return value
+
+
+def mapping_field(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(where, "must be a mapping")
+    if isinstance(value.get("name"), str):
+        where = f"{where} ({value['name']})"
+    for key in value:
+        if key not in allowed:
+            raise InvalidSpec(
+                f"{where}.{key}", f"unknown field; known fields: {', '.join(allowed)}"
+            )
+    return value
+
+
+def name_field(entry: Mapping, where: str, key: str = "name") -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec(f"{where}.{key}", "is required and must be a non-empty string")
+    return value
+
+
+def number_field(
+    entry: Mapping,
+    key: str,
+    where: str,
+    default: Any,
+    *,
+    minimum: float = 0,
+    optional: bool = False,
+    strictly_positive: bool = False,
+) -> Any:
+    value = entry.get(key, default)
+    if value is None and (optional or default is None):
+        return None
+    field_name = f"{where}.{key}" if where else key
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSpec(field_name, f"must be a number, got {value!r}")
+    if value < minimum or (strictly_positive and value <= 0):
+        bound = "greater than 0" if strictly_positive else f">= {minimum:g}"
+        raise InvalidSpec(field_name, f"must be {bound}, got {value!r}")
+    return value
+
+
+def integer_field(entry: Mapping, key: str, where: str, default: int, minimum: int) -> int:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidSpec(f"{where}.{key}", f"must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+QUEUE_FIELDS = ("name", "parent", "deserved_gpus", "over_quota_weight", "limit_gpus", "priority")
+
+
+def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
+    queues: list[Queue] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"{prefix}[{i}]"
+        entry = mapping_field(item, where, QUEUE_FIELDS)
+        name = name_field(entry, where)
+        where = f"{where} ({name})"
+        if name in seen:
+            raise InvalidSpec(f"{where}.name", f"duplicate queue name {name!r}")
+        seen.add(name)
+        parent = entry.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise InvalidSpec(f"{where}.parent", "must be the name of another queue or null")
+        priority = entry.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
+        queues.append(
+            Queue(
+                name=name,
+                parent=parent,
+                deserved_gpus=number_field(entry, "deserved_gpus", where, None, optional=True),
+                over_quota_weight=number_field(entry, "over_quota_weight", where, 1),
+                limit_gpus=number_field(entry, "limit_gpus", where, None, optional=True),
+                priority=priority,
+            )
+        )
+    parents = {queue.name: queue.parent for queue in queues}
+    for i, queue in enumerate(queues):
+        where = f"{prefix}[{i}] ({queue.name}).parent"
+        if queue.parent is not None and queue.parent not in parents:
+            raise InvalidSpec(where, f"unknown queue {queue.parent!r}")
+        seen_chain = {queue.name}
+        current = queue.parent
+        while current is not None:
+            if current in seen_chain:
+                raise InvalidSpec(where, f"the parents of {queue.name!r} form a cycle")
+            seen_chain.add(current)
+            current = parents[current]
+    has_children = {queue.parent for queue in queues}
+    return tuple(
+        queue
+        if queue.deserved_gpus is not None or queue.name in has_children
+        else replace(queue, deserved_gpus=0.0)
+        for queue in queues
+    )
+
+
+def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
+    has_gpus = entry.get("gpus") is not None
+    has_memory = entry.get("gpu_memory_gib") is not None
+    if has_gpus and has_memory:
+        raise InvalidSpec(f"{where}.gpu_memory_gib", "give either gpus or gpu_memory_gib, not both")
+    if has_memory:
+        memory = number_field(entry, "gpu_memory_gib", where, None, strictly_positive=True)
+        return 0.0, round(memory * 1024)
+    if not has_gpus:
+        raise InvalidSpec(f"{where}.gpus", "is required (or gpu_memory_gib)")
+    value = entry["gpus"]
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))
+    )
+    if not ok:
+        raise InvalidSpec(
+            f"{where}.gpus", f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}"
+        )
+    if value < 1 and round(value * MILLI) != value * MILLI:
+        raise InvalidSpec(f"{where}.gpus", f"fractions are counted in thousandths, got {value!r}")
+    return float(value), None
