@@ -1,0 +1,124 @@
+"""The contract between the scheduler service and a backend.
+
+The service owns *what should run* (the store and the engine's decisions); a backend owns
+*what does run*. The service calls ``start`` after it has durably recorded a start, ``stop``
+after it has recorded an eviction or a cancellation, and ``adopt`` once per running workload
+after a restart of the service. The backend reports every exit through ``poll``, exactly once
+per started attempt, including exits of processes it adopted, so the service never has to
+know whether it or a previous incarnation of itself started the work.
+
+Handles are small JSON-able dicts that the service stores with the workload, so that a
+restarted service can hand them back to ``adopt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scheduler.engine import Node, Placement
+
+Handle = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical (or declared) GPU as users see it."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What a backend schedules onto; ``source`` says where it came from (``nvml``,
+    ``declared``, ``kubernetes``) so the docs, the API and the logs can say which mode is in
+    use."""
+
+    nodes: tuple[Node, ...]
+    gpus: tuple[Gpu, ...]
+    source: str
+
+    def uuid(self, node: str, index: int) -> str:
+        for gpu in self.gpus:
+            if gpu.node == node and gpu.index == index:
+                return gpu.uuid
+        raise KeyError(f"no GPU {index} on node {node!r}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a backend needs to start one attempt of a training workload."""
+
+    workload_id: int
+    name: str
+    user: str
+    project: str
+    command: str | Sequence[str]
+    """A string runs through ``/bin/sh -c``; a list is executed as is."""
+    working_dir: str | None
+    """None means the user's home directory (or the backend's per-user default)."""
+    env: Mapping[str, str]
+    """The user's own variables; the backend adds the environment contract on top."""
+    placement: Placement
+    gpu_fraction: float
+    """Share of each GPU a replica holds (1.0 for whole GPUs)."""
+    gpu_memory_mib: int
+    """Memory of each held GPU that the replica may use."""
+    restart_count: int = 0
+    replicas: int = 1
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """An attempt ended. ``exit_code`` is None when the backend cannot know it (the process
+    vanished while nobody watched), which the service treats as "lost: requeue"."""
+
+    workload_id: int
+    exit_code: int | None
+    message: str = ""
+
+
+class BackendError(Exception):
+    """A start that cannot happen (missing working directory, unknown user, ...); the message
+    is shown to the user as the workload's failure reason."""
+
+
+class Backend(Protocol):
+    """What the service needs from a backend. All methods are called from the event loop."""
+
+    def inventory(self) -> Inventory:
+        """The nodes and GPUs to schedule onto; may change between calls (nodes lost/added)."""
+        ...
+
+    async def start(self, job: JobSpec) -> Handle:
+        """Start every replica of one attempt; raise ``BackendError`` if it cannot start."""
+        ...
+
+    async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
+        """Ask the attempt to end (SIGTERM), force it after ``grace_seconds`` (SIGKILL).
+        Returns at once; the end is reported by ``poll``."""
+        ...
+
+    def adopt(self, workload_id: int, handle: Handle) -> bool:
+        """After a service restart: take over watching a recorded attempt. False when it is
+        gone without a recorded exit (the service then requeues it); an attempt that exited
+        while the service was down is reported by the next ``poll`` with its real code."""
+        ...
+
+    async def poll(self) -> list[Exit]:
+        """Attempts that ended since the last call."""
+        ...
+
+    def log_path(self, workload_id: int, replica: int = 0) -> str | None:
+        """Where the combined stdout/stderr of a replica is written (all attempts appended)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop watching (the service is shutting down); never kills running work."""
+        ...

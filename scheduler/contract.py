@@ -1,0 +1,143 @@
+"""The environment contract: what a process gets when it holds a GPU share.
+
+Pure functions, shared by every backend and by the notebook spawner, so that a training job
+and a notebook on the same share see the same variables (DESIGN.md, "Contracts"):
+
+- ``contract_env(...)`` builds the variables of one replica: the visible devices, the
+  ``FRACHUB_*`` facts, and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
+  PyTorch cap is applied by the start-up hook in ``scheduler/backends/pyhook``, which reads
+  ``FRACHUB_GPU_FRACTION``).
+- ``rendezvous(...)`` gives one replica of a gang its torchrun-style place (``RANK``,
+  ``WORLD_SIZE``, ``LOCAL_RANK``, ...); a single replica has none.
+- ``prepend_path(...)`` puts a directory (the start-up hook) in front of a ``PYTHONPATH``.
+
+Nothing here reads the process environment, the clock or the file system: callers pass
+everything in, which keeps the contract testable as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduler.engine.model import Placement, ReplicaPlacement
+
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+"""Local processes: GPU indices as NVML numbers them (PCI bus order, hence CUDA_DEVICE_ORDER)."""
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+"""Containers: GPU UUIDs, read by the NVIDIA container runtime."""
+DEVICE_VARIABLES = (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES)
+
+UuidLookup = Callable[[str, int], str]
+"""(node, GPU index) -> GPU UUID; ``Inventory.uuid`` is one."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where one replica of a gang stands, in the variables ``torchrun`` would set."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+def rendezvous(
+    placement: Placement, rank: int, master_addr: str, master_port: int
+) -> Rendezvous | None:
+    """The gang position of replica ``rank``; None for a single replica, which needs none.
+
+    ``LOCAL_RANK`` counts the earlier replicas placed on the same node, as torchrun does for
+    the processes it starts on one machine.
+    """
+    if not 0 <= rank < len(placement):
+        raise ValueError(f"rank {rank} is outside a placement of {len(placement)} replicas")
+    if len(placement) == 1:
+        return None
+    if not 0 < master_port < 65536:
+        raise ValueError(f"master_port must be in 1..65535, not {master_port}")
+    node = placement[rank].node
+    same_node = [i for i, replica in enumerate(placement) if replica.node == node]
+    return Rendezvous(
+        rank=rank,
+        world_size=len(placement),
+        local_rank=same_node.index(rank),
+        local_world_size=len(same_node),
+        master_addr=master_addr,
+        master_port=master_port,
+    )
+
+
+def contract_env(
+    *,
+    workload_id: int,
+    replica: ReplicaPlacement,
+    gpu_fraction: float,
+    gpu_memory_mib: int,
+    restart_count: int,
+    checkpoint_dir: str,
+    uuid_of: UuidLookup,
+    device_variable: str = CUDA_VISIBLE_DEVICES,
+    rendezvous: Rendezvous | None = None,
+) -> dict[str, str]:
+    """The variables one replica holding ``replica.gpus`` gets, all as strings.
+
+    ``device_variable`` is ``CUDA_VISIBLE_DEVICES`` for local processes (indices, with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers GPUs as NVML does) or
+    ``NVIDIA_VISIBLE_DEVICES`` for containers (UUIDs). A replica without GPUs gets an empty
+    ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES=none``, which hides every GPU rather
+    than exposing all of them. ``FRACHUB_GPU_UUIDS`` is always set, so tools inside the job
+    can find their GPUs in NVML whichever variable the backend uses.
+    """
+    if device_variable not in DEVICE_VARIABLES:
+        raise ValueError(
+            f"device_variable must be one of {', '.join(DEVICE_VARIABLES)}, not {device_variable!r}"
+        )
+    if not 0 <= gpu_fraction <= 1:
+        raise ValueError(f"gpu_fraction must be in [0, 1], not {gpu_fraction}")
+    if gpu_memory_mib < 0:
+        raise ValueError(f"gpu_memory_mib must be >= 0, not {gpu_memory_mib}")
+    if restart_count < 0:
+        raise ValueError(f"restart_count must be >= 0, not {restart_count}")
+    indices = [share.index for share in replica.gpus]
+    uuids = [uuid_of(replica.node, index) for index in indices]
+    fraction = _number(gpu_fraction)
+    env = {
+        "FRACHUB_WORKLOAD_ID": str(workload_id),
+        "FRACHUB_GPU_FRACTION": fraction,
+        "FRACHUB_GPU_MEMORY_MIB": str(int(gpu_memory_mib)),
+        "FRACHUB_GPU_UUIDS": ",".join(uuids),
+        "FRACHUB_CHECKPOINT_DIR": checkpoint_dir,
+        "FRACHUB_RESTART_COUNT": str(restart_count),
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }
+    if device_variable == CUDA_VISIBLE_DEVICES:
+        env[CUDA_VISIBLE_DEVICES] = ",".join(str(index) for index in indices)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    else:
+        env[NVIDIA_VISIBLE_DEVICES] = ",".join(uuids) or "none"
+    if rendezvous is not None:
+        env.update(
+            RANK=str(rendezvous.rank),
+            WORLD_SIZE=str(rendezvous.world_size),
+            LOCAL_RANK=str(rendezvous.local_rank),
+            LOCAL_WORLD_SIZE=str(rendezvous.local_world_size),
+            MASTER_ADDR=rendezvous.master_addr,
+            MASTER_PORT=str(rendezvous.master_port),
+        )
+    return env
+
+
+def prepend_path(entry: str, existing: str | None) -> str:
+    """``entry`` first on a colon-separated search path such as ``PYTHONPATH``."""
+    parts = [part for part in (existing or "").split(":") if part and part != entry]
+    return ":".join([entry, *parts])
+
+
+def _number(value: float) -> str:
+    """0.25 -> "0.25", 1.0 -> "1": what a person (and ``float()``) reads back."""
+    return f"{value:.6g}"

@@ -1,0 +1,156 @@
+"""The environment contract as a table: placement and share in, variables out."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from scheduler.contract import (
+    CUDA_VISIBLE_DEVICES,
+    NVIDIA_VISIBLE_DEVICES,
+    Rendezvous,
+    contract_env,
+    prepend_path,
+    rendezvous,
+)
+from scheduler.engine.model import GpuShare, ReplicaPlacement
+
+pytestmark = pytest.mark.unit
+
+
+def uuid_of(node: str, index: int) -> str:
+    return f"GPU-{node}-{index}"
+
+
+def env_for(replica: ReplicaPlacement, **overrides: object) -> dict[str, str]:
+    args: dict = {
+        "workload_id": 42,
+        "replica": replica,
+        "gpu_fraction": 0.25,
+        "gpu_memory_mib": 20480,
+        "restart_count": 2,
+        "checkpoint_dir": "/data/checkpoints/42",
+        "uuid_of": uuid_of,
+    }
+    args.update(overrides)
+    return contract_env(**args)
+
+
+QUARTER = ReplicaPlacement("n1", (GpuShare(3, 250),))
+TWO_WHOLE = ReplicaPlacement("n1", (GpuShare(0, 1000), GpuShare(1, 1000)))
+NO_GPU = ReplicaPlacement("n1", ())
+
+CASES = {
+    "a quarter of GPU 3, local": (
+        QUARTER,
+        {},
+        {
+            "CUDA_VISIBLE_DEVICES": "3",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "FRACHUB_GPU_FRACTION": "0.25",
+            "FRACHUB_GPU_MEMORY_MIB": "20480",
+            "FRACHUB_GPU_UUIDS": "GPU-n1-3",
+            "FRACHUB_WORKLOAD_ID": "42",
+            "FRACHUB_CHECKPOINT_DIR": "/data/checkpoints/42",
+            "FRACHUB_RESTART_COUNT": "2",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        },
+    ),
+    "two whole GPUs in a container": (
+        TWO_WHOLE,
+        {"gpu_fraction": 1.0, "gpu_memory_mib": 81920, "device_variable": NVIDIA_VISIBLE_DEVICES},
+        {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-n1-0,GPU-n1-1",
+            "FRACHUB_GPU_FRACTION": "1",
+            "FRACHUB_GPU_MEMORY_MIB": "81920",
+            "FRACHUB_GPU_UUIDS": "GPU-n1-0,GPU-n1-1",
+            "FRACHUB_WORKLOAD_ID": "42",
+            "FRACHUB_CHECKPOINT_DIR": "/data/checkpoints/42",
+            "FRACHUB_RESTART_COUNT": "2",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": "1",
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(("replica", "overrides", "expected"), CASES.values(), ids=CASES.keys())
+def test_contract_env(replica: ReplicaPlacement, overrides: dict, expected: dict) -> None:
+    assert env_for(replica, **overrides) == expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "hidden"),
+    [(CUDA_VISIBLE_DEVICES, ""), (NVIDIA_VISIBLE_DEVICES, "none")],
+    ids=["local", "container"],
+)
+def test_no_gpus_hides_all_gpus(variable: str, hidden: str) -> None:
+    """An unset variable would expose every GPU of the machine; an empty one exposes none."""
+    assert env_for(NO_GPU, device_variable=variable)[variable] == hidden
+
+
+def test_gang_gets_torchrun_variables() -> None:
+    placement = (QUARTER, ReplicaPlacement("n2", (GpuShare(0, 250),)), QUARTER)
+    where = rendezvous(placement, 2, "10.0.0.1", 29500)
+    assert where == Rendezvous(2, 3, 1, 2, "10.0.0.1", 29500)
+    env = env_for(QUARTER, rendezvous=where)
+    gang = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    assert [env[name] for name in gang] == ["2", "3", "1", "2", "10.0.0.1", "29500"]
+
+
+def test_single_replica_has_no_rendezvous() -> None:
+    assert rendezvous((QUARTER,), 0, "127.0.0.1", 0) is None
+    assert "RANK" not in env_for(QUARTER, rendezvous=None)
+
+
+REFUSALS = {
+    "unknown device variable": ({"device_variable": "ROCR_VISIBLE_DEVICES"}, "device_variable"),
+    "fraction above one": ({"gpu_fraction": 1.5}, "gpu_fraction"),
+    "negative memory": ({"gpu_memory_mib": -1}, "gpu_memory_mib"),
+    "negative restart count": ({"restart_count": -1}, "restart_count"),
+}
+
+
+@pytest.mark.parametrize(("overrides", "named"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_contract_refuses_nonsense(overrides: dict, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        env_for(QUARTER, **overrides)
+
+
+def test_rendezvous_refuses_rank_outside_placement() -> None:
+    with pytest.raises(ValueError, match="rank 2"):
+        rendezvous((QUARTER, QUARTER), 2, "127.0.0.1", 29500)
+
+
+def test_unknown_gpu_is_the_lookups_error() -> None:
+    def no_such_gpu(node: str, index: int) -> str:
+        raise KeyError(f"no GPU {index} on node {node!r}")
+
+    with pytest.raises(KeyError, match="no GPU 3"):
+        env_for(QUARTER, uuid_of=no_such_gpu)
+
+
+@pytest.mark.parametrize(
+    ("existing", "expected"),
+    [(None, "/hook"), ("", "/hook"), ("/a:/b", "/hook:/a:/b"), ("/a:/hook", "/hook:/a")],
+    ids=["unset", "empty", "kept after", "not twice"],
+)
+def test_prepend_path(existing: str | None, expected: str) -> None:
+    assert prepend_path("/hook", existing) == expected
+
+
+def test_contract_module_is_pure() -> None:
+    """Like the engine: the contract takes everything as input, so a table can test it."""
+    source = Path(__file__).parents[2] / "scheduler" / "contract.py"
+    imported = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported <= {"__future__", "collections", "dataclasses", "scheduler"}
