@@ -35,10 +35,26 @@ def build_parser() -> argparse.ArgumentParser:
     openb_command.add_arguments(
         simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
     )
+    commands.add_parser(
+        "service",
+        help="run the scheduler service (--help-all lists its settings)",
+        add_help=False,
+    )
     return parser
 
 
+def _run_service(argv: Sequence[str]) -> int:
+    """The service is a traitlets Application with its own command line."""
+    from scheduler.service.app import FracHubService
+
+    FracHubService.launch_instance(list(argv))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["service"]:
+        return _run_service(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     command = scenario_command if args.command == "scenario" else openb_command

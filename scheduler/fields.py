@@ -23,8 +23,13 @@ class InvalidSpec(ValueError):
     def __init__(self, where: str, message: str, status_hint: int = 400) -> None:
         super().__init__(f"{where}: {message}")
         self.where = where
+        self.message = message
         self.status_hint = status_hint
 
+
+def field_path(where: str, key: str) -> str:
+    """``queues[2].parent`` in a file; just ``parent`` in a request body (``where`` empty)."""
+    return f"{where}.{key}" if where else key
 
 
 # -- fields ------------------------------------------------------------------------
@@ -42,12 +47,12 @@ def list_field(parent: Mapping, key: str, where: str, required: bool = True) -> 
 def mapping_field(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
     if not isinstance(value, Mapping):
         raise InvalidSpec(where, "must be a mapping")
-    if isinstance(value.get("name"), str):
+    if where and isinstance(value.get("name"), str):
         where = f"{where} ({value['name']})"
     for key in value:
         if key not in allowed:
             raise InvalidSpec(
-                f"{where}.{key}", f"unknown field; known fields: {', '.join(allowed)}"
+                field_path(where, key), f"unknown field; known fields: {', '.join(allowed)}"
             )
     return value
 
@@ -55,7 +60,7 @@ def mapping_field(value: Any, where: str, allowed: tuple[str, ...]) -> Mapping:
 def name_field(entry: Mapping, where: str, key: str = "name") -> str:
     value = entry.get(key)
     if not isinstance(value, str) or not value:
-        raise InvalidSpec(f"{where}.{key}", "is required and must be a non-empty string")
+        raise InvalidSpec(field_path(where, key), "is required and must be a non-empty string")
     return value
 
 
@@ -72,7 +77,7 @@ def number_field(
     value = entry.get(key, default)
     if value is None and (optional or default is None):
         return None
-    field_name = f"{where}.{key}" if where else key
+    field_name = field_path(where, key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidSpec(field_name, f"must be a number, got {value!r}")
     if value < minimum or (strictly_positive and value <= 0):
@@ -84,7 +89,9 @@ def number_field(
 def integer_field(entry: Mapping, key: str, where: str, default: int, minimum: int) -> int:
     value = entry.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidSpec(f"{where}.{key}", f"must be a whole number >= {minimum}, got {value!r}")
+        raise InvalidSpec(
+            field_path(where, key), f"must be a whole number >= {minimum}, got {value!r}"
+        )
     return value
 
 
@@ -100,14 +107,18 @@ def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
         name = name_field(entry, where)
         where = f"{where} ({name})"
         if name in seen:
-            raise InvalidSpec(f"{where}.name", f"duplicate queue name {name!r}")
+            raise InvalidSpec(field_path(where, "name"), f"duplicate queue name {name!r}")
         seen.add(name)
         parent = entry.get("parent")
         if parent is not None and not isinstance(parent, str):
-            raise InvalidSpec(f"{where}.parent", "must be the name of another queue or null")
+            raise InvalidSpec(
+                field_path(where, "parent"), "must be the name of another queue or null"
+            )
         priority = entry.get("priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
+            raise InvalidSpec(
+                field_path(where, "priority"), f"must be a whole number, got {priority!r}"
+            )
         queues.append(
             Queue(
                 name=name,
@@ -143,12 +154,14 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
     has_gpus = entry.get("gpus") is not None
     has_memory = entry.get("gpu_memory_gib") is not None
     if has_gpus and has_memory:
-        raise InvalidSpec(f"{where}.gpu_memory_gib", "give either gpus or gpu_memory_gib, not both")
+        raise InvalidSpec(
+            field_path(where, "gpu_memory_gib"), "give either gpus or gpu_memory_gib, not both"
+        )
     if has_memory:
         memory = number_field(entry, "gpu_memory_gib", where, None, strictly_positive=True)
         return 0.0, round(memory * 1024)
     if not has_gpus:
-        raise InvalidSpec(f"{where}.gpus", "is required (or gpu_memory_gib)")
+        raise InvalidSpec(field_path(where, "gpus"), "is required (or gpu_memory_gib)")
     value = entry["gpus"]
     ok = (
         not isinstance(value, bool)
@@ -157,8 +170,11 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
     )
     if not ok:
         raise InvalidSpec(
-            f"{where}.gpus", f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}"
+            field_path(where, "gpus"),
+            f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}",
         )
     if value < 1 and round(value * MILLI) != value * MILLI:
-        raise InvalidSpec(f"{where}.gpus", f"fractions are counted in thousandths, got {value!r}")
+        raise InvalidSpec(
+            field_path(where, "gpus"), f"fractions are counted in thousandths, got {value!r}"
+        )
     return float(value), None

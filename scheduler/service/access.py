@@ -1,0 +1,64 @@
+"""Who may do what: the custom scopes and project membership.
+
+Scopes (granted through JupyterHub roles; the admin scope implies the others):
+
+- ``custom:frachub:read``   see queues, nodes, usage, metrics and one's own workloads
+- ``custom:frachub:submit`` submit and cancel one's own workloads, hold notebook allocations
+- ``custom:frachub:admin``  see and change everything, act for other users, edit queues
+
+Every token must also carry ``access:services!service=frachub`` (checked by ``HubAuth``).
+A user belongs to a project when they are in the JupyterHub group of the same name or listed
+in the project's ``members``. Another user's workload answers 404, as the hub does, so a
+caller cannot tell forbidden from missing; a missing scope answers 403 naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scheduler.engine import Queue
+
+READ = "custom:frachub:read"
+SUBMIT = "custom:frachub:submit"
+ADMIN = "custom:frachub:admin"
+SCOPES = {
+    READ: "See FracHub queues, nodes and usage, and your own workloads.",
+    SUBMIT: "Submit and cancel your own FracHub workloads and hold notebook GPU allocations.",
+    ADMIN: "See and change every FracHub workload and queue, and act for other users.",
+}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The identity behind a request, as the hub reported it for the token."""
+
+    name: str
+    scopes: frozenset[str]
+    groups: frozenset[str]
+    kind: str = "user"
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.scopes
+
+    def has(self, scope: str) -> bool:
+        return scope in self.scopes or self.is_admin
+
+
+def leaf_projects(queues: Iterable[Queue]) -> list[str]:
+    queues = list(queues)
+    parents = {queue.parent for queue in queues}
+    return [queue.name for queue in queues if queue.name not in parents]
+
+
+def projects_of(
+    user: str, groups: Iterable[str], queues: Iterable[Queue], members: Mapping[str, Iterable[str]]
+) -> list[str]:
+    """The projects ``user`` may submit to, in queue order."""
+    groups = set(groups)
+    return [
+        name
+        for name in leaf_projects(queues)
+        if name in groups or user in set(members.get(name, ()))
+    ]

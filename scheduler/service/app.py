@@ -1,0 +1,355 @@
+"""``frachub service``: the scheduler as a JupyterHub service.
+
+``FracHubService`` is a traitlets ``Application`` like JupyterHub itself: every knob is a
+documented trait, loadable from a Python config file (``--config``) or the command line
+(``--FracHubService.grace_period=60``); ``frachub service --help-all`` lists them. It binds
+to ``JUPYTERHUB_SERVICE_URL`` under ``JUPYTERHUB_SERVICE_PREFIX`` and authenticates every
+request with the hub (``HubAuth``), so it runs the same whether the hub starts it (a managed
+service) or an operator does (an external one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+from datetime import UTC, datetime
+from typing import ClassVar
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubAuth
+from tornado import web
+from tornado.httpserver import HTTPServer
+from traitlets import (
+    Bool,
+    Dict,
+    Float,
+    Instance,
+    Integer,
+    List,
+    Type,
+    Unicode,
+    default,
+    validate,
+)
+from traitlets.config import Application
+
+from scheduler import __version__
+from scheduler.backends.local import LocalBackend
+from scheduler.engine import SCORERS, Policy, scorer_named
+from scheduler.fields import InvalidSpec, parse_queues
+from scheduler.service.access import SCOPES
+from scheduler.service.directory import HubDirectory
+from scheduler.service.handlers import allocations, info, queues, workloads
+from scheduler.service.handlers.base import NotFoundHandler
+from scheduler.service.loop import SchedulingLoop, Settings
+from scheduler.service.metrics import Metrics
+from scheduler.service.orm import QueueRecord
+from scheduler.service.store import Store, StoreError, open_store
+
+HANDLER_MODULES = (workloads, allocations, queues, info)
+
+
+def wall_clock(seconds: float) -> str:
+    """How pending reasons show a time: "2026-11-22 14:05:00 UTC"."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class FracHubService(Application):
+    name = "frachub-service"
+    version = __version__
+    description = "The FracHub scheduler: GPU quotas, fair share and preemption for JupyterHub."
+
+    aliases: ClassVar[dict] = {
+        "config": "FracHubService.config_file",
+        "db": "FracHubService.db_url",
+        "data-dir": "FracHubService.data_dir",
+        "log-level": "Application.log_level",
+    }
+    classes: ClassVar[list] = [LocalBackend]
+
+    config_file = Unicode(
+        "",
+        help="A Python config file (like jupyterhub_config.py) setting these traits.",
+    ).tag(config=True)
+
+    service_url = Unicode(
+        help="""URL to listen on, e.g. http://127.0.0.1:10101.
+        Default: $JUPYTERHUB_SERVICE_URL (set by the hub for managed services)."""
+    ).tag(config=True)
+
+    @default("service_url")
+    def _service_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
+
+    service_prefix = Unicode(
+        help="""URL prefix the hub's proxy routes to this service.
+        Default: $JUPYTERHUB_SERVICE_PREFIX, else /services/frachub/."""
+    ).tag(config=True)
+
+    @default("service_prefix")
+    def _service_prefix(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/frachub/")
+
+    data_dir = Unicode(
+        help="""Where the service keeps its SQLite database, job logs and checkpoints.
+        Default: $FRACHUB_DATA_DIR, else ./frachub-data in the working directory."""
+    ).tag(config=True)
+
+    @default("data_dir")
+    def _data_dir(self) -> str:
+        return os.path.abspath(os.environ.get("FRACHUB_DATA_DIR", "frachub-data"))
+
+    db_url = Unicode(
+        help="""SQLAlchemy URL of the store, e.g. postgresql://frachub@db/frachub.
+        Default: sqlite:///<data_dir>/frachub.sqlite (WAL mode)."""
+    ).tag(config=True)
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        return f"sqlite:///{os.path.join(self.data_dir, 'frachub.sqlite')}"
+
+    queues = List(
+        Dict(),
+        help="""Projects and departments, each a dict with name, and optionally parent,
+        deserved_gpus (guaranteed quota), over_quota_weight (share of idle GPUs, default 1),
+        limit_gpus (hard cap) and priority (who borrows idle GPUs first), plus members (user
+        names that belong to the project besides its JupyterHub group of the same name).
+        Queues defined here are managed here: the REST API cannot change them. Example:
+        [{"name": "vision", "deserved_gpus": 2}, {"name": "nlp", "deserved_gpus": 1}].""",
+    ).tag(config=True)
+
+    @validate("queues")
+    def _validate_queues(self, proposal):
+        entries = proposal.value
+        stripped = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ValueError(f"FracHubService.queues[{i}] must be a dict")
+            members = entry.get("members", [])
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise ValueError(f"FracHubService.queues[{i}].members must be a list of names")
+            stripped.append({k: v for k, v in entry.items() if k != "members"})
+        try:
+            parse_queues(stripped, "FracHubService.queues")
+        except InvalidSpec as error:
+            raise ValueError(str(error)) from None
+        return entries
+
+    grace_period = Float(
+        30.0,
+        help="""Seconds a preempted or cancelled job gets between SIGTERM and SIGKILL to save a
+        checkpoint (terminationGracePeriodSeconds on Kubernetes).""",
+    ).tag(config=True)
+
+    default_min_runtime = Float(
+        0.0,
+        help="""Seconds a started training job is protected from preemption unless its
+        submission says otherwise (Run:ai's min-runtime), so short jobs are not churned.""",
+    ).tag(config=True)
+
+    cycle_interval = Float(
+        5.0,
+        help="""Seconds between timer-driven scheduling cycles. Cycles also run at once on
+        every change (submit, cancel, exit, queue edit); the timer catches min_runtime and
+        max_runtime deadlines.""",
+    ).tag(config=True)
+
+    poll_interval = Float(0.5, help="Seconds between checks of the backend for finished jobs.").tag(
+        config=True
+    )
+
+    placement = Unicode(
+        "pack",
+        help=f"""How the engine picks GPUs: one of {", ".join(sorted(SCORERS))}. "pack" fills
+        partly used GPUs and nodes first, keeping whole GPUs free for whole-GPU work.""",
+    ).tag(config=True)
+
+    @validate("placement")
+    def _validate_placement(self, proposal):
+        if proposal.value not in SCORERS:
+            raise ValueError(
+                f"FracHubService.placement must be one of {', '.join(sorted(SCORERS))}, "
+                f"got {proposal.value!r}"
+            )
+        return proposal.value
+
+    backend_class = Type(
+        LocalBackend,
+        help="""The backend that runs jobs: LocalBackend (subprocesses on this machine, the
+        default) or the Kubernetes backend.""",
+    ).tag(config=True)
+
+    page_default_limit = Integer(50, help="List size when a request names no limit.").tag(
+        config=True
+    )
+    page_max_limit = Integer(500, help="Largest list a request may ask for.").tag(config=True)
+
+    group_cache_seconds = Float(
+        30.0, help="How long the hub's answer about a user's groups is reused."
+    ).tag(config=True)
+
+    hub_auth = Instance(HubAuth)
+    store = Instance(Store, allow_none=True)
+    scheduling_loop = Instance(SchedulingLoop, allow_none=True)
+    print_scopes = Bool(False, help="Print the custom scopes for jupyterhub_config.py.").tag(
+        config=True
+    )
+    extra_settings = Dict(help="Extra tornado settings (for tests and reverse proxies).").tag(
+        config=True
+    )
+
+    @default("hub_auth")
+    def _hub_auth(self) -> HubAuth:
+        prefix = self.service_prefix
+        return HubAuth(parent=self, base_url=prefix, cache_max_age=60)
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def initialize(self, argv=None) -> None:
+        super().initialize(argv)
+        if self.config_file:
+            if not os.path.exists(self.config_file):
+                self.log.critical("config file %s does not exist", self.config_file)
+                self.exit(2)
+            if not self.config_file.endswith((".py", ".json")):
+                self.log.critical(
+                    "config file %s: use a Python (.py) or JSON (.json) file", self.config_file
+                )
+                self.exit(2)
+            self.load_config_file(self.config_file)
+            self.update_config(self.cli_config)  # the command line wins over the file
+        if not self.hub_auth.api_token:
+            self.log.critical(
+                "no hub API token: run this as a JupyterHub service, or set "
+                "JUPYTERHUB_API_TOKEN and JUPYTERHUB_API_URL"
+            )
+            self.exit(2)
+
+    def _sync_config_queues(self, store: Store) -> None:
+        """Make the database's config-managed queues match ``queues``."""
+        configured = {entry["name"]: (i, entry) for i, entry in enumerate(self.queues)}
+        parsed = {
+            queue.name: queue
+            for queue in parse_queues(
+                [{k: v for k, v in entry.items() if k != "members"} for entry in self.queues]
+            )
+        }
+        # a missing quota stays None: "what my children deserve" for departments, 0 for leaves
+        existing = {record.name: record for record in store.queues()}
+        for name, (position, entry) in configured.items():
+            queue = parsed[name]
+            record = existing.get(name) or QueueRecord(name=name)
+            record.parent = queue.parent
+            record.deserved_gpus = entry.get("deserved_gpus")
+            record.over_quota_weight = queue.over_quota_weight
+            record.limit_gpus = queue.limit_gpus
+            record.priority = queue.priority
+            record.members = list(entry.get("members", []))
+            record.source = "config"
+            record.position = position
+            store.add(record)
+        for name, record in existing.items():
+            if record.source == "config" and name not in configured:
+                self.log.warning(
+                    "queue %s was removed from the config; keeping it as an API-managed queue",
+                    name,
+                )
+                record.source = "api"
+        store.commit()
+
+    def make_app(self, loop: SchedulingLoop, metrics: Metrics) -> web.Application:
+        prefix = "/" + self.service_prefix.strip("/")
+        handlers = []
+        for module in HANDLER_MODULES:
+            for pattern, handler in module.default_handlers:
+                handlers.append((prefix + pattern, handler))
+        settings = {
+            "hub_auth": self.hub_auth,
+            "scheduling_loop": loop,
+            "directory": HubDirectory(
+                self.hub_auth.api_url, self.hub_auth.api_token, self.group_cache_seconds
+            ),
+            "metrics": metrics,
+            "backend_name": self.backend_class.__name__,
+            "default_min_runtime": self.default_min_runtime,
+            "page_default_limit": self.page_default_limit,
+            "page_max_limit": self.page_max_limit,
+            "log_function": self._log_request,
+            **self.extra_settings,
+        }
+        return web.Application(handlers, default_handler_class=NotFoundHandler, **settings)
+
+    def _log_request(self, handler: web.RequestHandler) -> None:
+        status = handler.get_status()
+        level = self.log.info if status < 400 else self.log.warning
+        if status < 300 and handler.request.method == "GET":
+            level = self.log.debug
+        level(
+            "%d %s %s %.1fms",
+            status,
+            handler.request.method,
+            handler.request.uri,
+            1000 * handler.request.request_time(),
+        )
+
+    async def serve(self) -> None:
+        try:
+            self.store = open_store(self.db_url)
+        except StoreError as error:
+            self.log.critical("%s", error)
+            self.exit(2)
+        assert self.store is not None
+        self._sync_config_queues(self.store)
+        backend = self.backend_class(parent=self, data_dir=self.data_dir)
+        metrics = Metrics()
+        policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
+        loop = SchedulingLoop(
+            self.store,
+            backend,
+            policy,
+            Settings(
+                grace_seconds=self.grace_period,
+                cycle_interval=self.cycle_interval,
+                poll_interval=self.poll_interval,
+            ),
+            metrics,
+            log=self.log,
+        )
+        self.scheduling_loop = loop
+        inventory = loop.inventory
+        self.log.info(
+            "FracHub %s: %d GPUs on %d nodes from %s inventory; store %s",
+            __version__,
+            len(inventory.gpus),
+            len(inventory.nodes),
+            inventory.source,
+            self.db_url,
+        )
+        await loop.recover()
+        loop.start()
+        app = self.make_app(loop, metrics)
+        url = urlparse(self.service_url)
+        server = HTTPServer(app, xheaders=True)
+        server.listen(url.port or 80, url.hostname or "127.0.0.1")
+        self.log.info("listening on %s%s", self.service_url, self.service_prefix.lstrip("/"))
+        stopped = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopped.set)
+        gc.freeze()
+        await stopped.wait()
+        self.log.info("shutting down; running jobs keep running and are re-adopted on restart")
+        server.stop()
+        await loop.stop()
+        self.store.close()
+
+    def start(self) -> None:
+        if self.print_scopes:
+            for scope, description in SCOPES.items():
+                print(f"{scope}: {description}")
+            return
+        asyncio.run(self.serve())
+
+
+main = FracHubService.launch_instance

@@ -1,0 +1,49 @@
+"""Group membership, asked of the hub with the service's own token.
+
+A user's token may not carry the scope to read its own groups, so the service looks them up
+itself (its role grants ``read:users:groups``), caching each answer briefly: adding someone
+to a group takes effect within ``ttl`` seconds without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+
+class HubDirectoryError(RuntimeError):
+    pass
+
+
+class HubDirectory:
+    def __init__(self, api_url: str, api_token: str, ttl: float = 30.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.api_token = api_token
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+
+    async def groups_of(self, user: str) -> frozenset[str]:
+        cached = self._cache.get(user)
+        if cached is not None and time.monotonic() - cached[0] < self.ttl:
+            return cached[1]
+        request = HTTPRequest(
+            f"{self.api_url}/users/{quote(user, safe='')}",
+            headers={"Authorization": f"token {self.api_token}"},
+            request_timeout=10,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as error:
+            if error.code == 404:
+                groups: frozenset[str] = frozenset()
+                self._cache[user] = (time.monotonic(), groups)
+                return groups
+            raise HubDirectoryError(f"the hub refused a group lookup for {user}: {error}") from None
+        except OSError as error:
+            raise HubDirectoryError(f"the hub is unreachable: {error}") from None
+        groups = frozenset(json.loads(response.body).get("groups") or ())
+        self._cache[user] = (time.monotonic(), groups)
+        return groups

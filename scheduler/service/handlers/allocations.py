@@ -1,0 +1,176 @@
+"""``/api/v1/allocations``: a notebook server's GPU share.
+
+The spawner asks for a share on the user's behalf, waits for it (long-poll with ``wait`` and
+``version``, or server-sent events from ``.../events``) while showing the queue position and
+reason on the spawn page, and releases it when the server stops. An allocation is a workload
+of kind ``interactive`` without a command: the engine schedules it like any other, and the
+backend runs nothing for it (the spawner starts the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from scheduler.engine import Kind, default_priority
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ, SUBMIT
+from scheduler.service.handlers.workloads import STATES, WorkloadAccess
+from scheduler.service.orm import WorkloadRecord
+from scheduler.service.requests import parse_allocation
+from scheduler.service.views import workload_json
+
+MAX_WAIT = 60.0
+
+
+class AllocationAccess(WorkloadAccess):
+    def find_allocation(self, allocation_id: str) -> WorkloadRecord:
+        record = self.find(allocation_id)
+        if not record.is_allocation:
+            raise web.HTTPError(404, f"allocation {allocation_id} not found (it is a job)")
+        return record
+
+    def view(self, record: WorkloadRecord) -> dict:
+        value = workload_json(record, self.loop)
+        value["version"] = self.loop.version
+        return value
+
+
+class AllocationListHandler(AllocationAccess):
+    async def get(self) -> None:
+        self.require(READ)
+        user = self.get_argument("user", self.caller.name)
+        if user != self.caller.name and not self.caller.is_admin:
+            raise web.HTTPError(403, f"listing other users' allocations needs {ADMIN}")
+        offset, limit = self.page()
+        states = self.list_argument("state")
+        unknown = [state for state in states if state not in STATES]
+        if unknown:
+            raise InvalidSpec("state", f"unknown state {unknown[0]!r}; one of {', '.join(STATES)}")
+        records, total = self.loop.store.workloads(
+            users=[user], allocations=True, offset=offset, limit=limit, states=states
+        )
+        live = self.loop.records
+        self.write_page(
+            [self.view(live.get(record.id, record)) for record in records], offset, limit, total
+        )
+
+    async def post(self) -> None:
+        self.require(SUBMIT)
+        request = parse_allocation(self.json_body())
+        user = request.user or self.caller.name
+        if user != self.caller.name and not self.caller.is_admin:
+            raise web.HTTPError(403, f"allocating for another user needs {ADMIN}")
+        for record in self.loop.records.values():
+            if (
+                record.is_allocation
+                and record.user == user
+                and record.server_name == request.server_name
+            ):
+                raise web.HTTPError(
+                    409,
+                    f"{user}'s server {request.server_name!r} already holds allocation "
+                    f"{record.id} ({record.state}); release it first",
+                )
+        project = await self.project_for(request.project, user)
+        kind = Kind.INTERACTIVE
+        record = WorkloadRecord(
+            name=f"notebook-{user}" + (f"-{request.server_name}" if request.server_name else ""),
+            user=user,
+            project=project,
+            kind=kind.value,
+            command=None,
+            working_dir=None,
+            env={},
+            server_name=request.server_name,
+            gpus=request.gpus,
+            gpu_memory_mib=request.gpu_memory_mib,
+            replicas=1,
+            priority=default_priority(kind, request.preemptible),
+            preemptible=request.preemptible,
+            min_runtime=0.0,
+            max_runtime=None,
+            start_seq=0,
+            placement_json=[],
+            restart_count=0,
+            preemptions=0,
+            message="",
+        )
+        self.loop.add(record)
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
+        self.write_json(self.view(record), status=201)
+
+
+class AllocationHandler(AllocationAccess):
+    async def get(self, allocation_id: str) -> None:
+        """With ``wait=S`` (and the ``version`` last seen), answer when something changed or
+        after S seconds, whichever comes first."""
+        self.require(READ)
+        record = self.find_allocation(allocation_id)
+        wait = self._float_argument("wait", 0.0)
+        seen = self._float_argument("version", -1)
+        deadline = time.monotonic() + min(wait, MAX_WAIT)
+        while (
+            record.state == "pending"
+            and seen == self.loop.version
+            and (left := deadline - time.monotonic()) > 0
+        ):
+            await self.loop.wait_for_change(left)
+        self.write_json(self.view(record))
+
+    async def delete(self, allocation_id: str) -> None:
+        self.require(SUBMIT)
+        record = self.find_allocation(allocation_id)
+        if record.state not in ("pending", "running"):
+            raise web.HTTPError(409, f"allocation {allocation_id} is already {record.state}")
+        await self.loop.cancel(record)
+        self.write_json(self.view(record))
+
+    def _float_argument(self, name: str, default: float) -> float:
+        raw = self.get_argument(name, None)
+        if raw in (None, ""):
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise InvalidSpec(name, f"must be a number, got {raw!r}") from None
+
+
+class AllocationEventsHandler(AllocationAccess):
+    """Server-sent events: one ``data:`` line (the allocation as JSON) whenever its state,
+    reason or queue position changes, until it is no longer pending."""
+
+    async def get(self, allocation_id: str) -> None:
+        self.require(READ)
+        record = self.find_allocation(allocation_id)
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("X-Accel-Buffering", "no")
+        last = None
+        while True:
+            view = self.view(record)
+            key = (view["state"], view["pending_reason"], view["queue_position"])
+            if key != last:
+                last = key
+                self.write(f"data: {json.dumps(view)}\n\n")
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return
+            if record.state != "pending":
+                break
+            await self.loop.wait_for_change(15.0)
+            if self.request.connection.stream.closed():  # type: ignore[union-attr]
+                return
+            await asyncio.sleep(0)
+        self.finish()
+
+
+default_handlers = [
+    (r"/api/v1/allocations/?", AllocationListHandler),
+    (r"/api/v1/allocations/([0-9]+)/?", AllocationHandler),
+    (r"/api/v1/allocations/([0-9]+)/events/?", AllocationEventsHandler),
+]

@@ -1,0 +1,178 @@
+"""What every API handler shares: authentication with the hub, scope checks, JSON in and
+out, errors as ``{"status", "message"}``, and the hub's pagination convention."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+from jupyterhub.services.auth import HubAuth
+from tornado import web
+
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import Caller
+from scheduler.service.directory import HubDirectory, HubDirectoryError
+from scheduler.service.loop import SchedulingLoop
+from scheduler.service.requests import parse_page
+
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+
+
+def _refuse_constant(name: str) -> None:
+    raise json.JSONDecodeError(f"{name} is not a number JSON allows", name, 0)
+
+
+class JSONErrors(web.RequestHandler):
+    """Errors as the hub writes them: ``{"status": N, "message": "..."}``."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        message = self._reason
+        exc_info = kwargs.get("exc_info")
+        if exc_info:
+            error = exc_info[1]
+            if isinstance(error, web.HTTPError) and error.log_message:
+                message = error.log_message % error.args if error.args else error.log_message
+            elif isinstance(error, InvalidSpec):
+                message = str(error)
+        self.clear_header("Content-Disposition")
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def _handle_request_exception(self, error: BaseException) -> None:
+        if isinstance(error, InvalidSpec):
+            self.send_error(error.status_hint, exc_info=(type(error), error, error.__traceback__))
+            return
+        super()._handle_request_exception(error)
+
+
+class NotFoundHandler(JSONErrors):
+    """Anything under the prefix that matches no route."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(404, f"no such API endpoint: {self.request.path}")
+
+
+class APIHandler(JSONErrors):
+    """Token-authenticated JSON API. ``prepare`` asks the hub who the token belongs to (cached
+    by ``HubAuth``), so by the time a verb runs ``self.caller`` is known."""
+
+    caller: Caller
+
+    @property
+    def hub_auth(self) -> HubAuth:
+        return self.settings["hub_auth"]
+
+    @property
+    def loop(self) -> SchedulingLoop:
+        return self.settings["scheduling_loop"]
+
+    @property
+    def directory(self) -> HubDirectory:
+        return self.settings["directory"]
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+
+    def check_xsrf_cookie(self) -> None:
+        """Tokens in headers cannot be forged across sites; pages check xsrf themselves."""
+
+    async def prepare(self) -> None:
+        model = await self.hub_auth.get_user(self, sync=False)
+        if not model:
+            raise web.HTTPError(
+                403, "authentication required: send a JupyterHub token as 'Authorization: token …'"
+            )
+        if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
+            raise web.HTTPError(
+                403, f"this token lacks {' or '.join(sorted(self.hub_auth.access_scopes))}"
+            )
+        kind = model.get("kind", "user")
+        groups = model.get("groups")
+        if groups is None and kind == "user":
+            try:
+                groups = await self.directory.groups_of(model["name"])
+            except HubDirectoryError as error:
+                raise web.HTTPError(503, str(error)) from None
+        self.caller = Caller(
+            name=model["name"],
+            scopes=frozenset(model.get("scopes") or ()),
+            groups=frozenset(groups or ()),
+            kind=kind,
+        )
+
+    def require(self, scope: str) -> None:
+        if not self.caller.has(scope):
+            raise web.HTTPError(403, f"this action needs the scope {scope}")
+
+    # -- bodies and replies ---------------------------------------------------------------
+
+    def json_body(self) -> Any:
+        if not self.request.body:
+            return {}
+        try:
+            return json.loads(self.request.body, parse_constant=_refuse_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise web.HTTPError(400, f"body: not valid JSON ({error})") from None
+
+    def write_json(self, value: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(value))
+
+    # -- lists ----------------------------------------------------------------------------
+
+    def page(self) -> tuple[int, int]:
+        settings = self.settings
+        arguments = {
+            key: self.get_argument(key)
+            for key in ("offset", "limit")
+            if key in self.request.arguments
+        }
+        return parse_page(arguments, settings["page_default_limit"], settings["page_max_limit"])
+
+    def write_page(self, items: Sequence[Any], offset: int, limit: int, total: int) -> None:
+        """A bare list, or with ``Accept: application/jupyterhub-pagination+json`` the hub's
+        ``{"items", "_pagination"}`` envelope with the ``next`` page's URL."""
+        if PAGINATION_MEDIA_TYPE not in self.request.headers.get("Accept", ""):
+            self.write_json(list(items))
+            return
+        following = None
+        if offset + len(items) < total:
+            arguments = {k: self.get_arguments(k) for k in self.request.arguments}
+            arguments.update(offset=[str(offset + limit)], limit=[str(limit)])
+            following = {
+                "offset": offset + limit,
+                "limit": limit,
+                "url": f"{self.request.path}?{urlencode(arguments, doseq=True)}",
+            }
+        self.write_json(
+            {
+                "items": list(items),
+                "_pagination": {
+                    "offset": offset,
+                    "limit": limit,
+                    "total": total,
+                    "next": following,
+                },
+            }
+        )
+
+    def flag_argument(self, name: str) -> bool:
+        """``?active``, ``?active=1``/``true``/``yes`` are on; ``0``/``false``/``no`` are off."""
+        if name not in self.request.arguments:
+            return False
+        raw = self.get_argument(name).lower()
+        if raw in ("", "1", "true", "yes"):
+            return True
+        if raw in ("0", "false", "no"):
+            return False
+        raise InvalidSpec(name, f"must be true or false, got {raw!r}")
+
+    def list_argument(self, name: str) -> list[str]:
+        """``?state=running&state=pending`` or ``?state=running,pending``."""
+        values = []
+        for raw in self.get_arguments(name):
+            values.extend(part for part in raw.split(",") if part)
+        return values

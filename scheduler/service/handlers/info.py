@@ -1,0 +1,127 @@
+"""The small read-only resources: service info, the caller, nodes, usage, metrics and the
+OpenAPI document."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+from tornado import web
+
+from scheduler import __version__
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
+from scheduler.service.handlers.base import APIHandler, JSONErrors
+from scheduler.service.views import iso, nodes_json
+
+OPENAPI = Path(__file__).resolve().parent.parent / "openapi.json"
+
+
+class RootHandler(APIHandler):
+    async def get(self) -> None:
+        inventory = self.loop.inventory
+        self.write_json(
+            {
+                "name": "frachub",
+                "version": __version__,
+                "backend": self.settings["backend_name"],
+                "inventory": inventory.source,
+                "nodes": len(inventory.nodes),
+                "gpus": len(inventory.gpus),
+            }
+        )
+
+
+class UserHandler(APIHandler):
+    """Who the token belongs to, its projects and what it may do: what the CLI and the
+    magics show as ``quota``."""
+
+    async def get(self) -> None:
+        caller = self.caller
+        projects = projects_of(caller.name, caller.groups, self.loop.queues, self.loop.members)
+        self.write_json(
+            {
+                "name": caller.name,
+                "kind": caller.kind,
+                "projects": projects,
+                "read": caller.has(READ),
+                "submit": caller.has(SUBMIT),
+                "admin": caller.is_admin,
+            }
+        )
+
+
+class NodesHandler(APIHandler):
+    async def get(self) -> None:
+        self.require(READ)
+        self.write_json(nodes_json(self.loop, self.caller.name, self.caller.is_admin))
+
+
+class UsageHandler(APIHandler):
+    """GPU-hours per project and user between ``start`` and ``end`` (ISO 8601; default: the
+    last 30 days). Users see their own rows; admins see everyone's."""
+
+    async def get(self) -> None:
+        self.require(READ)
+        now = time.time()
+        end = self._time("end", now)
+        start = self._time("start", end - 30 * 86400)
+        if start >= end:
+            raise InvalidSpec("start", "must be before end")
+        users = self.list_argument("user")
+        if not self.caller.is_admin:
+            if any(user != self.caller.name for user in users):
+                raise web.HTTPError(403, f"other users' usage needs {ADMIN}")
+            users = [self.caller.name]
+        rows = self.loop.store.usage(start, end, now, self.list_argument("project"), users)
+        self.write_json(
+            {
+                "start": iso(start),
+                "end": iso(end),
+                "rows": [
+                    {"project": r.project, "user": r.user, "gpu_hours": round(r.gpu_hours, 6)}
+                    for r in rows
+                ],
+                "total_gpu_hours": round(sum(r.gpu_hours for r in rows), 6),
+            }
+        )
+
+    def _time(self, name: str, default: float) -> float:
+        raw = self.get_argument(name, None)
+        if not raw:
+            return default
+        try:
+            moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidSpec(name, f"must be an ISO 8601 time, got {raw!r}") from None
+        if moment.tzinfo is None:
+            raise InvalidSpec(name, f"needs a time zone (for example {raw}Z)")
+        return moment.timestamp()
+
+
+class MetricsHandler(APIHandler):
+    """Prometheus text format; scrape with a token holding the read scope."""
+
+    async def get(self) -> None:
+        self.require(READ)
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(self.settings["metrics"].render())
+
+
+class OpenAPIHandler(JSONErrors):
+    """The API's description is public, like the hub's own REST API documentation."""
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(OPENAPI.read_bytes())
+
+
+default_handlers = [
+    (r"/api/v1/?", RootHandler),
+    (r"/api/v1/user/?", UserHandler),
+    (r"/api/v1/nodes/?", NodesHandler),
+    (r"/api/v1/usage/?", UsageHandler),
+    (r"/api/v1/openapi\.json", OpenAPIHandler),
+    (r"/metrics", MetricsHandler),
+]

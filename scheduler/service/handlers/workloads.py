@@ -1,0 +1,244 @@
+"""``/api/v1/workloads``: submit, list, inspect, cancel training; read its logs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from scheduler.engine import default_priority
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
+from scheduler.service.directory import HubDirectoryError
+from scheduler.service.handlers.base import APIHandler
+from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
+from scheduler.service.requests import parse_submission
+from scheduler.service.views import workload_json
+
+STATES = (*ACTIVE_STATES, *FINAL_STATES)
+KINDS = ("training", "inference", "interactive")
+LOG_CHUNK = 64 * 1024
+
+
+class WorkloadAccess(APIHandler):
+    """Finding one workload the caller may see: another user's answers 404, like the hub."""
+
+    def find(self, workload_id: str) -> WorkloadRecord:
+        record = self.loop.records.get(int(workload_id)) or self.loop.store.workload(
+            int(workload_id)
+        )
+        if record is None or not (self.caller.is_admin or record.user == self.caller.name):
+            raise web.HTTPError(404, f"workload {workload_id} not found")
+        return record
+
+    async def project_for(self, requested: str | None, user: str) -> str:
+        """The project a workload goes to: the one asked for if ``user`` belongs to it (admins
+        may use any), or the user's only project when none was named."""
+        if user == self.caller.name:
+            groups = self.caller.groups
+        else:
+            try:
+                groups = await self.directory.groups_of(user)
+            except HubDirectoryError as error:
+                raise web.HTTPError(503, str(error)) from None
+        mine = projects_of(user, groups, self.loop.queues, self.loop.members)
+        if requested is None:
+            if len(mine) == 1:
+                return mine[0]
+            if not mine:
+                raise web.HTTPError(
+                    403, f"{user} is not a member of any project; ask an admin to add them"
+                )
+            raise InvalidSpec("project", f"is required: {user} is in {', '.join(mine)}")
+        if requested not in leaf_projects(self.loop.queues):
+            raise InvalidSpec("project", f"no such project {requested!r}")
+        if requested not in mine and not self.caller.is_admin:
+            raise web.HTTPError(
+                403,
+                f"{user} is not a member of project {requested}"
+                + (f"; their projects: {', '.join(mine)}" if mine else ""),
+            )
+        return requested
+
+
+class WorkloadListHandler(WorkloadAccess):
+    async def get(self) -> None:
+        self.require(READ)
+        users = self.list_argument("user")
+        if not self.caller.is_admin:
+            if any(user != self.caller.name for user in users):
+                raise web.HTTPError(
+                    403, "listing other users' workloads needs custom:frachub:admin"
+                )
+            users = [self.caller.name]
+        states = self.list_argument("state")
+        kinds = self.list_argument("kind")
+        for name, values, known in (("state", states, STATES), ("kind", kinds, KINDS)):
+            unknown = [value for value in values if value not in known]
+            if unknown:
+                raise InvalidSpec(name, f"unknown {name} {unknown[0]!r}; one of {', '.join(known)}")
+        if self.flag_argument("active"):
+            states = states or list(ACTIVE_STATES)
+        offset, limit = self.page()
+        records, total = self.loop.store.workloads(
+            states=states,
+            projects=self.list_argument("project"),
+            users=users,
+            kinds=kinds,
+            offset=offset,
+            limit=limit,
+        )
+        live = self.loop.records
+        items = [workload_json(live.get(record.id, record), self.loop) for record in records]
+        self.write_page(items, offset, limit, total)
+
+    async def post(self) -> None:
+        self.require(SUBMIT)
+        submission = parse_submission(self.json_body())
+        ceiling = default_priority(submission.kind, False)
+        if submission.priority > ceiling and not self.caller.is_admin:
+            raise InvalidSpec(
+                "priority",
+                f"may be at most {ceiling} for {submission.kind.value} work "
+                f"(higher needs {ADMIN}), got {submission.priority}",
+            )
+        project = await self.project_for(submission.project, self.caller.name)
+        record = WorkloadRecord(
+            name=submission.name or "",
+            user=self.caller.name,
+            project=project,
+            kind=submission.kind.value,
+            command=submission.command,
+            working_dir=submission.working_dir,
+            env=submission.env,
+            gpus=submission.gpus,
+            gpu_memory_mib=submission.gpu_memory_mib,
+            replicas=submission.replicas,
+            priority=submission.priority,
+            preemptible=submission.preemptible,
+            min_runtime=(
+                submission.min_runtime
+                if submission.min_runtime is not None
+                else self.settings["default_min_runtime"]
+            ),
+            max_runtime=submission.max_runtime,
+            start_seq=0,
+            placement_json=[],
+            restart_count=0,
+            preemptions=0,
+            message="",
+        )
+        self.loop.add(record)
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
+        self.write_json(workload_json(record, self.loop), status=201)
+
+
+class WorkloadHandler(WorkloadAccess):
+    async def get(self, workload_id: str) -> None:
+        self.require(READ)
+        record = self.find(workload_id)
+        self.write_json(workload_json(record, self.loop, self.loop.store.events(record.id)))
+
+    async def delete(self, workload_id: str) -> None:
+        self.require(SUBMIT)
+        record = self.find(workload_id)
+        if record.is_allocation:
+            raise web.HTTPError(
+                409,
+                f"workload {workload_id} is a notebook allocation; release it through "
+                "allocations or stop the server",
+            )
+        if record.state not in ("pending", "running", "preempting"):
+            raise web.HTTPError(409, f"workload {workload_id} is already {record.state}")
+        await self.loop.cancel(record)
+        self.write_json(workload_json(record, self.loop))
+
+
+class WorkloadLogsHandler(WorkloadAccess):
+    """Plain text; ``tail=N`` lines, ``follow=1`` keeps streaming until the workload ends."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+
+    async def get(self, workload_id: str) -> None:
+        self.require(READ)
+        record = self.find(workload_id)
+        if record.is_allocation:
+            raise web.HTTPError(404, f"workload {workload_id} is a notebook; it has no job logs")
+        replica = self._int_argument("replica", 0)
+        if replica >= record.replicas:
+            raise InvalidSpec("replica", f"must be below {record.replicas}, got {replica}")
+        tail = self._int_argument("tail", -1)
+        follow = self.get_argument("follow", "0").lower() in ("1", "true", "yes")
+        path = self.loop.backend.log_path(record.id, replica)
+        position = 0
+        if path and os.path.exists(path):
+            position = self._write_tail(path, tail)
+        await self.flush()
+        while follow and record.id in self.loop.records:
+            await asyncio.sleep(0.5)
+            if path and os.path.exists(path):
+                position = self._write_from(path, position)
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return
+        if follow and path and os.path.exists(path):
+            self._write_from(path, position)
+        self.finish()
+
+    def _int_argument(self, name: str, default: int) -> int:
+        raw = self.get_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidSpec(name, f"must be a whole number, got {raw!r}") from None
+        if value < 0:
+            raise InvalidSpec(name, f"must be >= 0, got {value}")
+        return value
+
+    def _write_tail(self, path: str, lines: int) -> int:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            if lines < 0:
+                start = 0
+            else:
+                start, found = size, 0
+                while start > 0 and found <= lines:
+                    step = min(LOG_CHUNK, start)
+                    start -= step
+                    handle.seek(start)
+                    found += handle.read(step).count(b"\n")
+                handle.seek(start)
+                data = handle.read(size - start)
+                if lines == 0:
+                    return size
+                kept = data.split(b"\n")
+                ending = kept[-1] == b""
+                kept = kept[-(lines + 1) :] if ending else kept[-lines:]
+                self.write(b"\n".join(kept))
+                return size
+            handle.seek(start)
+            self.write(handle.read(size - start))
+            return size
+
+    def _write_from(self, path: str, position: int) -> int:
+        with open(path, "rb") as handle:
+            handle.seek(position)
+            data = handle.read()
+        if data:
+            self.write(data)
+        return position + len(data)
+
+
+default_handlers = [
+    (r"/api/v1/workloads/?", WorkloadListHandler),
+    (r"/api/v1/workloads/([0-9]+)/?", WorkloadHandler),
+    (r"/api/v1/workloads/([0-9]+)/logs/?", WorkloadLogsHandler),
+]

@@ -1,0 +1,102 @@
+"""Prometheus metrics: what an operator graphs to see whether the GPUs are shared well.
+
+Each service instance has its own registry (tests start several in one process); the
+``/metrics`` handler renders it in the text exposition format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from scheduler.engine import CycleResult
+
+WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
+CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.queue_pending = Gauge(
+            "frachub_queue_pending_workloads",
+            "Workloads waiting, per project",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_running = Gauge(
+            "frachub_queue_running_workloads",
+            "Workloads holding GPUs, per project",
+            ["queue"],
+            registry=r,
+        )
+        self.allocated = Gauge(
+            "frachub_queue_allocated_gpus",
+            "GPUs held by a project's workloads",
+            ["queue"],
+            registry=r,
+        )
+        self.deserved = Gauge(
+            "frachub_queue_deserved_gpus",
+            "A project's guaranteed quota in GPUs",
+            ["queue"],
+            registry=r,
+        )
+        self.fair_share = Gauge(
+            "frachub_queue_fair_share_gpus",
+            "A project's fair share of the cluster right now (deserved plus its share of idle)",
+            ["queue"],
+            registry=r,
+        )
+        self.time_to_start = Histogram(
+            "frachub_time_to_start_seconds",
+            "From submission (or requeue) to holding GPUs, by workload kind",
+            ["kind"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "frachub_preemptions", "Workloads evicted, by reason", ["reason"], registry=r
+        )
+        self.submissions = Counter(
+            "frachub_submissions", "Workloads submitted, by kind", ["kind"], registry=r
+        )
+        self.cycle_seconds = Histogram(
+            "frachub_cycle_duration_seconds",
+            "Time to run the engine until it settles and apply its decisions",
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.workloads = Gauge(
+            "frachub_active_workloads", "Active workloads by state", ["state"], registry=r
+        )
+
+    def submitted(self, kind: str) -> None:
+        self.submissions.labels(kind).inc()
+
+    def started(self, kind: str, waited: float) -> None:
+        self.time_to_start.labels(kind).observe(max(waited, 0.0))
+
+    def preempted(self, reason: str) -> None:
+        self.preemptions.labels(reason).inc()
+
+    def cycle(self, seconds: float, result: CycleResult, records: Iterable) -> None:
+        self.cycle_seconds.observe(seconds)
+        for name, status in result.queues.items():
+            self.queue_pending.labels(name).set(status.pending)
+            self.queue_running.labels(name).set(status.running)
+            self.allocated.labels(name).set(status.allocated_gpus)
+            self.deserved.labels(name).set(status.deserved_gpus)
+            self.fair_share.labels(name).set(status.fair_share_gpus)
+        counts: dict[str, int] = dict.fromkeys(
+            ("pending", "running", "preempting", "cancelling", "stopping"), 0
+        )
+        for record in records:
+            counts[record.state] = counts.get(record.state, 0) + 1
+        for state, count in counts.items():
+            self.workloads.labels(state).set(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

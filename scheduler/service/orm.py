@@ -1,0 +1,134 @@
+"""The store's tables, as SQLAlchemy ORM classes.
+
+The service keeps the rows of active workloads in memory as these very objects (one
+long-lived session with ``expire_on_commit=False``, the way JupyterHub keeps its users), so
+there is one representation of a workload, and every change reaches the database in the same
+transaction as its event. Times are Unix seconds (floats); the API renders them as ISO 8601.
+
+Changing a table means adding a migration under ``migrations/versions`` as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from scheduler.engine import GpuShare, Placement, ReplicaPlacement
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+ACTIVE_STATES = ("pending", "running", "preempting", "cancelling", "stopping")
+"""States the scheduler still acts on; every other state is final."""
+
+FINAL_STATES = ("succeeded", "failed", "cancelled", "released", "revoked")
+
+
+class WorkloadRecord(Base):
+    """A training job or a notebook's GPU allocation (``command`` is None for allocations)."""
+
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    working_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    env: Mapped[dict] = mapped_column(JSON, default=dict)
+    server_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    replicas: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[int] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean)
+    min_runtime: Mapped[float] = mapped_column(Float, default=0.0)
+    max_runtime: Mapped[float | None] = mapped_column(Float, nullable=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    start_seq: Mapped[int] = mapped_column(Integer, default=0)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    placement_json: Mapped[list] = mapped_column("placement", JSON, default=list)
+    handle: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+    @property
+    def placement(self) -> Placement:
+        return placement_from_json(self.placement_json)
+
+    @placement.setter
+    def placement(self, value: Placement) -> None:
+        self.placement_json = placement_to_json(value)
+
+    @property
+    def is_allocation(self) -> bool:
+        return self.command is None
+
+
+class EventRecord(Base):
+    """One line of a workload's history ("started on node-0 GPU 1", "preempted: reclaim")."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    type: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class QueueRecord(Base):
+    """A project or department. ``source`` is "config" for queues the config file defines
+    (changed only there) and "api" for queues admins created through the REST API."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    parent: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    deserved_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    over_quota_weight: Mapped[float] = mapped_column(Float, default=1.0)
+    limit_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    members: Mapped[list] = mapped_column(JSON, default=list)
+    source: Mapped[str] = mapped_column(String(16), default="api")
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class UsageRecord(Base):
+    """An interval during which a workload held GPUs; ``end`` is None while it still does."""
+
+    __tablename__ = "usage"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), index=True)
+    user: Mapped[str] = mapped_column(String(255), index=True)
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    gpus: Mapped[float] = mapped_column(Float)
+    start: Mapped[float] = mapped_column(Float, index=True)
+    end: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+
+
+def placement_to_json(placement: Placement) -> list:
+    return [
+        {"node": replica.node, "gpus": [[share.index, share.milli] for share in replica.gpus]}
+        for replica in placement
+    ]
+
+
+def placement_from_json(data: list) -> Placement:
+    return tuple(
+        ReplicaPlacement(
+            replica["node"], tuple(GpuShare(int(i), int(milli)) for i, milli in replica["gpus"])
+        )
+        for replica in data or ()
+    )

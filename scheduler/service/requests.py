@@ -1,0 +1,277 @@
+"""What the REST API accepts, validated completely before anything is stored.
+
+Pure functions from decoded JSON to typed requests; the first problem raises ``InvalidSpec``
+naming the field (``gpus: must be a fraction in (0, 1] ...``), which the handlers turn into a
+400 ``{"status", "message"}``. Unknown fields are refused, as in scenario files: a misspelt
+``gpu`` silently defaulting would start the wrong job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scheduler.engine import Kind, Queue, default_priority
+from scheduler.engine.model import DEFAULT_PREEMPTIBLE
+from scheduler.fields import (
+    QUEUE_FIELDS,
+    InvalidSpec,
+    gpus_field,
+    integer_field,
+    mapping_field,
+    number_field,
+    parse_queues,
+)
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_REPLICAS = 256
+RESERVED_ENV = ("FRACHUB_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+SUBMIT_FIELDS = (
+    "name",
+    "project",
+    "command",
+    "working_dir",
+    "env",
+    "gpus",
+    "gpu_memory_gib",
+    "replicas",
+    "priority",
+    "kind",
+    "preemptible",
+    "max_runtime_seconds",
+    "min_runtime_seconds",
+)
+ALLOCATE_FIELDS = ("user", "server_name", "project", "gpus", "gpu_memory_gib", "preemptible")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A training (or inference) workload as submitted; ``project`` may still be None, to be
+    resolved from the submitter's memberships."""
+
+    name: str | None
+    project: str | None
+    command: str | list[str]
+    working_dir: str | None
+    env: dict[str, str]
+    gpus: float | None
+    gpu_memory_mib: int | None
+    replicas: int
+    kind: Kind
+    priority: int
+    preemptible: bool
+    max_runtime: float | None
+    min_runtime: float | None
+
+
+@dataclass(frozen=True)
+class AllocationRequest:
+    """A notebook server's GPU share, asked for by the spawner on the user's behalf."""
+
+    user: str | None
+    server_name: str
+    project: str | None
+    gpus: float | None
+    gpu_memory_mib: int | None
+    preemptible: bool
+
+
+def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(document, Mapping):
+        raise InvalidSpec("body", "must be a JSON object")
+    return mapping_field(document, "", allowed)
+
+
+def _optional_name(body: Mapping, key: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise InvalidSpec(
+            key,
+            "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+            f"got {value!r}",
+        )
+    return value
+
+
+def _gpu_request(body: Mapping) -> tuple[float | None, int | None]:
+    gpus, memory_mib = gpus_field(body, "")
+    return (None, memory_mib) if memory_mib is not None else (gpus, None)
+
+
+def _bool(body: Mapping, key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidSpec(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _command(value: Any) -> str | list[str]:
+    if isinstance(value, str) and value.strip():
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(part, str) for part in value)
+        and value[0]
+    ):
+        return list(value)
+    raise InvalidSpec(
+        "command",
+        "is required: a shell command line (string) or a list of program and arguments",
+    )
+
+
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec("env", "must be an object of variable names to string values")
+    env: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+            raise InvalidSpec(f"env.{key}", "is not a valid environment variable name")
+        if key.startswith(RESERVED_ENV):
+            raise InvalidSpec(f"env.{key}", "is set by FracHub from the GPU share")
+        if not isinstance(item, str):
+            raise InvalidSpec(f"env.{key}", f"must be a string, got {item!r}")
+        env[key] = item
+    return env
+
+
+def parse_submission(document: Any) -> Submission:
+    body = _body(document, SUBMIT_FIELDS)
+    kind_name = body.get("kind", "training")
+    if kind_name not in (Kind.TRAINING.value, Kind.INFERENCE.value):
+        raise InvalidSpec(
+            "kind",
+            f"must be 'training' or 'inference', got {kind_name!r} "
+            "(notebooks get their GPUs through allocations)",
+        )
+    kind = Kind(kind_name)
+    working_dir = body.get("working_dir")
+    if working_dir is not None and (not isinstance(working_dir, str) or not working_dir):
+        raise InvalidSpec("working_dir", "must be a directory path")
+    gpus, memory_mib = _gpu_request(body)
+    preemptible = _bool(body, "preemptible", DEFAULT_PREEMPTIBLE[kind])
+    priority = body.get("priority", default_priority(kind, preemptible))
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidSpec("priority", f"must be a whole number, got {priority!r}")
+    replicas = integer_field(body, "replicas", "", 1, 1)
+    if replicas > MAX_REPLICAS:
+        raise InvalidSpec("replicas", f"must be at most {MAX_REPLICAS}, got {replicas}")
+    return Submission(
+        name=_optional_name(body, "name"),
+        project=_optional_name(body, "project"),
+        command=_command(body.get("command")),
+        working_dir=working_dir,
+        env=_env(body.get("env")),
+        gpus=gpus,
+        gpu_memory_mib=memory_mib,
+        replicas=replicas,
+        kind=kind,
+        priority=priority,
+        preemptible=preemptible,
+        max_runtime=number_field(
+            body, "max_runtime_seconds", "", None, optional=True, strictly_positive=True
+        ),
+        min_runtime=number_field(body, "min_runtime_seconds", "", None, optional=True),
+    )
+
+
+def parse_allocation(document: Any) -> AllocationRequest:
+    body = _body(document, ALLOCATE_FIELDS)
+    server_name = body.get("server_name", "")
+    if not isinstance(server_name, str):
+        raise InvalidSpec("server_name", "must be a string ('' for the default server)")
+    gpus, memory_mib = _gpu_request(body)
+    return AllocationRequest(
+        user=_optional_name(body, "user"),
+        server_name=server_name,
+        project=_optional_name(body, "project"),
+        gpus=gpus,
+        gpu_memory_mib=memory_mib,
+        preemptible=_bool(body, "preemptible", False),
+    )
+
+
+def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:
+    """A queue created (``name`` None, taken from the body) or changed (``name`` given, the
+    body holds only the fields to change) through the API, checked against the others."""
+    body = _body(document, (*QUEUE_FIELDS, "members"))
+    if name is not None:
+        if "name" in body and body["name"] != name:
+            raise InvalidSpec("name", "cannot be changed; create a new queue instead")
+        current = next(queue for queue in existing if queue.name == name)
+        merged = {
+            "name": name,
+            "parent": current.parent,
+            "deserved_gpus": current.deserved_gpus,
+            "over_quota_weight": current.over_quota_weight,
+            "limit_gpus": current.limit_gpus,
+            "priority": current.priority,
+        }
+        merged.update({k: v for k, v in body.items() if k != "members"})
+        others = [queue for queue in existing if queue.name != name]
+    else:
+        merged = {k: v for k, v in body.items() if k != "members"}
+        others = list(existing)
+        _optional_name(merged, "name")
+    if any(queue.name == merged.get("name") for queue in others):
+        raise InvalidSpec("name", f"a queue named {merged['name']!r} exists", status_hint=409)
+    entries = [_queue_dict(queue) for queue in others] + [merged]
+    try:
+        parsed = parse_queues(entries, "queues")
+    except InvalidSpec as error:
+        # name the field of the new entry without the list index the client never sent
+        prefix = f"queues[{len(others)}] ({merged.get('name')})."
+        if error.where.startswith(prefix):
+            raise InvalidSpec(error.where.removeprefix(prefix), error.message) from None
+        raise InvalidSpec("body", error.message) from None
+    # parse_queues reads a missing quota on a leaf as 0; stored, None keeps meaning "what my
+    # children deserve" once the queue gets children, and 0 while it has none
+    return replace(parsed[-1], deserved_gpus=merged.get("deserved_gpus"))
+
+
+def parse_members(document: Mapping[str, Any]) -> list[str] | None:
+    members = document.get("members")
+    if members is None:
+        return None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise InvalidSpec("members", "must be a list of user names")
+    return list(members)
+
+
+def _queue_dict(queue: Queue) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "parent": queue.parent,
+        "deserved_gpus": queue.deserved_gpus,
+        "over_quota_weight": queue.over_quota_weight,
+        "limit_gpus": queue.limit_gpus,
+        "priority": queue.priority,
+    }
+
+
+def parse_page(arguments: Mapping[str, str], default_limit: int, max_limit: int) -> tuple[int, int]:
+    """``offset`` and ``limit`` the way the hub's API takes them."""
+    values = []
+    for key, default in (("offset", 0), ("limit", default_limit)):
+        raw = arguments.get(key)
+        if raw is None or raw == "":
+            values.append(default)
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidSpec(key, f"must be a whole number, got {raw!r}") from None
+        if value < 0:
+            raise InvalidSpec(key, f"must be >= 0, got {value}")
+        values.append(value)
+    offset, limit = values
+    return offset, max(1, min(limit, max_limit))

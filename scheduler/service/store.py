@@ -1,0 +1,233 @@
+"""Durable state: the SQL database behind the service (SQLite with WAL by default, any
+SQLAlchemy URL such as PostgreSQL by configuration).
+
+Every change the scheduler makes is one ``commit()``: the rows it touched and the events
+that explain them land together or not at all, so a crash never leaves a half-written
+workload. The schema is versioned with Alembic; ``open_store`` upgrades an older database on
+start-up and refuses one written by a newer FracHub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, func, or_, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from scheduler.service.orm import (
+    ACTIVE_STATES,
+    EventRecord,
+    QueueRecord,
+    UsageRecord,
+    WorkloadRecord,
+)
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (unreachable, or newer than this FracHub)."""
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers go on while the scheduler writes; NORMAL is durable across a process
+    # crash (the case we promise), trading only the last transactions on a power loss.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _alembic_config(connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest revision this code knows."""
+    with engine.begin() as connection:
+        config = _alembic_config(connection)
+        current = MigrationContext.configure(connection).get_current_revision()
+        known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
+        if current is not None and current not in known:
+            raise StoreError(
+                f"the database is at schema revision {current}, which this FracHub does not "
+                "know; it was written by a newer version. Upgrade FracHub or use another "
+                "database."
+            )
+        command.upgrade(config, "head")
+
+
+def open_store(url: str) -> Store:
+    """Connect, create or upgrade the schema, and return the store."""
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = create_engine(url)
+    except Exception as error:  # a malformed URL or a missing driver
+        raise StoreError(f"cannot use database {url!r}: {error}") from error
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    try:
+        upgrade(engine)
+    except StoreError:
+        raise
+    except Exception as error:
+        raise StoreError(f"cannot open database {url!r}: {error}") from error
+    return Store(engine)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    project: str
+    user: str
+    gpu_hours: float
+
+
+class Store:
+    """One long-lived session whose objects stay usable after commit (the service keeps the
+    active workloads in memory as these rows)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.session: Session = sessionmaker(engine, expire_on_commit=False)()
+
+    def close(self) -> None:
+        self.session.close()
+        self.engine.dispose()
+
+    # -- writing ------------------------------------------------------------------------
+
+    def add(self, *records: object) -> None:
+        self.session.add_all(records)
+
+    def event(self, workload: WorkloadRecord, time: float, type_: str, message: str = "") -> None:
+        self.session.add(
+            EventRecord(workload_id=workload.id, time=time, type=type_, message=message)
+        )
+
+    def commit(self) -> None:
+        try:
+            self.session.commit()
+        except Exception:
+            self.session.rollback()
+            raise
+
+    def rollback(self) -> None:
+        self.session.rollback()
+
+    def flush(self) -> None:
+        self.session.flush()
+
+    # -- workloads ----------------------------------------------------------------------
+
+    def active_workloads(self) -> list[WorkloadRecord]:
+        query = select(WorkloadRecord).where(WorkloadRecord.state.in_(ACTIVE_STATES))
+        return list(self.session.scalars(query.order_by(WorkloadRecord.id)))
+
+    def workload(self, workload_id: int) -> WorkloadRecord | None:
+        return self.session.get(WorkloadRecord, workload_id)
+
+    def workloads(
+        self,
+        *,
+        states: Sequence[str] = (),
+        projects: Sequence[str] = (),
+        users: Sequence[str] = (),
+        kinds: Sequence[str] = (),
+        allocations: bool | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[WorkloadRecord], int]:
+        """One page of workloads, newest first, and how many match in all."""
+        query = select(WorkloadRecord)
+        if states:
+            query = query.where(WorkloadRecord.state.in_(states))
+        if projects:
+            query = query.where(WorkloadRecord.project.in_(projects))
+        if users:
+            query = query.where(WorkloadRecord.user.in_(users))
+        if kinds:
+            query = query.where(WorkloadRecord.kind.in_(kinds))
+        if allocations is True:
+            query = query.where(WorkloadRecord.command.is_(None))
+        elif allocations is False:
+            query = query.where(WorkloadRecord.command.is_not(None))
+        total = self.session.scalar(select(func.count()).select_from(query.subquery())) or 0
+        page = query.order_by(WorkloadRecord.id.desc()).offset(offset).limit(limit)
+        return list(self.session.scalars(page)), total
+
+    def events(self, workload_id: int) -> list[EventRecord]:
+        query = select(EventRecord).where(EventRecord.workload_id == workload_id)
+        return list(self.session.scalars(query.order_by(EventRecord.id)))
+
+    def max_start_seq(self) -> int:
+        return self.session.scalar(select(func.max(WorkloadRecord.start_seq))) or 0
+
+    # -- queues -------------------------------------------------------------------------
+
+    def queues(self) -> list[QueueRecord]:
+        query = select(QueueRecord).order_by(QueueRecord.position, QueueRecord.name)
+        return list(self.session.scalars(query))
+
+    def delete(self, record: object) -> None:
+        self.session.delete(record)
+
+    # -- usage --------------------------------------------------------------------------
+
+    def open_usage(self, workload: WorkloadRecord, gpus: float, start: float) -> None:
+        self.session.add(
+            UsageRecord(
+                workload_id=workload.id,
+                user=workload.user,
+                project=workload.project,
+                gpus=gpus,
+                start=start,
+                end=None,
+            )
+        )
+
+    def close_usage(self, workload: WorkloadRecord, end: float) -> None:
+        query = select(UsageRecord).where(
+            UsageRecord.workload_id == workload.id, UsageRecord.end.is_(None)
+        )
+        for interval in self.session.scalars(query):
+            interval.end = max(end, interval.start)
+
+    def usage(
+        self,
+        start: float,
+        end: float,
+        now: float,
+        projects: Iterable[str] = (),
+        users: Iterable[str] = (),
+    ) -> list[UsageRow]:
+        """GPU-hours per (project, user) held within [start, end); open intervals run to now."""
+        query = select(UsageRecord).where(
+            UsageRecord.start < end, or_(UsageRecord.end.is_(None), UsageRecord.end > start)
+        )
+        projects, users = list(projects), list(users)
+        if projects:
+            query = query.where(UsageRecord.project.in_(projects))
+        if users:
+            query = query.where(UsageRecord.user.in_(users))
+        totals: dict[tuple[str, str], float] = {}
+        for interval in self.session.scalars(query):
+            stop = interval.end if interval.end is not None else now
+            overlap = min(stop, end) - max(interval.start, start)
+            if overlap > 0:
+                key = (interval.project, interval.user)
+                totals[key] = totals.get(key, 0.0) + interval.gpus * overlap / 3600
+        return [UsageRow(p, u, hours) for (p, u), hours in sorted(totals.items())]

@@ -1,0 +1,151 @@
+"""How the API shows things: workloads, queues and nodes as JSON-ready dicts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.backends.base import Inventory
+from scheduler.engine import MILLI, Placement, QueueStatus
+from scheduler.service.loop import SchedulingLoop
+from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
+
+
+def iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return (
+        datetime.fromtimestamp(seconds, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str, Any]]:
+    uuids = {(gpu.node, gpu.index): gpu.uuid for gpu in inventory.gpus}
+    return [
+        {
+            "node": replica.node,
+            "gpus": [
+                {
+                    "index": share.index,
+                    "uuid": uuids.get((replica.node, share.index)),
+                    "share": share.milli / MILLI,
+                }
+                for share in replica.gpus
+            ],
+        }
+        for replica in placement
+    ]
+
+
+def workload_json(
+    record: WorkloadRecord, loop: SchedulingLoop, events: list[EventRecord] | None = None
+) -> dict[str, Any]:
+    pending = loop.pending.get(record.id) if record.state == "pending" else None
+    value: dict[str, Any] = {
+        "id": record.id,
+        "name": record.name,
+        "user": record.user,
+        "project": record.project,
+        "kind": record.kind,
+        "state": record.state,
+        "gpus": record.gpus,
+        "gpu_memory_gib": None if record.gpu_memory_mib is None else record.gpu_memory_mib / 1024,
+        "replicas": record.replicas,
+        "priority": record.priority,
+        "preemptible": record.preemptible,
+        "submitted_at": iso(record.submitted_at),
+        "started_at": iso(record.started_at),
+        "finished_at": iso(record.finished_at),
+        "placement": placement_json(record.placement, loop.inventory),
+        "pending_reason": pending.reason if pending else None,
+        "queue_position": pending.position if pending else None,
+        "preemptions": record.preemptions,
+        "restart_count": record.restart_count,
+        "exit_code": record.exit_code,
+        "message": record.message or None,
+    }
+    if record.is_allocation:
+        value["server_name"] = record.server_name
+    else:
+        value.update(
+            command=record.command,
+            working_dir=record.working_dir,
+            env=record.env or {},
+            min_runtime_seconds=record.min_runtime,
+            max_runtime_seconds=record.max_runtime,
+        )
+    if events is not None:
+        value["events"] = [
+            {"time": iso(event.time), "type": event.type, "message": event.message}
+            for event in events
+        ]
+    return value
+
+
+def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[str]) -> dict:
+    return {
+        "name": record.name,
+        "parent": record.parent,
+        "children": children,
+        "deserved_gpus": record.deserved_gpus,
+        "over_quota_weight": record.over_quota_weight,
+        "limit_gpus": record.limit_gpus,
+        "priority": record.priority,
+        "members": list(record.members or ()),
+        "source": record.source,
+        "allocated_gpus": status.allocated_gpus if status else 0.0,
+        "fair_share_gpus": status.fair_share_gpus if status else 0.0,
+        "running": status.running if status else 0,
+        "pending": status.pending if status else 0,
+    }
+
+
+def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str, Any]]:
+    """Every GPU and who holds which share of it. Other users' workloads show their project
+    and share only, unless the viewer is an admin."""
+    holders: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for record in loop.records.values():
+        if record.state == "pending":
+            continue
+        visible = admin or record.user == viewer
+        for replica in record.placement:
+            for share in replica.gpus:
+                holders.setdefault((replica.node, share.index), []).append(
+                    {
+                        "share": share.milli / MILLI,
+                        "project": record.project,
+                        "kind": record.kind,
+                        "state": record.state,
+                        "workload": record.id if visible else None,
+                        "name": record.name if visible else None,
+                        "user": record.user if visible else None,
+                    }
+                )
+    nodes = []
+    for node in loop.inventory.nodes:
+        gpus = []
+        for gpu in (g for g in loop.inventory.gpus if g.node == node.name):
+            shares = holders.get((node.name, gpu.index), [])
+            gpus.append(
+                {
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "model": gpu.model,
+                    "memory_gib": gpu.memory_mib / 1024,
+                    "used": round(sum(s["share"] for s in shares), 3),
+                    "holders": shares,
+                }
+            )
+        nodes.append(
+            {
+                "name": node.name,
+                "gpus": gpus,
+                "gpu_count": node.gpus,
+                "gpu_memory_gib": node.gpu_memory_mib / 1024,
+                "gpu_model": node.gpu_model,
+                "labels": dict(node.labels),
+            }
+        )
+    return nodes
