@@ -59,7 +59,13 @@ def workload_json(
         "started_at": iso(record.started_at),
         "finished_at": iso(record.finished_at),
         "placement": placement_json(record.placement, loop.inventory),
-        "pending_reason": pending.reason if pending else None,
+        "pending_reason": (
+            pending.reason
+            if pending
+            else "waiting for the scheduler's next cycle"
+            if record.state == "pending"
+            else None
+        ),
         "queue_position": pending.position if pending else None,
         "preemptions": record.preemptions,
         "restart_count": record.restart_count,

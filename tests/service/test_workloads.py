@@ -1,0 +1,256 @@
+"""Training through the REST API: submit, run as a real subprocess, logs, exit codes,
+preemption and requeue in the original place, cancel, validation, pagination, usage."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import httpx
+import pytest
+from hubharness import API_PATH
+from service_client import checked, service_config, submit, wait_for, wait_state, workload
+
+PRINT_ENV = (
+    'python3 -c "import json, os; print(json.dumps({k: v for k, v in os.environ.items() '
+    "if k.startswith(('FRACHUB_', 'CUDA_', 'XLA_', 'TF_'))}))\""
+)
+
+
+@pytest.fixture(scope="module")
+def service(hub, tmp_path_factory):
+    from hubharness import ServiceProcess
+
+    process = ServiceProcess(
+        hub,
+        service_config(gpus=2, grace=1),
+        tmp_path_factory.mktemp("workloads"),
+        config_name="frachub_config.py",
+    ).start()
+    yield process
+    process.stop()
+
+
+SERIAL = itertools.count(1)
+
+
+@pytest.fixture
+def user(hub, service, request):
+    """A client for a new member of ``vision`` (one per test, so lists start empty)."""
+
+    def make(group: str = "vision") -> httpx.Client:
+        name = f"wl-{next(SERIAL)}-{group}"
+        hub.create_user(name, groups=[group])
+        client = httpx.Client(
+            base_url=hub.service_url(API_PATH),
+            headers={"Authorization": f"token {hub.token_for(name)}"},
+            timeout=30,
+        )
+        request.addfinalizer(client.close)
+        return client
+
+    return make
+
+
+def drain(client: httpx.Client) -> None:
+    """Cancel whatever the test left running so the next test finds free GPUs."""
+    for item in checked(client.get("workloads?active")).json():
+        client.delete(f"workloads/{item['id']}")
+    wait_for(lambda: not checked(client.get("workloads?active")).json(), 20, "drained")
+
+
+def test_a_job_runs_with_the_environment_contract(user) -> None:
+    alice = user()
+    job = submit(alice, command=PRINT_ENV, gpus=0.5, name="env-check", env={"MY_SETTING": "x"})
+    assert job["state"] == "pending" and job["name"] == "env-check"
+    done = wait_state(alice, job["id"], "succeeded", "failed")
+    assert done["state"] == "succeeded" and done["exit_code"] == 0
+    [replica] = done["placement"]
+    assert replica["gpus"][0]["share"] == 0.5
+    log = checked(alice.get(f"workloads/{job['id']}/logs")).text
+    env = json.loads(log.strip().splitlines()[-1])
+    assert env["FRACHUB_WORKLOAD_ID"] == str(job["id"])
+    assert env["FRACHUB_GPU_FRACTION"] == "0.5"
+    assert env["FRACHUB_GPU_MEMORY_MIB"] == str(40 * 1024)
+    assert env["FRACHUB_RESTART_COUNT"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == str(replica["gpus"][0]["index"])
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"
+    assert [event["type"] for event in done["events"]] == ["submitted", "started", "succeeded"]
+
+
+def test_exit_codes_become_failed(user) -> None:
+    alice = user()
+    job = submit(alice, command="echo bad >&2; exit 3", gpus=0.25)
+    done = wait_state(alice, job["id"], "failed", "succeeded")
+    assert done["state"] == "failed" and done["exit_code"] == 3
+    assert "exited with code 3" in done["message"]
+    assert checked(alice.get(f"workloads/{job['id']}/logs?tail=1")).text.strip() == "bad"
+
+
+def test_logs_follow_streams_until_the_job_ends(user) -> None:
+    alice = user()
+    job = submit(alice, command="for i in 1 2 3; do echo line-$i; sleep 0.4; done", gpus=0.25)
+    wait_state(alice, job["id"], "running", "succeeded")
+    began = time.monotonic()
+    text = checked(alice.get(f"workloads/{job['id']}/logs?follow=1")).text
+    assert "line-1" in text and "line-3" in text
+    assert time.monotonic() - began > 0.3  # it waited for lines written after the request
+    assert workload(alice, job["id"])["state"] == "succeeded"
+
+
+def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
+    """vision borrows nlp's idle GPU; nlp submits; vision's newest job gets SIGTERM, then
+    waits at the head of vision's queue and restarts with FRACHUB_RESTART_COUNT=1."""
+    alice, bob = user("vision"), user("nlp")
+    first = submit(alice, command="sleep 60", gpus=1)
+    second = submit(
+        alice,
+        command='echo "restart=$FRACHUB_RESTART_COUNT"; trap "echo got-term; exit 0" TERM; '
+        "sleep 60 & wait",
+        gpus=1,
+    )
+    wait_state(alice, second["id"], "running")
+    later = submit(alice, command="sleep 1", gpus=1)
+    claim = submit(bob, command="sleep 2", gpus=1)
+    evicted = wait_state(alice, second["id"], "preempting", "pending")
+    assert evicted["preemptions"] == 1
+    wait_state(alice, second["id"], "pending")
+    requeued = wait_for(
+        lambda: (w := workload(alice, second["id"]))["queue_position"] is not None and w,
+        10,
+        "a queue position",
+    )
+    assert requeued["restart_count"] == 1
+    assert requeued["queue_position"] == 1, requeued  # ahead of `later`, submitted after it
+    assert workload(alice, later["id"])["queue_position"] == 2
+    assert "got-term" in checked(alice.get(f"workloads/{second['id']}/logs")).text
+    assert wait_state(bob, claim["id"], "running", "succeeded")
+    types = [event["type"] for event in workload(alice, second["id"])["events"]]
+    assert types[:5] == ["submitted", "started", "preempting", "requeued", "started"][: len(types)]
+    # bob's short job ends; the requeued job, first in line, takes the GPU back
+    restarted = wait_state(alice, second["id"], "running", timeout=30)
+    assert restarted["restart_count"] == 1
+    wait_for(lambda: "restart=1" in alice.get(f"workloads/{second['id']}/logs").text, 10, "restart")
+    assert workload(alice, first["id"])["preemptions"] == 0
+    drain(alice)
+
+
+def test_cancel_pending_and_running(user) -> None:
+    alice = user()
+    running, other = (submit(alice, command="sleep 60", gpus=1) for _ in range(2))
+    wait_state(alice, other["id"], "running")  # both GPUs are busy now
+    waiting = [submit(alice, command="sleep 60", gpus=1) for _ in range(3)]
+
+    def positions() -> list[int | None]:
+        return [workload(alice, job["id"])["queue_position"] for job in waiting]
+
+    before = wait_for(lambda: None not in positions() and positions(), 10, "queue positions")
+    assert before[1] == before[0] + 1 and before[2] == before[0] + 2, before
+    head = workload(alice, waiting[0]["id"])
+    assert head["state"] == "pending" and head["pending_reason"]
+    cancelled = checked(alice.delete(f"workloads/{waiting[0]['id']}")).json()
+    assert cancelled["state"] == "cancelled"
+    wait_for(lambda: positions()[1:] == [before[0], before[1]], 10, "the others to move up")
+    stopping = checked(alice.delete(f"workloads/{running['id']}")).json()
+    assert stopping["state"] in ("cancelling", "cancelled")
+    assert wait_state(alice, running["id"], "cancelled")["exit_code"] in (143, 137, -15)
+    again = checked(alice.delete(f"workloads/{running['id']}"))
+    assert again.status_code == 409 and "already cancelled" in again.json()["message"]
+    drain(alice)
+
+
+BAD_SUBMISSIONS = [
+    ("unknown-field", {"command": "true", "gpus": 1, "gpu": 2}, "gpu: unknown field"),
+    ("odd-fraction", {"command": "true", "gpus": 0.3333}, "gpus: fractions"),
+    ("fraction-above-one", {"command": "true", "gpus": 1.5}, "gpus: must be"),
+    (
+        "both-gpus-and-memory",
+        {"command": "true", "gpus": 1, "gpu_memory_gib": 20},
+        "gpu_memory_gib: give either",
+    ),
+    ("no-command", {"gpus": 1}, "command: is required"),
+    ("empty-command-list", {"command": [], "gpus": 1}, "command: is required"),
+    (
+        "reserved-env",
+        {"command": "true", "gpus": 1, "env": {"CUDA_VISIBLE_DEVICES": "3"}},
+        "env.CUDA_VISIBLE_DEVICES",
+    ),
+    ("bad-replicas", {"command": "true", "gpus": 1, "replicas": 0}, "replicas: must be"),
+    ("bad-kind", {"command": "true", "gpus": 1, "kind": "interactive"}, "kind: must be"),
+    ("bad-name", {"command": "true", "gpus": 1, "name": "job\n"}, "name: must be"),
+    ("not-an-object", [1, 2], "body: must be a JSON object"),
+    (
+        "no-such-project",
+        {"command": "true", "gpus": 1, "project": "nope"},
+        "project: no such project",
+    ),
+    ("nan", "NaN", "body: not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    "body, words", [row[1:] for row in BAD_SUBMISSIONS], ids=[row[0] for row in BAD_SUBMISSIONS]
+)
+def test_bad_submissions_are_refused_and_store_nothing(user, body, words) -> None:
+    alice = user()
+    if isinstance(body, str):
+        response = alice.post(
+            "workloads", content=f'{{"command": "true", "gpu_memory_gib": {body}}}'
+        )
+    else:
+        response = alice.post("workloads", json=body)
+    checked(response)
+    assert response.status_code == 400, response.text
+    assert words in response.json()["message"]
+    assert checked(alice.get("workloads")).json() == []
+
+
+def test_lists_filter_and_paginate_like_the_hub(user) -> None:
+    alice = user()
+    ids = [submit(alice, command="true", gpus=0.25)["id"] for _ in range(5)]
+    wait_for(lambda: all(workload(alice, i)["state"] == "succeeded" for i in ids), 20, "all done")
+    page = checked(
+        alice.get(
+            "workloads?limit=2&state=succeeded",
+            headers={"Accept": "application/jupyterhub-pagination+json"},
+        )
+    ).json()
+    assert [item["id"] for item in page["items"]] == ids[::-1][:2]
+    assert page["_pagination"]["total"] == 5
+    following = page["_pagination"]["next"]
+    assert following["offset"] == 2 and "state=succeeded" in following["url"]
+    assert len(checked(alice.get("workloads?state=running")).json()) == 0
+    bad = checked(alice.get("workloads?state=sleeping"))
+    assert bad.status_code == 400 and "state" in bad.json()["message"]
+    assert checked(alice.get("workloads/999999")).status_code == 404
+    assert checked(alice.get("no-such-endpoint")).status_code == 404
+
+
+def test_usage_counts_gpu_hours(user) -> None:
+    alice = user()
+    job = submit(alice, command="sleep 1", gpus=0.5)
+    wait_state(alice, job["id"], "succeeded")
+    usage = checked(alice.get("usage")).json()
+    [row] = usage["rows"]
+    assert row["project"] == "vision"
+    assert 0.5 * 0.9 / 3600 < row["gpu_hours"] < 0.5 * 5 / 3600
+    bad = checked(alice.get("usage?start=yesterday"))
+    assert bad.status_code == 400 and "start" in bad.json()["message"]
+
+
+def test_max_runtime_stops_a_job(user) -> None:
+    alice = user()
+    job = submit(alice, command="sleep 60", gpus=0.25, max_runtime_seconds=1)
+    done = wait_state(alice, job["id"], "failed", timeout=30)
+    assert "ran longer than 1s" in done["message"]
+
+
+def test_metrics_for_prometheus(user) -> None:
+    alice = user()
+    job = submit(alice, command="true", gpus=0.25)
+    wait_state(alice, job["id"], "succeeded")
+    text = checked(alice.get("../../metrics")).text
+    assert 'frachub_queue_deserved_gpus{queue="vision"} 1.0' in text
+    assert "frachub_time_to_start_seconds_bucket" in text
+    assert "frachub_cycle_duration_seconds_count" in text

@@ -1,0 +1,81 @@
+"""Helpers shared by the service tests: the service's configuration, waiting, and the
+check every reply must pass (errors are ``{"status", "message"}`` JSON)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+CONFIG = """
+c.FracHubService.queues = [
+    {"name": "vision", "deserved_gpus": 1},
+    {"name": "nlp", "deserved_gpus": 1},
+    {"name": "guests", "deserved_gpus": 0, "members": ["guest-listed"]},
+]
+c.FracHubService.grace_period = {grace}
+c.FracHubService.poll_interval = 0.1
+c.FracHubService.cycle_interval = 1
+c.LocalBackend.inventory_source = "declared"
+c.LocalBackend.declared_inventory = [{{"name": "local", "gpus": {gpus}, "gpu_memory_gib": 80}}]
+c.LocalBackend.run_as_user = False
+"""
+
+
+def service_config(gpus: int = 2, grace: float = 1.0, extra: str = "") -> str:
+    return (
+        CONFIG.replace("{grace}", str(grace))
+        .replace("{gpus}", str(gpus))
+        .replace("{{", "{")
+        .replace("}}", "}")
+        + extra
+    )
+
+
+def checked(response: httpx.Response) -> httpx.Response:
+    """Every error the API gives is JSON naming its status and saying what went wrong."""
+    if response.status_code >= 400:
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        body = response.json()
+        assert body["status"] == response.status_code, body
+        assert isinstance(body["message"], str) and body["message"], body
+    return response
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def workload(client: httpx.Client, workload_id: int) -> dict:
+    return checked(client.get(f"workloads/{workload_id}")).json()
+
+
+def wait_state(client: httpx.Client, workload_id: int, *states: str, timeout: float = 20) -> dict:
+    last: dict = {}
+
+    def reached() -> dict | None:
+        nonlocal last
+        last = workload(client, workload_id)
+        return last if last["state"] in states else None
+
+    try:
+        return wait_for(reached, timeout, f"workload {workload_id} to be {'/'.join(states)}")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last seen: {last}") from None
+
+
+def submit(client: httpx.Client, expect: int = 201, **body: Any) -> dict:
+    body.setdefault("gpus", 1)
+    body.setdefault("command", "sleep 60")
+    response = checked(client.post("workloads", json=body))
+    assert response.status_code == expect, response.text
+    return response.json()
