@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh test
+source scripts/proxy.sh
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest "$@"

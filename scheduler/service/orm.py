@@ -39,7 +39,7 @@ class WorkloadRecord(Base):
     project: Mapped[str] = mapped_column(String(255), index=True)
     kind: Mapped[str] = mapped_column(String(32))
     state: Mapped[str] = mapped_column(String(32), index=True)
-    command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    command: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)
     working_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     env: Mapped[dict] = mapped_column(JSON, default=dict)
     server_name: Mapped[str | None] = mapped_column(String(255), nullable=True)

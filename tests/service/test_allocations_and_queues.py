@@ -1,0 +1,180 @@
+"""Notebook allocations (what the spawner uses) and the queue tree admins edit."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from hubharness import API_PATH, ServiceProcess
+from service_client import checked, service_config, submit, wait_for, wait_state
+
+SERIAL = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def service(hub, tmp_path_factory):
+    process = ServiceProcess(
+        hub,
+        service_config(gpus=2, grace=1),
+        tmp_path_factory.mktemp("alloc"),
+        config_name="frachub_config.py",
+    ).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def client(hub, service, request):
+    def make(groups=("vision",), admin: bool = False) -> httpx.Client:
+        name = f"al-{next(SERIAL)}"
+        hub.create_user(name, groups=list(groups), admin=admin)
+        c = httpx.Client(
+            base_url=hub.service_url(API_PATH),
+            headers={"Authorization": f"token {hub.token_for(name)}"},
+            timeout=30,
+        )
+        request.addfinalizer(c.close)
+        return c
+
+    return make
+
+
+def release_all(c: httpx.Client) -> None:
+    for item in checked(c.get("allocations?state=pending,running")).json():
+        c.delete(f"allocations/{item['id']}")
+
+
+def test_a_notebook_gets_its_share_at_once_and_releases_it(client) -> None:
+    alice = client()
+    created = checked(alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"}))
+    assert created.status_code == 201, created.text
+    allocation = created.json()
+    ready = checked(
+        alice.get(f"allocations/{allocation['id']}?wait=10&version={allocation['version']}")
+    ).json()
+    assert ready["state"] == "running" and ready["kind"] == "interactive"
+    assert ready["placement"][0]["gpus"][0]["share"] == 0.5
+    assert ready["server_name"] == "gpu"
+    twice = checked(alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"}))
+    assert twice.status_code == 409 and "already holds" in twice.json()["message"]
+    released = checked(alice.delete(f"allocations/{allocation['id']}")).json()
+    assert released["state"] == "released"
+    again = checked(alice.delete(f"allocations/{allocation['id']}"))
+    assert again.status_code == 409
+
+
+def test_a_notebook_beyond_the_quota_waits_with_a_reason(client) -> None:
+    """vision deserves 1 GPU; notebooks stay inside it, so a third 0.5-GPU notebook waits."""
+    alice, carol = client(), client()
+    first = checked(alice.post("allocations", json={"gpus": 0.5})).json()
+    second = checked(carol.post("allocations", json={"gpus": 0.5})).json()
+    for c, a in ((alice, first), (carol, second)):
+        wait_for(lambda c=c, a=a: c.get(f"allocations/{a['id']}").json()["state"] == "running")
+    dave = client()
+    third = checked(dave.post("allocations", json={"gpus": 0.5})).json()
+    waited = checked(dave.get(f"allocations/{third['id']}?wait=5&version=-1")).json()
+    waited = wait_for(
+        lambda: (v := dave.get(f"allocations/{third['id']}").json())["queue_position"] and v
+    )
+    assert waited["state"] == "pending"
+    assert "deserved" in waited["pending_reason"], waited["pending_reason"]
+    # server-sent events: the first event says pending; releasing alice's lets dave's start
+    events: list[dict] = []
+
+    def listen() -> None:
+        with dave.stream("GET", f"allocations/{third['id']}/events") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    wait_for(lambda: events, 10, "the first event")
+    assert events[0]["state"] == "pending" and events[0]["queue_position"] == 1
+    time.sleep(0.3)
+    checked(alice.delete(f"allocations/{first['id']}"))
+    listener.join(timeout=15)
+    assert not listener.is_alive()
+    assert events[-1]["state"] == "running"
+    release_all(carol)
+    release_all(dave)
+
+
+def test_notebook_claims_its_quota_back_from_borrowed_training(client) -> None:
+    """nlp's training borrows both GPUs; a vision notebook inside vision's quota preempts."""
+    bob, alice = client(("nlp",)), client(("vision",))
+    assert all(gpu["used"] == 0 for node in bob.get("nodes").json() for gpu in node["gpus"]), [
+        gpu["holders"] for node in bob.get("nodes").json() for gpu in node["gpus"]
+    ]
+    jobs = [submit(bob, command="sleep 120", gpus=1) for _ in range(2)]
+    for job in jobs:
+        wait_state(bob, job["id"], "running")
+    notebook = checked(alice.post("allocations", json={"gpus": 0.25})).json()
+    ready = wait_for(
+        lambda: (
+            (v := alice.get(f"allocations/{notebook['id']}").json())["state"] == "running" and v
+        ),
+        15,
+        "the notebook to get its share back",
+    )
+    assert ready["placement"]
+    states = sorted(bob.get(f"workloads/{job['id']}").json()["state"] for job in jobs)
+    assert states == ["pending", "running"], states
+    release_all(alice)
+    for job in jobs:
+        bob.delete(f"workloads/{job['id']}")
+
+
+def test_admins_shape_the_queue_tree(client) -> None:
+    admin = client((), admin=True)
+    made = checked(admin.post("queues", json={"name": "research", "priority": 1}))
+    assert made.status_code == 201, made.text
+    assert made.json()["deserved_gpus"] is None
+    for name, deserved in (("research-a", 1), ("research-b", 0.5)):
+        child = checked(
+            admin.post(
+                "queues",
+                json={
+                    "name": name,
+                    "parent": "research",
+                    "deserved_gpus": deserved,
+                    "members": ["someone"],
+                },
+            )
+        )
+        assert child.status_code == 201, child.text
+    tree = {q["name"]: q for q in checked(admin.get("queues")).json()}
+    assert tree["research"]["children"] == ["research-a", "research-b"]
+    assert tree["research-a"]["members"] == ["someone"]
+    changed = checked(admin.patch("queues/research-b", json={"over_quota_weight": 3}))
+    assert changed.json()["over_quota_weight"] == 3 and changed.json()["deserved_gpus"] == 0.5
+    for body, words in (
+        ({"name": "research"}, "exists"),
+        ({"name": "loop", "parent": "nowhere"}, "parent: unknown queue"),
+        ({"name": "neg", "deserved_gpus": -1}, "deserved_gpus: must be >= 0"),
+        ({"name": "x", "weight": 2}, "weight: unknown field"),
+    ):
+        refused = checked(admin.post("queues", json=body))
+        assert refused.status_code in (400, 409) and words in refused.json()["message"], body
+    cycle = checked(admin.patch("queues/research", json={"parent": "research-a"}))
+    assert cycle.status_code == 400 and "cycle" in cycle.json()["message"]
+    busy = checked(admin.delete("queues/research"))
+    assert busy.status_code == 409 and "child queues" in busy.json()["message"]
+    for name in ("research-a", "research-b", "research"):
+        assert checked(admin.delete(f"queues/{name}")).status_code == 204
+    assert checked(admin.get("queues/research")).status_code == 404
+
+
+def test_a_queue_with_work_cannot_be_deleted(client) -> None:
+    admin = client((), admin=True)
+    checked(admin.post("queues", json={"name": "temp", "deserved_gpus": 0, "members": []}))
+    job = submit(admin, project="temp", command="sleep 60", gpus=0.25)
+    refused = checked(admin.delete("queues/temp"))
+    assert refused.status_code == 409 and "active workloads" in refused.json()["message"]
+    checked(admin.delete(f"workloads/{job['id']}"))
+    wait_state(admin, job["id"], "cancelled")
+    assert checked(admin.delete("queues/temp")).status_code == 204

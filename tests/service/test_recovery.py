@@ -1,0 +1,179 @@
+"""Kill the service with SIGKILL in the middle of work and start it again.
+
+Queued work keeps its place, running work is re-adopted (or requeued if its process is gone),
+a job that ended while the service was down is reported with its real exit code, no GPU share
+is counted twice, and nothing acknowledged is lost or half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from hubharness import API_PATH, ServiceProcess
+from service_client import checked, service_config, submit, wait_for, wait_state, workload
+
+
+@pytest.fixture
+def crashable(hub, tmp_path):
+    process = ServiceProcess(
+        hub, service_config(gpus=2, grace=1), tmp_path / "svc", config_name="frachub_config.py"
+    ).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def alice(hub, crashable, request):
+    name = f"crash-{request.node.name[5:30].replace('_', '-')}"
+    hub.create_user(name, groups=["vision"])
+    client = httpx.Client(
+        base_url=hub.service_url(API_PATH),
+        headers={"Authorization": f"token {hub.token_for(name)}"},
+        timeout=30,
+    )
+    yield client
+    client.close()
+
+
+def used_per_gpu(client: httpx.Client) -> dict[int, float]:
+    nodes = checked(client.get("nodes")).json()
+    return {gpu["index"]: gpu["used"] for node in nodes for gpu in node["gpus"]}
+
+
+def pids_of(workdir: Path, workload_id: int) -> list[int]:
+    """The job's processes, found the way an operator would: by the job's log file."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"FRACHUB_WORKLOAD_ID={workload_id}\0".encode() in environ and str(workdir) in str(
+            Path(f"/proc/{entry}/cwd").resolve()
+        ):
+            found.append(int(entry))
+    return found
+
+
+def test_sigkill_loses_nothing(crashable, alice) -> None:
+    marker = crashable.workdir / "finish-now"
+    survivor = submit(alice, command="sleep 120", gpus=1, name="survivor")
+    finisher = submit(
+        alice,
+        command=f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 3",
+        gpus=0.5,
+        name="finisher",
+    )
+    victim = submit(alice, command="sleep 120", gpus=0.5, name="victim")
+    waiting = [submit(alice, command="sleep 120", gpus=1, name=f"queued-{i}") for i in range(2)]
+    for job in (survivor, finisher, victim):
+        wait_state(alice, job["id"], "running")
+    positions = wait_for(
+        lambda: (
+            [workload(alice, job["id"])["queue_position"] for job in waiting]
+            if all(workload(alice, job["id"])["queue_position"] for job in waiting)
+            else None
+        ),
+        10,
+        "queue positions",
+    )
+    before = {job["id"]: workload(alice, job["id"]) for job in (survivor, finisher, victim)}
+    victim_pids = pids_of(crashable.workdir, victim["id"])
+    assert victim_pids, "the victim's processes should be visible"
+
+    crashable.kill(signal.SIGKILL)
+    # while the service is down: one job finishes on its own, another's process dies
+    marker.touch()
+    for pid in victim_pids:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(1.0)
+    crashable.start()
+
+    done = wait_state(alice, finisher["id"], "failed", "succeeded")
+    assert done["exit_code"] == 3, done  # the real code, though nobody was watching
+    kept = workload(alice, survivor["id"])
+    assert kept["state"] == "running"
+    assert kept["started_at"] == before[survivor["id"]]["started_at"]  # adopted, not restarted
+    assert kept["restart_count"] == 0
+    # the victim's process died while nobody watched: requeued in its original place (ahead
+    # of the queued jobs, submitted after it), so it restarts on the GPU share it left
+    lost = wait_state(alice, victim["id"], "running")
+    assert lost["restart_count"] == 1
+    assert "lost" in [event["type"] for event in lost["events"]]
+    after = [workload(alice, job["id"]) for job in waiting]
+    assert [w["state"] for w in after] == ["pending", "pending"]
+    assert [w["queue_position"] for w in after] == positions
+    # no GPU is counted twice
+    assert all(used <= 1.0 for used in used_per_gpu(alice).values()), used_per_gpu(alice)
+    checked(alice.delete(f"workloads/{survivor['id']}"))
+    for job in waiting:
+        alice.delete(f"workloads/{job['id']}")
+
+
+def test_sigkill_during_a_burst_of_submissions(crashable, alice) -> None:
+    """Every submission the service acknowledged survives; no row is half-written."""
+    acknowledged: list[int] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def submitter() -> None:
+        with httpx.Client(base_url=str(alice.base_url), headers=alice.headers, timeout=5) as c:
+            while not stop.is_set():
+                try:
+                    response = c.post("workloads", json={"command": "sleep 300", "gpus": 1})
+                except httpx.HTTPError:
+                    continue  # the service is gone; the request may or may not have landed
+                if response.status_code == 201:
+                    acknowledged.append(response.json()["id"])
+                elif response.status_code != 502 and response.status_code != 503:
+                    errors.append(response.text)
+
+    threads = [threading.Thread(target=submitter) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(acknowledged) >= 40, 30, "40 acknowledged submissions")
+    crashable.kill(signal.SIGKILL)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
+
+    database = crashable.workdir / "frachub-data" / "frachub.sqlite"
+    with sqlite3.connect(database) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows = db.execute("SELECT id, state, user, project, command FROM workloads").fetchall()
+        without_event = db.execute(
+            "SELECT count(*) FROM workloads w WHERE NOT EXISTS "
+            "(SELECT 1 FROM events e WHERE e.workload_id = w.id AND e.type = 'submitted')"
+        ).fetchone()[0]
+    stored = {row[0] for row in rows}
+    assert set(acknowledged) <= stored
+    assert without_event == 0
+    assert all(row[2] and row[3] == "vision" and row[4] for row in rows)
+
+    crashable.start()
+    listed = checked(alice.get("workloads?limit=500&active")).json()
+    assert {item["id"] for item in listed} >= set(acknowledged)
+    running = [item for item in listed if item["state"] == "running"]
+    assert len(running) <= 2  # two GPUs, whole-GPU jobs: never more than two hold one
+    pending = sorted((item for item in listed if item["state"] == "pending"), key=lambda i: i["id"])
+    wait_for(
+        lambda: all(
+            workload(alice, item["id"])["queue_position"] is not None for item in pending[:3]
+        ),
+        10,
+        "positions after restart",
+    )
+    heads = [workload(alice, item["id"])["queue_position"] for item in pending[:3]]
+    assert heads == sorted(heads)  # submission order is the queue order, restart or not
+    for item in listed:
+        alice.delete(f"workloads/{item['id']}")
