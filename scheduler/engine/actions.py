@@ -553,6 +553,17 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
         share = fair.get(name, 0.0)
         return after(name) / share if share > _EPS else float("inf")
 
+    mine_ratio = (used[home] + size) / max(fair.get(home, 0.0), _EPS)
+
+    def stays_ahead(name: str, victim: Workload) -> bool:
+        """Beyond its deserved quota, a claimant may only take from a queue that keeps at
+        least its own share ratio afterwards. Otherwise the victim's queue, now the poorer
+        one, takes the capacity back when the grace period ends, and the two trade it
+        forever (sum of allocated²/fair falls with every allowed reclaim, so cycles end)."""
+        left = after(name) - session._placed_size[victim.name]
+        share = fair.get(name, 0.0)
+        return share <= _EPS or left / share + _EPS >= mine_ratio
+
     walks: dict[str, Iterator[Workload]] = {}
     heap = [(-ratio(name), session.queue_order[name], name) for name in sides if eligible(name)]
     heapq.heapify(heap)
@@ -564,6 +575,9 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
             walks[name] = candidates.walk(name, search)
         victim = next(walks[name], None)
         if victim is None:
+            continue
+        if not deserved_with_it[sides[name][0]] and not stays_ahead(name, victim):
+            heapq.heappush(heap, (-ratio(name), order, name))
             continue
         placement = search.add(victim)
         if placement is not None:

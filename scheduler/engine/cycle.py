@@ -12,6 +12,7 @@ runner, the simulators) apply the decisions and call it again.
 
 from __future__ import annotations
 
+from scheduler.engine import reasons
 from scheduler.engine.actions import (
     Candidates,
     Failures,
@@ -52,6 +53,16 @@ def decide(session: Session) -> CycleResult:
     candidates: Candidates | None = None
     outcomes: dict[str, Outcome] = {}
     for workload in order:
+        claim = session.open_claim(workload.name)
+        if claim:
+            # work was evicted for this one: it takes that capacity or waits for it, and never
+            # makes room a second time
+            outcome = try_start(session, workload)
+            if outcome is not None or workload.name not in session.reserved:
+                session.close_claim(claim)
+            if outcome is not None:
+                outcomes[workload.name] = Outcome(reasons.reserved(), capacity=False)
+            continue
         outcome = try_start(session, workload, failures)
         if outcome is None:
             continue

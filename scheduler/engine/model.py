@@ -145,6 +145,9 @@ class Workload:
     placement: Placement = ()
     started_at: float | None = None
     start_seq: int = 0
+    claimant: str | None = None
+    """For releasing work: the workload its eviction made room for. That workload alone may
+    be placed on the capacity it still holds; everyone else sees it as taken."""
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,12 @@ A ``Session`` is built from a snapshot and changed only through ``start``/``evic
 decisions lead to, so a driver may ``fork`` it for the next arrivals instead of
 building a new one from a snapshot.
 Workloads that are *releasing* (evicted, inside their grace period) are already
-gone as far as quotas and placement are concerned; a workload placed onto the
-capacity they still hold is *reserved* there and starts once they exit, so the
-engine never evicts twice for the same claim.
+gone as far as quotas are concerned. The capacity they still hold belongs to the
+claimant their eviction made room for (``Workload.claimant``): everyone else sees it
+as taken, and the claimant, when its turn comes, is placed onto it and *reserved*
+there, starting once they exit. Without that link a later cycle would hand the
+capacity to whoever comes first in service order and let the claimant evict again,
+a cascade that never settles under a grace period.
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ class Session:
         self._next_start_seq = 1 + max((w.start_seq for w in snapshot.workloads), default=0)
 
         releasing: list[Placement] = []
+        claimed: list[Placement] = []
+        self.claimed: dict[str, list[Placement]] = {}
+        """Claimant -> capacity held for it by the work evicted on its behalf."""
+        pending_names = {w.name for w in snapshot.workloads if w.state is State.PENDING}
         demand = dict.fromkeys(self.queues, 0)
         allocated = dict.fromkeys(self.queues, 0)
         non_preemptible = dict.fromkeys(self.queues, 0)
@@ -135,7 +142,10 @@ class Session:
             on_known_nodes = all(replica.node in nodes for replica in workload.placement)
             if workload.state is State.RELEASING:
                 demand[workload.queue] += self.request_size(workload)
-                if on_known_nodes:
+                if on_known_nodes and workload.claimant in pending_names:
+                    claimed.append(workload.placement)
+                    self.claimed.setdefault(workload.claimant, []).append(workload.placement)
+                elif on_known_nodes:
                     releasing.append(workload.placement)
             elif not on_known_nodes:
                 self._record(Evict(workload.name, EvictReason.NODE_LOST))
@@ -150,10 +160,11 @@ class Session:
                     non_preemptible[workload.queue] += size
         self.ledger = Ledger(
             snapshot.nodes,
-            (
-                (w.placement, w.request.cpu_milli, w.request.memory_mib)
-                for w in self.running.values()
-            ),
+            [
+                *((w.placement, w.request.cpu_milli, w.request.memory_mib)
+                  for w in self.running.values()),
+                *((placement, 0, 0) for placement in claimed),
+            ],
         )
         self.held = [[0] * len(gpus) for gpus in self.ledger.free]
         for placement in releasing:
@@ -195,6 +206,7 @@ class Session:
         twin.now = now
         twin.decisions = []
         twin.reserved = {}
+        twin.claimed = {k: list(v) for k, v in self.claimed.items()}
         twin.running = dict(self.running)
         twin.pending = [w for w in self.pending if w.name not in self.running] + [
             *self.requeued,
@@ -291,11 +303,25 @@ class Session:
             if not workload.preemptible:
                 self.use.non_preemptible[name] += amount
 
-    def _hold(self, placement: Placement) -> None:
+    def _hold(self, placement: Placement, sign: int = 1) -> None:
         for replica in placement:
             n = self.ledger.index[replica.node]
             for share in replica.gpus:
-                self.held[n][share.index] += share.milli
+                self.held[n][share.index] += sign * share.milli
+
+    def open_claim(self, claimant: str) -> list[Placement]:
+        """Make the capacity held for ``claimant`` placeable (as releasing) for its turn."""
+        placements = self.claimed.pop(claimant, [])
+        for placement in placements:
+            self.ledger.give_back(placement)
+            self._hold(placement)
+        return placements
+
+    def close_claim(self, placements: list[Placement]) -> None:
+        """The claimant did not use its held capacity: it stays taken until released."""
+        for placement in placements:
+            self._hold(placement, -1)
+            self.ledger.take(placement)
 
     def conflicts_with_releasing(self, placement: Placement) -> bool:
         """True when part of ``placement`` is still held by a workload in its grace period."""

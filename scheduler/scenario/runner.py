@@ -53,6 +53,7 @@ class _Life:
     start_seq: int = 0
     ends_at: float | None = None
     released_at: float | None = None
+    claimant: str | None = None
     preemptions: int = 0
     reason: str | None = None
     position: int | None = None
@@ -206,8 +207,10 @@ class Runner:
                     self._started(decision.workload, life, decision.placement, now)
             elif isinstance(decision, Evict):
                 self._evicted(decision.workload, life, decision.reason, now)
+                life.claimant = decision.claimant
             elif isinstance(decision, Move):
                 self._evicted(decision.workload, life, EvictReason.CONSOLIDATE, now)
+                life.claimant = decision.claimant
                 if life.state == "pending":
                     self._started(decision.workload, life, decision.placement, now)
 
@@ -251,6 +254,7 @@ class Runner:
         life.started_at = None
         life.ends_at = None
         life.released_at = None
+        life.claimant = None
 
     def _end(self, name: str, life: _Life, state: str, now: float) -> None:
         life.state = state
@@ -298,6 +302,7 @@ class Runner:
                     placement=life.placement,
                     started_at=life.started_at,
                     start_seq=life.start_seq,
+                    claimant=life.claimant if state is State.RELEASING else None,
                 )
             )
         return Snapshot(tuple(self.nodes), self.scenario.queues, tuple(workloads))

@@ -299,6 +299,11 @@ class SchedulingLoop:
                     placement=record.placement if state is not State.PENDING else (),
                     started_at=record.started_at,
                     start_seq=record.start_seq,
+                    claimant=(
+                        str(record.claimant_id)
+                        if state is State.RELEASING and record.claimant_id is not None
+                        else None
+                    ),
                 )
             )
         return Snapshot(self.inventory.nodes, self.queues, tuple(workloads))
@@ -362,6 +367,7 @@ class SchedulingLoop:
             return True
         record.state = "preempting"
         record.stop_reason = reason.value
+        record.claimant_id = int(claimant) if claimant else None
         self.store.event(
             record, now, "preempting", f"{why}; grace {self.settings.grace_seconds:g}s"
         )
@@ -467,6 +473,7 @@ class SchedulingLoop:
         record.started_at = None
         record.handle = None
         record.stop_reason = None
+        record.claimant_id = None
         if count_restart:
             record.restart_count += 1
 
@@ -485,6 +492,7 @@ class SchedulingLoop:
         record.finished_at = now
         record.exit_code = exit_code
         record.handle = None
+        record.claimant_id = None
         if message:
             record.message = message
         self.store.event(record, now, state, message)

@@ -59,6 +59,8 @@ class WorkloadRecord(Base):
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    claimant_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """While preempting: the workload this one was evicted for."""
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
 

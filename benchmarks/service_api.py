@@ -1,0 +1,261 @@
+"""Throughput through the real API (BENCHMARKS.md section 3).
+
+Kueue's own performance test admits 15,000 workloads into 30 queues (about 351 s in its CI on
+a real API server). This submits the same count through FracHub's REST API, on this machine,
+with everything real: a JupyterHub with its configurable-http-proxy issues the tokens and
+routes every request, the service checks each token with the hub, stores each workload in
+SQLite before answering 201, runs the engine, and starts every workload that fits as a real
+subprocess (``sleep``) through the local backend.
+
+The cluster is a declared inventory (default 16 nodes x 8 GPUs = 128 GPUs); 30 projects of
+one user each deserve 4 GPUs apiece; requests mix 0.25 / 0.5 / 1 GPU (50/30/20%), so a few
+hundred fit and the rest queue. Measured:
+
+- submission: wall time for all POSTs (``--concurrency`` in flight), POST latency p50/p99;
+- time to settle: from the first POST until the last workload that fits has started (the
+  largest ``started_at`` among running workloads, read back through the API);
+- a reader polling ``GET workloads`` (one page, with the total) during the load: latency
+  p50/p99;
+- the service's resident memory at the end.
+
+    .venv/bin/python benchmarks/service_api.py                 # 15,000 workloads
+    .venv/bin/python benchmarks/service_api.py --workloads 1000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
+
+PAGINATED = {"Accept": "application/jupyterhub-pagination+json"}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def service_config(args: argparse.Namespace) -> str:
+    queues = [{"name": f"p{i:02d}", "deserved_gpus": args.deserved} for i in range(args.projects)]
+    nodes = [
+        {"name": f"node-{n:02d}", "gpus": args.gpus_per_node, "gpu_memory_gib": 80}
+        for n in range(args.nodes)
+    ]
+    return "\n".join(
+        [
+            f"c.FracHubService.queues = {queues!r}",
+            "c.FracHubService.page_max_limit = 1000",
+            'c.LocalBackend.inventory_source = "declared"',
+            f"c.LocalBackend.declared_inventory = {nodes!r}",
+            "c.LocalBackend.run_as_user = False",
+            "c.FracHubService.grace_period = 1",
+            'c.Application.log_level = "WARN"',
+        ]
+    )
+
+
+async def submit_all(
+    clients: list[httpx.AsyncClient], args: argparse.Namespace
+) -> tuple[list[float], float, float]:
+    rng = random.Random(args.seed)
+    sizes = rng.choices([0.25, 0.5, 1], weights=[50, 30, 20], k=args.workloads)
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(args.workloads):
+        queue.put_nowait(i)
+    progress = {"done": 0}
+
+    async def worker() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            client = clients[i % len(clients)]
+            body = {"command": f"sleep {args.sleep}", "gpus": sizes[i], "name": f"bench-{i}"}
+            began = time.perf_counter()
+            response = await client.post("workloads", json=body)
+            latencies.append(time.perf_counter() - began)
+            if response.status_code != 201:
+                raise RuntimeError(f"submission {i}: {response.status_code} {response.text}")
+            progress["done"] += 1
+            if progress["done"] % 1000 == 0:
+                print(f"  submitted {progress['done']:,}", file=sys.stderr, flush=True)
+
+    first = time.time()
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    return latencies, first, time.perf_counter() - began
+
+
+async def read_while(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+    latencies: list[float] = []
+    while not stop.is_set():
+        began = time.perf_counter()
+        response = await client.get("workloads?limit=50", headers=PAGINATED)
+        latencies.append(time.perf_counter() - began)
+        response.raise_for_status()
+        await asyncio.sleep(0.2)
+    return latencies
+
+
+async def running_workloads(client: httpx.AsyncClient) -> list[dict]:
+    found, offset = [], 0
+    while True:
+        response = await client.get(
+            f"workloads?state=running&limit=1000&offset={offset}", headers=PAGINATED
+        )
+        response.raise_for_status()
+        page = response.json()
+        found.extend(page["items"])
+        if page["_pagination"]["next"] is None:
+            return found
+        offset += 1000
+
+
+async def settle(admin: httpx.AsyncClient, quiet_seconds: float) -> list[dict]:
+    """Wait until the number of running workloads has not changed for ``quiet_seconds``."""
+    last, since = -1, time.monotonic()
+    while True:
+        queues = (await admin.get("queues")).json()
+        running = sum(queue["running"] for queue in queues)
+        if running != last:
+            last, since = running, time.monotonic()
+            print(f"  running {running:,}", file=sys.stderr, flush=True)
+        elif time.monotonic() - since > quiet_seconds:
+            return await running_workloads(admin)
+        await asyncio.sleep(0.5)
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -> dict:
+    tokens = []
+    for i in range(args.projects):
+        name = f"bench-user-{i:02d}"
+        hub.create_user(name, groups=[f"p{i:02d}"])
+        tokens.append(hub.token_for(name))
+    hub.create_user("bench-admin", admin=True)
+    admin_token = hub.token_for("bench-admin")
+    limits = httpx.Limits(max_connections=args.concurrency)
+
+    def client(token: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=hub.service_url(API_PATH),
+            headers={"Authorization": f"token {token}"},
+            timeout=120,
+            limits=limits,
+        )
+
+    clients = [client(token) for token in tokens]
+    admin = client(admin_token)
+    stop = asyncio.Event()
+    reader = asyncio.create_task(read_while(client(tokens[0]), stop))
+    post_latencies, first_post, submit_seconds = await submit_all(clients, args)
+    running = await settle(admin, args.quiet)
+    stop.set()
+    read_latencies = await reader
+    last_start = max(stamp(item["started_at"]) for item in running)
+    used = sum(
+        share["share"]
+        for item in running
+        for replica in item["placement"]
+        for share in replica["gpus"]
+    )
+    metrics = (await admin.get("../../metrics")).text
+    preemptions = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("frachub_preemptions_total")
+    )
+    cycles = {
+        line.split()[0]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith(
+            ("frachub_cycle_duration_seconds_count", "frachub_cycle_duration_seconds_sum")
+        )
+    }
+    rss_kib = 0
+    status = Path(f"/proc/{service.pid}/status").read_text()
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            rss_kib = int(line.split()[1])
+    for c in [*clients, admin]:
+        await c.aclose()
+    capacity = args.nodes * args.gpus_per_node
+    return {
+        "workloads": args.workloads,
+        "projects": args.projects,
+        "gpus": capacity,
+        "concurrency": args.concurrency,
+        "submit_seconds": round(submit_seconds, 2),
+        "submissions_per_second": round(args.workloads / submit_seconds, 1),
+        "post_p50_ms": round(1000 * statistics.median(post_latencies), 1),
+        "post_p99_ms": round(1000 * percentile(post_latencies, 99), 1),
+        "list_p50_ms": round(1000 * statistics.median(read_latencies), 1),
+        "list_p99_ms": round(1000 * percentile(read_latencies, 99), 1),
+        "list_samples": len(read_latencies),
+        "running": len(running),
+        "gpus_allocated": round(used, 2),
+        "time_to_settle_seconds": round(last_start - first_post, 2),
+        "service_rss_mib": round(rss_kib / 1024, 1),
+        "preemptions": int(preemptions),
+        "cycles": int(cycles.get("frachub_cycle_duration_seconds_count", 0)),
+        "cycle_seconds_total": round(cycles.get("frachub_cycle_duration_seconds_sum", 0), 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, default=15_000)
+    parser.add_argument("--projects", type=int, default=30)
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--deserved", type=float, default=4)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--sleep", type=int, default=3600, help="each job's run time (s)")
+    parser.add_argument("--quiet", type=float, default=5, help="settled after this many s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="frachub-bench-"))
+    print(f"starting JupyterHub and the service in {work}", file=sys.stderr)
+    with (
+        Hub(work / "hub") as hub,
+        ServiceProcess(
+            hub, service_config(args), work / "service", config_name="frachub_config.py"
+        ) as service,
+    ):
+        result = asyncio.run(measure(hub, service, args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        width = max(len(key) for key in result)
+        for key, value in result.items():
+            print(
+                f"{key:<{width}}  {value:,}"
+                if isinstance(value, int)
+                else f"{key:<{width}}  {value}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The store's schema migrations: an older database is upgraded in place with its rows
+intact, and a database from a newer FracHub is refused with a clear message."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from alembic import command
+from sqlalchemy import create_engine
+
+from scheduler.service.store import StoreError, _alembic_config, open_store
+
+
+def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0001")
+        connection.exec_driver_sql(
+            "INSERT INTO workloads (name, user, project, kind, state, command, env, replicas,"
+            " priority, preemptible, min_runtime, submitted_at, start_seq, placement,"
+            " restart_count, preemptions, message) VALUES ('job-1', 'alice', 'vision',"
+            " 'training', 'pending', '\"sleep 1\"', '{}', 1, 50, 1, 0, 1.0, 0, '[]', 0, 0, '')"
+        )
+    engine.dispose()
+    store = open_store(url)
+    [record] = store.active_workloads()
+    assert (record.name, record.user, record.command, record.claimant_id) == (
+        "job-1",
+        "alice",
+        "sleep 1",
+        None,
+    )
+    store.close()
+    with sqlite3.connect(tmp_path / "old.sqlite") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+
+
+def test_a_newer_database_is_refused(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+    open_store(url).close()
+    with sqlite3.connect(tmp_path / "new.sqlite") as db:
+        db.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(StoreError, match="newer version"):
+        open_store(url)
