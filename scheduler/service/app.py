@@ -28,6 +28,7 @@ from traitlets import (
     Instance,
     Integer,
     List,
+    TraitError,
     Type,
     Unicode,
     default,
@@ -218,8 +219,12 @@ class FracHubService(Application):
                     "config file %s: use a Python (.py) or JSON (.json) file", self.config_file
                 )
                 self.exit(2)
-            self.load_config_file(self.config_file)
-            self.update_config(self.cli_config)  # the command line wins over the file
+            try:
+                self.load_config_file(self.config_file)
+                self.update_config(self.cli_config)  # the command line wins over the file
+            except (TraitError, ValueError) as error:
+                self.log.critical("%s: %s", self.config_file, error)
+                self.exit(2)
         if not self.hub_auth.api_token:
             self.log.critical(
                 "no hub API token: run this as a JupyterHub service, or set "
@@ -302,7 +307,11 @@ class FracHubService(Application):
             self.exit(2)
         assert self.store is not None
         self._sync_config_queues(self.store)
-        backend = self.backend_class(parent=self, data_dir=self.data_dir)
+        try:
+            backend = self.backend_class(parent=self, data_dir=self.data_dir)
+        except (TraitError, ValueError, RuntimeError) as error:
+            self.log.critical("%s: %s", self.backend_class.__name__, error)
+            self.exit(2)
         metrics = Metrics()
         policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
         loop = SchedulingLoop(
