@@ -254,3 +254,20 @@ def test_metrics_for_prometheus(user) -> None:
     assert 'frachub_queue_deserved_gpus{queue="vision"} 1.0' in text
     assert "frachub_time_to_start_seconds_bucket" in text
     assert "frachub_cycle_duration_seconds_count" in text
+
+
+def test_logs_never_follow_a_symlink_planted_by_the_job(user, service) -> None:
+    """A job owns its log directory; pointing its log at another file must not make the
+    service read that file."""
+    alice = user()
+    secret = service.workdir / "secret.txt"
+    secret.write_text("the service's secret\n")
+    job = submit(alice, command="echo mine", gpus=0.25)
+    wait_state(alice, job["id"], "succeeded")
+    log = service.workdir / "frachub-data" / "logs" / str(job["id"]) / "replica-0.log"
+    assert log.exists()
+    log.unlink()
+    log.symlink_to(secret)
+    response = checked(alice.get(f"workloads/{job['id']}/logs"))
+    assert response.status_code == 404
+    assert "secret" not in response.text

@@ -175,8 +175,13 @@ class WorkloadLogsHandler(WorkloadAccess):
         follow = self.get_argument("follow", "0").lower() in ("1", "true", "yes")
         path = self.loop.backend.log_path(record.id, replica)
         position = 0
-        if path and os.path.exists(path):
-            position = self._write_tail(path, tail)
+        if path and os.path.lexists(path):
+            try:
+                position = self._write_tail(path, tail)
+            except OSError as error:
+                raise web.HTTPError(
+                    404, f"the log of workload {workload_id} cannot be read ({error.strerror})"
+                ) from None
         await self.flush()
         while follow and record.id in self.loop.records:
             await asyncio.sleep(0.5)
@@ -203,7 +208,7 @@ class WorkloadLogsHandler(WorkloadAccess):
         return value
 
     def _write_tail(self, path: str, lines: int) -> int:
-        with open(path, "rb") as handle:
+        with _open_log(path) as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             if lines < 0:
@@ -229,12 +234,18 @@ class WorkloadLogsHandler(WorkloadAccess):
             return size
 
     def _write_from(self, path: str, position: int) -> int:
-        with open(path, "rb") as handle:
+        with _open_log(path) as handle:
             handle.seek(position)
             data = handle.read()
         if data:
             self.write(data)
         return position + len(data)
+
+
+def _open_log(path: str):
+    """Log files sit in directories their (possibly untrusted) users own: never follow a
+    symlink a job may have put there to make the service read another file."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
 
 
 default_handlers = [
