@@ -239,9 +239,7 @@ def main() -> int:
     print(f"starting JupyterHub and the service in {work}", file=sys.stderr)
     with (
         Hub(work / "hub") as hub,
-        ServiceProcess(
-            hub, service_config(args), work / "service", config_name="frachub_config.py"
-        ) as service,
+        ServiceProcess(hub, service_config(args), work / "service") as service,
     ):
         result = asyncio.run(measure(hub, service, args))
     if args.json:

@@ -537,7 +537,7 @@ class Hub:
 class ServiceProcess:
     """Our service, run by the test (external mode) against hub.
 
-    config_text is written to workdir/frachub.yaml (name it with config_name) and passed
+    config_text is written to workdir/frachub_config.py (name it with config_name) and passed
     as --config. command defaults to ``python -m hub_ext.cli service --config FILE``.
     """
 
@@ -549,7 +549,7 @@ class ServiceProcess:
         *,
         command: Sequence[str] | None = None,
         env: dict[str, str] | None = None,
-        config_name: str = "frachub.yaml",
+        config_name: str = "frachub_config.py",
         start_timeout: float = 30,
     ) -> None:
         self.hub = hub

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import signal
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import ClassVar
 from urllib.parse import urlparse
@@ -246,11 +247,7 @@ class FracHubService(Application):
         for name, (position, entry) in configured.items():
             queue = parsed[name]
             record = existing.get(name) or QueueRecord(name=name)
-            record.parent = queue.parent
-            record.deserved_gpus = entry.get("deserved_gpus")
-            record.over_quota_weight = queue.over_quota_weight
-            record.limit_gpus = queue.limit_gpus
-            record.priority = queue.priority
+            record.set_quota(replace(queue, deserved_gpus=entry.get("deserved_gpus")))
             record.members = list(entry.get("members", []))
             record.source = "config"
             record.position = position

@@ -42,7 +42,7 @@ from scheduler.engine import (
     run_cycle,
 )
 from scheduler.service.metrics import Metrics
-from scheduler.service.orm import QueueRecord, WorkloadRecord
+from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import Store
 
 MAX_CYCLES_PER_RUN = 100
@@ -124,7 +124,7 @@ class SchedulingLoop:
 
     def load_queues(self) -> None:
         records = self.store.queues()
-        self.queues = tuple(queue_from_record(record) for record in records)
+        self.queues = tuple(record.as_queue() for record in records)
         self.members = {record.name: tuple(record.members or ()) for record in records}
 
     async def recover(self) -> None:
@@ -188,10 +188,16 @@ class SchedulingLoop:
     # -- changes from the API -------------------------------------------------------------
 
     def add(self, record: WorkloadRecord) -> WorkloadRecord:
-        """Store a validated new workload at the back of its queue and schedule."""
+        """Store a validated new workload at the back of its queue and schedule. The caller
+        fills in what was asked for; the life it has not had yet starts here."""
         now = self.clock()
         record.state = "pending"
         record.submitted_at = now
+        record.start_seq = 0
+        record.placement = ()
+        record.restart_count = 0
+        record.preemptions = 0
+        record.message = ""
         self.store.add(record)
         self.store.flush()
         if not record.name:
@@ -509,13 +515,3 @@ class SchedulingLoop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
-
-def queue_from_record(record: QueueRecord) -> Queue:
-    return Queue(
-        record.name,
-        parent=record.parent,
-        deserved_gpus=record.deserved_gpus,
-        over_quota_weight=record.over_quota_weight,
-        limit_gpus=record.limit_gpus,
-        priority=record.priority,
-    )

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from scheduler.engine import GpuShare, Placement, ReplicaPlacement
+from scheduler.engine import GpuShare, Placement, Queue, ReplicaPlacement
 
 
 class Base(DeclarativeBase):
@@ -104,6 +104,24 @@ class QueueRecord(Base):
     members: Mapped[list] = mapped_column(JSON, default=list)
     source: Mapped[str] = mapped_column(String(16), default="api")
     position: Mapped[int] = mapped_column(Integer, default=0)
+
+    def set_quota(self, queue: Queue) -> None:
+        """Take a validated queue's place in the tree and its quotas."""
+        self.parent = queue.parent
+        self.deserved_gpus = queue.deserved_gpus
+        self.over_quota_weight = queue.over_quota_weight
+        self.limit_gpus = queue.limit_gpus
+        self.priority = queue.priority
+
+    def as_queue(self) -> Queue:
+        return Queue(
+            self.name,
+            parent=self.parent,
+            deserved_gpus=self.deserved_gpus,
+            over_quota_weight=self.over_quota_weight,
+            limit_gpus=self.limit_gpus,
+            priority=self.priority,
+        )
 
 
 class UsageRecord(Base):

@@ -258,20 +258,21 @@ def _queue_dict(queue: Queue) -> dict[str, Any]:
     }
 
 
+def parse_count(raw: str | None, name: str, default: int) -> int:
+    """A whole number >= 0 from a query argument; absent or empty gives ``default``."""
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidSpec(name, f"must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise InvalidSpec(name, f"must be >= 0, got {value}")
+    return value
+
+
 def parse_page(arguments: Mapping[str, str], default_limit: int, max_limit: int) -> tuple[int, int]:
     """``offset`` and ``limit`` the way the hub's API takes them."""
-    values = []
-    for key, default in (("offset", 0), ("limit", default_limit)):
-        raw = arguments.get(key)
-        if raw is None or raw == "":
-            values.append(default)
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidSpec(key, f"must be a whole number, got {raw!r}") from None
-        if value < 0:
-            raise InvalidSpec(key, f"must be >= 0, got {value}")
-        values.append(value)
-    offset, limit = values
+    offset = parse_count(arguments.get("offset"), "offset", 0)
+    limit = parse_count(arguments.get("limit"), "limit", default_limit)
     return offset, max(1, min(limit, max_limit))

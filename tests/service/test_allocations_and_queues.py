@@ -2,43 +2,30 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
 
 import httpx
 import pytest
-from hubharness import API_PATH, ServiceProcess
+from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state
-
-SERIAL = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
 def service(hub, tmp_path_factory):
     process = ServiceProcess(
-        hub,
-        service_config(gpus=2, grace=1),
-        tmp_path_factory.mktemp("alloc"),
-        config_name="frachub_config.py",
+        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("alloc")
     ).start()
     yield process
     process.stop()
 
 
 @pytest.fixture
-def client(hub, service, request):
+def client(service, make_user, api):
     def make(groups=("vision",), admin: bool = False) -> httpx.Client:
-        name = f"al-{next(SERIAL)}"
-        hub.create_user(name, groups=list(groups), admin=admin)
-        c = httpx.Client(
-            base_url=hub.service_url(API_PATH),
-            headers={"Authorization": f"token {hub.token_for(name)}"},
-            timeout=30,
-        )
-        request.addfinalizer(c.close)
-        return c
+        _, token = make_user(groups=groups, admin=admin)
+        return api(token)
 
     return make
 

@@ -27,12 +27,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(hub, tmp_path_factory) -> World:
-    service = ServiceProcess(
-        hub,
-        service_config(gpus=4),
-        tmp_path_factory.mktemp("authz"),
-        config_name="frachub_config.py",
-    ).start()
+    service = ServiceProcess(hub, service_config(gpus=4), tmp_path_factory.mktemp("authz")).start()
     names, tokens = {}, {}
     for key, groups, admin in (
         ("alice", ["vision"], False),

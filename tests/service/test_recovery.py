@@ -16,30 +16,21 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hubharness import API_PATH, ServiceProcess
+from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 
 
 @pytest.fixture
 def crashable(hub, tmp_path):
-    process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path / "svc", config_name="frachub_config.py"
-    ).start()
+    process = ServiceProcess(hub, service_config(gpus=2, grace=1), tmp_path / "svc").start()
     yield process
     process.stop()
 
 
 @pytest.fixture
-def alice(hub, crashable, request):
-    name = f"crash-{request.node.name[5:30].replace('_', '-')}"
-    hub.create_user(name, groups=["vision"])
-    client = httpx.Client(
-        base_url=hub.service_url(API_PATH),
-        headers={"Authorization": f"token {hub.token_for(name)}"},
-        timeout=30,
-    )
-    yield client
-    client.close()
+def alice(crashable, make_user, api):
+    _, token = make_user(groups=["vision"])
+    return api(token)
 
 
 def used_per_gpu(client: httpx.Client) -> dict[int, float]:

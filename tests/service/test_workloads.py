@@ -3,13 +3,12 @@ preemption and requeue in the original place, cancel, validation, pagination, us
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 
 import httpx
 import pytest
-from hubharness import API_PATH
+from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 
 PRINT_ENV = (
@@ -20,35 +19,20 @@ PRINT_ENV = (
 
 @pytest.fixture(scope="module")
 def service(hub, tmp_path_factory):
-    from hubharness import ServiceProcess
-
     process = ServiceProcess(
-        hub,
-        service_config(gpus=2, grace=1),
-        tmp_path_factory.mktemp("workloads"),
-        config_name="frachub_config.py",
+        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("workloads")
     ).start()
     yield process
     process.stop()
 
 
-SERIAL = itertools.count(1)
-
-
 @pytest.fixture
-def user(hub, service, request):
+def user(service, make_user, api):
     """A client for a new member of ``vision`` (one per test, so lists start empty)."""
 
     def make(group: str = "vision") -> httpx.Client:
-        name = f"wl-{next(SERIAL)}-{group}"
-        hub.create_user(name, groups=[group])
-        client = httpx.Client(
-            base_url=hub.service_url(API_PATH),
-            headers={"Authorization": f"token {hub.token_for(name)}"},
-            timeout=30,
-        )
-        request.addfinalizer(client.close)
-        return client
+        _, token = make_user(groups=[group])
+        return api(token)
 
     return make
 

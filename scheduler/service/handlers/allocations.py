@@ -94,11 +94,6 @@ class AllocationListHandler(AllocationAccess):
             preemptible=request.preemptible,
             min_runtime=0.0,
             max_runtime=None,
-            start_seq=0,
-            placement_json=[],
-            restart_count=0,
-            preemptions=0,
-            message="",
         )
         self.loop.add(record)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")

@@ -51,15 +51,11 @@ class QueueListHandler(QueueAccess):
         records = self.records()
         record = QueueRecord(
             name=queue.name,
-            parent=queue.parent,
-            deserved_gpus=queue.deserved_gpus,
-            over_quota_weight=queue.over_quota_weight,
-            limit_gpus=queue.limit_gpus,
-            priority=queue.priority,
             members=members,
             source="api",
             position=max((r.position for r in records), default=-1) + 1,
         )
+        record.set_quota(queue)
         self.loop.store.add(record)
         self.loop.store.commit()
         self.loop.queues_changed()
@@ -79,11 +75,7 @@ class QueueHandler(QueueAccess):
         body = self.json_body()
         queue = parse_queue(body, self.loop.queues, name=name)
         members = parse_members(body) if isinstance(body, dict) else None
-        record.parent = queue.parent
-        record.deserved_gpus = queue.deserved_gpus
-        record.over_quota_weight = queue.over_quota_weight
-        record.limit_gpus = queue.limit_gpus
-        record.priority = queue.priority
+        record.set_quota(queue)
         if members is not None:
             record.members = members
         self.loop.store.commit()

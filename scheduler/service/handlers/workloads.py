@@ -14,7 +14,7 @@ from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, project
 from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
-from scheduler.service.requests import parse_submission
+from scheduler.service.requests import parse_count, parse_submission
 from scheduler.service.views import workload_json
 
 STATES = (*ACTIVE_STATES, *FINAL_STATES)
@@ -124,11 +124,6 @@ class WorkloadListHandler(WorkloadAccess):
                 else self.settings["default_min_runtime"]
             ),
             max_runtime=submission.max_runtime,
-            start_seq=0,
-            placement_json=[],
-            restart_count=0,
-            preemptions=0,
-            message="",
         )
         self.loop.add(record)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
@@ -196,16 +191,7 @@ class WorkloadLogsHandler(WorkloadAccess):
         self.finish()
 
     def _int_argument(self, name: str, default: int) -> int:
-        raw = self.get_argument(name, None)
-        if raw is None or raw == "":
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidSpec(name, f"must be a whole number, got {raw!r}") from None
-        if value < 0:
-            raise InvalidSpec(name, f"must be >= 0, got {value}")
-        return value
+        return parse_count(self.get_argument(name, None), name, default)
 
     def _write_tail(self, path: str, lines: int) -> int:
         with _open_log(path) as handle:
