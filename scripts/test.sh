@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh test
 source scripts/proxy.sh
+source scripts/browser.sh
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest "$@"

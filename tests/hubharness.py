@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,27 +39,27 @@ from typing import Any
 
 import httpx
 
+from hub_ext.scopes import (  # noqa: F401 (re-exported for the tests)
+    ACCESS_SCOPE,
+    ADMIN_GROUP,
+    ADMIN_SCOPE,
+    ADMIN_SCOPES,
+    API_PATH,
+    CUSTOM_SCOPES,
+    READ_SCOPE,
+    SERVICE_NAME,
+    SERVICE_PREFIX,
+    SERVICE_SCOPES,
+    SUBMIT_SCOPE,
+    USER_SCOPES,
+)
+from hub_ext.up import find_proxy
+
 REPO = Path(__file__).resolve().parents[1]
 
-SERVICE_NAME = "frachub"
-SERVICE_PREFIX = f"/services/{SERVICE_NAME}/"
-API_PATH = "api/v1/"  # the service's REST API, under SERVICE_PREFIX
-ACCESS_SCOPE = f"access:services!service={SERVICE_NAME}"
-READ_SCOPE = "custom:frachub:read"
-SUBMIT_SCOPE = "custom:frachub:submit"
-ADMIN_SCOPE = "custom:frachub:admin"
-ADMIN_GROUP = "frachub-admins"
 PASSWORD = "frachub-test-password"  # SharedPasswordAuthenticator: any user, this password
-
-CUSTOM_SCOPES = {
-    READ_SCOPE: {"description": "Read FracHub queues, quotas and jobs."},
-    SUBMIT_SCOPE: {"description": "Submit and cancel one's own FracHub jobs."},
-    ADMIN_SCOPE: {"description": "Administer FracHub: every project, quota and job."},
-}
-USER_SCOPES = ["self", ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE]
-ADMIN_SCOPES = [ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, ADMIN_SCOPE]
-# what FracHub itself may do in the Hub API: learn who is in which group
-FRACHUB_SERVICE_SCOPES = ["list:users", "read:users", "list:groups", "read:groups"]
+# what FracHub itself may do in the Hub API (and in its own API, for the spawner)
+FRACHUB_SERVICE_SCOPES = SERVICE_SCOPES
 # what the test harness may do: set the scene
 HARNESS_SCOPES = [
     "admin:users",
@@ -88,22 +87,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def find_proxy() -> str | None:
-    """Path of the configurable-http-proxy binary, or None.
-
-    $FRACHUB_CHP, then PATH (scripts/proxy.sh puts it there), then the repo-local install.
-    """
-    explicit = os.environ.get("FRACHUB_CHP")
-    if explicit:
-        return explicit
-    found = shutil.which("configurable-http-proxy")
-    if found:
-        return found
-    prefix = Path(os.environ.get("FRACHUB_NPM_PREFIX", REPO / ".cache" / "npm"))
-    local = prefix / "node_modules" / ".bin" / "configurable-http-proxy"
-    return str(local) if os.access(local, os.X_OK) else None
 
 
 def log_tail(path: Path, lines: int = 60) -> str:

@@ -29,6 +29,9 @@ SCOPES = {
 }
 
 
+EVERYBODY = "*"  # in a queue's members: every user of the hub
+
+
 @dataclass(frozen=True)
 class Caller:
     """The identity behind a request, as the hub reported it for the token."""
@@ -55,10 +58,11 @@ def leaf_projects(queues: Iterable[Queue]) -> list[str]:
 def projects_of(
     user: str, groups: Iterable[str], queues: Iterable[Queue], members: Mapping[str, Iterable[str]]
 ) -> list[str]:
-    """The projects ``user`` may submit to, in queue order."""
+    """The projects ``user`` may submit to, in queue order. A project lists its members by
+    name, or ``"*"`` for everybody (the single open project of ``frachub up``)."""
     groups = set(groups)
     return [
         name
         for name in leaf_projects(queues)
-        if name in groups or user in set(members.get(name, ()))
+        if name in groups or {user, EVERYBODY} & set(members.get(name, ()))
     ]

@@ -4,7 +4,8 @@
 documented trait, loadable from a Python config file (``--config``) or the command line
 (``--FracHubService.grace_period=60``); ``frachub service --help-all`` lists them. It binds
 to ``JUPYTERHUB_SERVICE_URL`` under ``JUPYTERHUB_SERVICE_PREFIX`` and authenticates every
-request with the hub (``HubAuth``), so it runs the same whether the hub starts it (a managed
+request with the hub (``HubOAuth``: API tokens, and the Training panel's OAuth cookie with
+XSRF checks), so it runs the same whether the hub starts it (a managed
 service) or an operator does (an external one).
 """
 
@@ -43,14 +44,16 @@ from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service.access import SCOPES
 from scheduler.service.directory import HubDirectory
-from scheduler.service.handlers import allocations, info, queues, workloads
-from scheduler.service.handlers.base import NotFoundHandler
+from scheduler.service.handlers import allocations, info, pages, queues, workloads
+from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
+from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.loop import SchedulingLoop, Settings
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import QueueRecord
 from scheduler.service.store import Store, StoreError, open_store
 
-HANDLER_MODULES = (workloads, allocations, queues, info)
+API_MODULES = (workloads, allocations, queues, info)  # what openapi.json describes
+HANDLER_MODULES = (*API_MODULES, pages)
 
 
 def wall_clock(seconds: float) -> str:
@@ -117,7 +120,8 @@ class FracHubService(Application):
         help="""Projects and departments, each a dict with name, and optionally parent,
         deserved_gpus (guaranteed quota), over_quota_weight (share of idle GPUs, default 1),
         limit_gpus (hard cap) and priority (who borrows idle GPUs first), plus members (user
-        names that belong to the project besides its JupyterHub group of the same name).
+        names that belong to the project besides its JupyterHub group of the same name;
+        "*" for every user).
         Queues defined here are managed here: the REST API cannot change them. Example:
         [{"name": "vision", "deserved_gpus": 2}, {"name": "nlp", "deserved_gpus": 1}].""",
     ).tag(config=True)
@@ -162,6 +166,29 @@ class FracHubService(Application):
         config=True
     )
 
+    idle_check_interval = Float(
+        60.0,
+        help="""Seconds between checks of idle GPU notebooks: the servers of allocations with
+        an idle limit (idle_timeout_seconds, sent by the spawner from the profile) are warned,
+        then stopped through the hub when unused for that long. 0 disables the checks.""",
+    ).tag(config=True)
+
+    idle_warning_fraction = Float(
+        0.8,
+        help="""How far into its idle limit a notebook is warned (in the panel and its events)
+        before its server is stopped: 0.8 warns with a fifth of the limit left, 12 minutes
+        before a one-hour limit stops it. Between 0 and 1.""",
+    ).tag(config=True)
+
+    @validate("idle_check_interval", "idle_warning_fraction")
+    def _validate_idle(self, proposal):
+        name, value = proposal.trait.name, proposal.value
+        if name == "idle_check_interval" and value < 0:
+            raise ValueError(f"FracHubService.{name} must be >= 0 (0 disables), got {value}")
+        if name == "idle_warning_fraction" and not 0 < value < 1:
+            raise ValueError(f"FracHubService.{name} must be between 0 and 1, got {value}")
+        return value
+
     placement = Unicode(
         "pack",
         help=f"""How the engine picks GPUs: one of {", ".join(sorted(SCORERS))}. "pack" fills
@@ -205,7 +232,7 @@ class FracHubService(Application):
     @default("hub_auth")
     def _hub_auth(self) -> HubAuth:
         prefix = self.service_prefix
-        return HubAuth(parent=self, base_url=prefix, cache_max_age=60)
+        return make_hub_auth(self, prefix)  # HubOAuth: tokens, and the panel's cookie
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -279,6 +306,7 @@ class FracHubService(Application):
             "page_default_limit": self.page_default_limit,
             "page_max_limit": self.page_max_limit,
             "log_function": self._log_request,
+            **pages.page_settings(self.data_dir),
             **self.extra_settings,
         }
         return web.Application(handlers, default_handler_class=NotFoundHandler, **settings)
@@ -335,6 +363,15 @@ class FracHubService(Application):
         )
         await loop.recover()
         loop.start()
+        idle = None
+        if self.idle_check_interval > 0:
+            idle = IdlePoller(
+                loop,
+                HubServers(self.hub_auth.api_url, self.hub_auth.api_token),
+                IdleSettings(self.idle_check_interval, self.idle_warning_fraction),
+                log=self.log,
+            )
+            idle.start()
         app = self.make_app(loop, metrics)
         url = urlparse(self.service_url)
         server = HTTPServer(app, xheaders=True)
@@ -347,6 +384,8 @@ class FracHubService(Application):
         await stopped.wait()
         self.log.info("shutting down; running jobs keep running and are re-adopted on restart")
         server.stop()
+        if idle is not None:
+            await idle.stop()
         await loop.stop()
         self.store.close()
 

@@ -230,7 +230,8 @@ class SchedulingLoop:
             record.stop_reason = "cancel"
             self.store.event(record, now, "cancelling", "stopping at its owner's request")
             self.store.commit()
-            await self.backend.stop(record.id, record.handle or {}, self.settings.grace_seconds)
+            if record.handle is not None:  # else it is being launched: _launch stops it
+                await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
         self._notify()
         self.request_cycle()
 
@@ -332,6 +333,8 @@ class SchedulingLoop:
                     to_stop.append(record)
         self.store.commit()
         for record in to_stop:
+            if record.handle is None:
+                continue  # still being launched: _launch stops it once it has a handle
             grace = 0.0 if record.stop_reason == EvictReason.NODE_LOST.value else None
             await self.backend.stop(
                 record.id, record.handle or {}, self.settings.grace_seconds if grace is None else 0
@@ -400,6 +403,10 @@ class SchedulingLoop:
         )
         try:
             record.handle = await self.backend.start(job)
+            if record.state in ("cancelling", "preempting"):
+                # cancelled or evicted while the backend was starting it: stop it now that
+                # there is a handle to stop (the stop sent meanwhile had none)
+                await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
         except BackendError as error:
             self._finish(record, "failed", now, message=str(error))
         except Exception as error:

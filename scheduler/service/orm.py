@@ -63,6 +63,14 @@ class WorkloadRecord(Base):
     """While preempting: the workload this one was evicted for."""
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
+    idle_timeout: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Allocations: seconds of idleness after which the server is stopped; None: never."""
+    last_activity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Allocations with an idle limit: the server's last activity as the service last saw it."""
+    idle_stop_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the server is stopped if it stays idle (a warning's promise once warned)."""
+    idle_warning: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The warning shown while an idle server waits to be stopped; None when not warned."""
 
     @property
     def placement(self) -> Placement:

@@ -9,12 +9,25 @@ naming the field (``gpus: must be a fraction in (0, 1] ...``), which the handler
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler.engine import Kind, Queue, default_priority
+from scheduler.engine import (
+    Kind,
+    Node,
+    Policy,
+    Queue,
+    Request,
+    Session,
+    Snapshot,
+    Workload,
+    default_priority,
+    reasons,
+    scorer_named,
+)
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
+from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
     QUEUE_FIELDS,
     InvalidSpec,
@@ -45,7 +58,17 @@ SUBMIT_FIELDS = (
     "max_runtime_seconds",
     "min_runtime_seconds",
 )
-ALLOCATE_FIELDS = ("user", "server_name", "project", "gpus", "gpu_memory_gib", "preemptible")
+ALLOCATE_FIELDS = (
+    "user",
+    "server_name",
+    "project",
+    "gpus",
+    "gpu_memory_gib",
+    "preemptible",
+    "idle_timeout_seconds",
+)
+MAX_IDLE_TIMEOUT = 365 * 24 * 3600
+"""A year: longer limits are typos (milliseconds?); null already means "never"."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,9 @@ class AllocationRequest:
     gpus: float | None
     gpu_memory_mib: int | None
     preemptible: bool
+    idle_timeout: float | None = None
+    """Seconds of idleness after which the server is stopped; None: never (the profile's
+    limit, which the spawner sends)."""
 
 
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -197,6 +223,71 @@ def parse_allocation(document: Any) -> AllocationRequest:
         gpus=gpus,
         gpu_memory_mib=memory_mib,
         preemptible=_bool(body, "preemptible", False),
+        idle_timeout=_idle_timeout(body),
+    )
+
+
+def _idle_timeout(body: Mapping) -> float | None:
+    value = number_field(
+        body, "idle_timeout_seconds", "", None, optional=True, strictly_positive=True
+    )
+    if value is not None and value > MAX_IDLE_TIMEOUT:
+        raise InvalidSpec(
+            "idle_timeout_seconds",
+            f"must be at most {MAX_IDLE_TIMEOUT} (a year), got {value!r}; null means never",
+        )
+    return None if value is None else float(value)
+
+
+def never_starts(
+    request: AllocationRequest,
+    project: str,
+    queues: Sequence[Queue],
+    nodes: Sequence[Node],
+) -> str | None:
+    """Why an allocation can never start on this cluster with these quotas, or None.
+
+    A spawner waits for its allocation until the hub's start timeout; one that no amount of
+    waiting can satisfy should fail at once with the numbers, not after minutes of "pending".
+    Two cases: a shape no GPU or node here can hold (the engine's own "can never start"
+    wording), and a non-preemptible notebook larger than the deserved quota of its project or
+    of a department above it (notebooks run only inside it, see docs/scheduling.md). The
+    sizes are the engine's, from a session over the empty cluster. A cluster with no nodes
+    (yet: a Kubernetes backend before its first node list) refuses nothing.
+    """
+    if not nodes:
+        return None
+    workload = Workload(
+        name="new",
+        queue=project,
+        kind=Kind.INTERACTIVE,
+        request=Request(gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib),
+        priority=default_priority(Kind.INTERACTIVE, request.preemptible),
+        preemptible=request.preemptible,
+        submitted_at=0.0,
+        seq=0,
+    )
+    session = Session(
+        Snapshot(tuple(nodes), tuple(queues), ()), 0.0, Policy(scorer=scorer_named("pack"))
+    )
+    if not fits_somewhere_ever(session.ledger.shapes, workload.request):
+        return f"a notebook that {reasons.no_room(session, workload)}"
+    if request.preemptible:
+        return None  # preemptible notebooks may borrow beyond the quota
+    size = session.request_size(workload)
+    cap, name = min((session.deserved[name], name) for name in session.ancestry[project])
+    if size <= cap + 1e-6:
+        return None
+    has = f"deserves {reasons.gpus(cap)}" if cap > 0 else "deserves no GPUs"
+    if name == project:
+        return (
+            f"{project} {has}; a notebook of {reasons.gpus(size)} can never start: notebooks "
+            "run only inside the project's deserved quota"
+        )
+    return (
+        f"department {name} (above {project}) {has}; a notebook of {reasons.gpus(size)} can "
+        "never start: notebooks run only inside the deserved quota of their project and of "
+        "every department above it"
     )
 
 

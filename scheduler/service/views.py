@@ -22,15 +22,19 @@ def iso(seconds: float | None) -> str | None:
 
 
 def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str, Any]]:
-    uuids = {(gpu.node, gpu.index): gpu.uuid for gpu in inventory.gpus}
+    gpus = {(gpu.node, gpu.index): gpu for gpu in inventory.gpus}
     return [
         {
             "node": replica.node,
             "gpus": [
                 {
                     "index": share.index,
-                    "uuid": uuids.get((replica.node, share.index)),
+                    "uuid": getattr(gpus.get((replica.node, share.index)), "uuid", None),
                     "share": share.milli / MILLI,
+                    # the whole GPU's memory: a share's memory cap is share × this
+                    "memory_mib": getattr(
+                        gpus.get((replica.node, share.index)), "memory_mib", None
+                    ),
                 }
                 for share in replica.gpus
             ],
@@ -73,7 +77,14 @@ def workload_json(
         "message": record.message or None,
     }
     if record.is_allocation:
-        value["server_name"] = record.server_name
+        watched = record.state == "running" and record.idle_timeout is not None
+        value.update(
+            server_name=record.server_name,
+            idle_timeout_seconds=record.idle_timeout,
+            # both known once the service has read the server's activity from the hub
+            idle_stop_at=iso(record.idle_stop_at) if watched else None,
+            idle_warning=(record.idle_warning or None) if watched else None,
+        )
     else:
         value.update(
             command=record.command,

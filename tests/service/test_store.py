@@ -34,7 +34,43 @@ def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
     )
     store.close()
     with sqlite3.connect(tmp_path / "old.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0002",)
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+
+
+def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> None:
+    """0003 adds the idle limit and warning to workloads; allocations from before have none."""
+    url = f"sqlite:///{tmp_path / 'v2.sqlite'}"
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0002")
+        connection.exec_driver_sql(
+            "INSERT INTO workloads (name, user, project, kind, state, command, env, server_name,"
+            " gpus, replicas, priority, preemptible, min_runtime, submitted_at, started_at,"
+            " start_seq, placement, restart_count, preemptions, claimant_id, message) VALUES"
+            " ('notebook-alice', 'alice', 'vision', 'interactive', 'running', NULL, '{}', 'gpu',"
+            ' 0.5, 1, 100, 0, 0, 1.0, 2.0, 1, \'[{"node": "ws", "gpus": [[0, 500]]}]\','
+            " 0, 0, NULL, '')"
+        )
+    engine.dispose()
+    store = open_store(url)
+    [record] = store.active_workloads()
+    assert (record.name, record.server_name, record.state, record.is_allocation) == (
+        "notebook-alice",
+        "gpu",
+        "running",
+        True,
+    )
+    assert record.placement[0].gpus[0].milli == 500
+    assert (record.idle_timeout, record.last_activity, record.idle_stop_at) == (None, None, None)
+    assert record.idle_warning is None
+    record.idle_timeout = 3600.0
+    record.idle_warning = "idle since 14:05 UTC; ..."
+    store.commit()
+    store.close()
+    with sqlite3.connect(tmp_path / "v2.sqlite") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+        row = db.execute("SELECT idle_timeout, idle_warning FROM workloads").fetchone()
+        assert row == (3600.0, "idle since 14:05 UTC; ...")
 
 
 def test_a_newer_database_is_refused(tmp_path) -> None:

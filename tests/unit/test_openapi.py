@@ -176,6 +176,17 @@ def test_every_documented_operation_has_a_handler() -> None:
     assert not extra, f"operations in openapi.json no handler implements: {extra}"
 
 
+def test_these_are_all_the_api_routes_the_service_serves() -> None:
+    """The service also routes the panel's pages (``handlers.pages``): HTML, not part of
+    the API. Every other module it routes is checked here, and no page is under /api/."""
+    from scheduler.service import app
+    from scheduler.service.handlers import pages
+
+    assert app.API_MODULES == HANDLER_MODULES
+    assert set(app.HANDLER_MODULES) - set(HANDLER_MODULES) == {pages}
+    assert not [pattern for pattern, _ in pages.default_handlers if "api" in pattern]
+
+
 def test_operation_ids_are_unique() -> None:
     ids = [op["operationId"] for _, _, op in operations()]
     assert len(ids) == len(set(ids))

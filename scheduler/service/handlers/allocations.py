@@ -5,6 +5,11 @@ The spawner asks for a share on the user's behalf, waits for it (long-poll with 
 reason on the spawn page, and releases it when the server stops. An allocation is a workload
 of kind ``interactive`` without a command: the engine schedules it like any other, and the
 backend runs nothing for it (the spawner starts the server).
+
+An allocation that can never start (a shape no GPU here holds, or a notebook larger than the
+deserved quota it must stay inside) is refused at once with 409 and the numbers, so the spawn
+page says why instead of waiting out the hub's timeout. With ``idle_timeout_seconds`` the
+server is warned and then stopped when idle that long (``scheduler/service/idle.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
 from scheduler.service.orm import WorkloadRecord
-from scheduler.service.requests import parse_allocation
+from scheduler.service.requests import never_starts, parse_allocation
 from scheduler.service.views import workload_json
 
 MAX_WAIT = 60.0
@@ -77,6 +82,9 @@ class AllocationListHandler(AllocationAccess):
                     f"{record.id} ({record.state}); release it first",
                 )
         project = await self.project_for(request.project, user)
+        hopeless = never_starts(request, project, self.loop.queues, self.loop.inventory.nodes)
+        if hopeless is not None:
+            raise web.HTTPError(409, hopeless)
         kind = Kind.INTERACTIVE
         record = WorkloadRecord(
             name=f"notebook-{user}" + (f"-{request.server_name}" if request.server_name else ""),
@@ -94,6 +102,7 @@ class AllocationListHandler(AllocationAccess):
             preemptible=request.preemptible,
             min_runtime=0.0,
             max_runtime=None,
+            idle_timeout=request.idle_timeout,
         )
         self.loop.add(record)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")

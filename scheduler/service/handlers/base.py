@@ -1,15 +1,27 @@
 """What every API handler shares: authentication with the hub, scope checks, JSON in and
-out, errors as ``{"status", "message"}``, and the hub's pagination convention."""
+out, errors as ``{"status", "message"}``, and the hub's pagination convention.
+
+Two kinds of caller reach the API. Programs (the CLI, the magics, the spawner, curl) send a
+JupyterHub token in the ``Authorization`` header. The panel's JavaScript sends nothing but
+the browser's cookies: the ``HubOAuth`` cookie the service set when the user logged in
+through the hub. A cookie is sent by the browser whatever page made the request, so a
+cookie-authenticated request must also carry the XSRF token the panel page was rendered with
+(header ``X-XSRFToken``); JupyterHub's ``HubOAuth`` checks it (``_xsrf`` cookie against the
+header, bound to the login session) before it accepts the cookie at all. A token in a header
+cannot be forged across sites, so token requests skip the check.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from jupyterhub.services.auth import HubAuth
+from jupyterhub.services.auth import HubOAuth, HubOAuthenticated
 from tornado import web
+from traitlets import validate
 
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import Caller
@@ -18,6 +30,30 @@ from scheduler.service.loop import SchedulingLoop
 from scheduler.service.requests import parse_page
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+
+
+class ServiceOAuth(HubOAuth):
+    """``HubOAuth`` for a service that may start without the hub's OAuth variables.
+
+    ``HubOAuth`` refuses an empty client id or API token as soon as it is built. The service
+    reports a missing token itself, with what to do about it, and its client id is the one
+    the hub gives every service (``service-<name>``) when $JUPYTERHUB_CLIENT_ID is not set
+    (an external service run by hand)."""
+
+    @validate("oauth_client_id", "api_token")
+    def _ensure_not_empty(self, proposal: Any) -> Any:
+        return proposal.value
+
+
+def make_hub_auth(parent: object, prefix: str) -> HubOAuth:
+    """The service's one ``HubOAuth``: tokens for the API, the OAuth cookie for browsers."""
+    name = os.environ.get("JUPYTERHUB_SERVICE_NAME") or "frachub"
+    return ServiceOAuth(
+        parent=parent,
+        base_url=prefix,
+        cache_max_age=60,
+        oauth_client_id=os.environ.get("JUPYTERHUB_CLIENT_ID") or f"service-{name}",
+    )
 
 
 def _refuse_constant(name: str) -> None:
@@ -54,14 +90,20 @@ class NotFoundHandler(JSONErrors):
         raise web.HTTPError(404, f"no such API endpoint: {self.request.path}")
 
 
-class APIHandler(JSONErrors):
-    """Token-authenticated JSON API. ``prepare`` asks the hub who the token belongs to (cached
-    by ``HubAuth``), so by the time a verb runs ``self.caller`` is known."""
+class APIHandler(HubOAuthenticated, JSONErrors):
+    """Token- or cookie-authenticated JSON API. ``prepare`` asks the hub who the token (from
+    the header, else from the ``HubOAuth`` cookie) belongs to, cached by ``HubAuth``, so by
+    the time a verb runs ``self.caller`` is known.
+
+    ``HubOAuthenticated`` contributes the hub's XSRF rules (``xsrf_token``,
+    ``check_xsrf_cookie``); nothing else of it is used: the API never redirects to a login
+    page, it answers 403."""
 
     caller: Caller
+    _xsrf_refusal: str | None = None
 
     @property
-    def hub_auth(self) -> HubAuth:
+    def hub_auth(self) -> HubOAuth:
         return self.settings["hub_auth"]
 
     @property
@@ -77,11 +119,24 @@ class APIHandler(JSONErrors):
         self.set_header("Cache-Control", "no-store")
 
     def check_xsrf_cookie(self) -> None:
-        """Tokens in headers cannot be forged across sites; pages check xsrf themselves."""
+        """Called by ``HubOAuth`` before it accepts a session cookie on a request that needs
+        the check (not for token requests, nor plain page navigation). A refusal there only
+        makes the request anonymous; remember why, so that the 403 can say so."""
+        try:
+            super().check_xsrf_cookie()
+        except web.HTTPError as error:
+            self._xsrf_refusal = error.log_message
+            raise
 
     async def prepare(self) -> None:
         model = await self.hub_auth.get_user(self, sync=False)
         if not model:
+            if self._xsrf_refusal:
+                raise web.HTTPError(
+                    403,
+                    f"XSRF check failed ({self._xsrf_refusal}): a browser session must send "
+                    "the X-XSRFToken header the FracHub page gives it; reload the page",
+                )
             raise web.HTTPError(
                 403, "authentication required: send a JupyterHub token as 'Authorization: token …'"
             )

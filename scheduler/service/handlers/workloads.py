@@ -34,8 +34,11 @@ class WorkloadAccess(APIHandler):
         return record
 
     async def project_for(self, requested: str | None, user: str) -> str:
-        """The project a workload goes to: the one asked for if ``user`` belongs to it (admins
-        may use any), or the user's only project when none was named."""
+        """The project a workload goes to: the one asked for if ``user`` belongs to it, or the
+        user's only project when none was named. An admin's own workloads may go to any
+        project; acting for another user (the spawner does, with the service's token), the
+        project must be one of that user's, so nobody is charged to a project they are not in.
+        """
         if user == self.caller.name:
             groups = self.caller.groups
         else:
@@ -54,7 +57,8 @@ class WorkloadAccess(APIHandler):
             raise InvalidSpec("project", f"is required: {user} is in {', '.join(mine)}")
         if requested not in leaf_projects(self.loop.queues):
             raise InvalidSpec("project", f"no such project {requested!r}")
-        if requested not in mine and not self.caller.is_admin:
+        own_as_admin = user == self.caller.name and self.caller.is_admin
+        if requested not in mine and not own_as_admin:
             raise web.HTTPError(
                 403,
                 f"{user} is not a member of project {requested}"
@@ -180,6 +184,8 @@ class WorkloadLogsHandler(WorkloadAccess):
         await self.flush()
         while follow and record.id in self.loop.records:
             await asyncio.sleep(0.5)
+            if not path:  # the job was still starting: its log may exist by now
+                path = self.loop.backend.log_path(record.id, replica)
             if path and os.path.exists(path):
                 position = self._write_from(path, position)
                 try:

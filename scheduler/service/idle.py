@@ -1,0 +1,289 @@
+"""Idle GPU notebooks: warn, then stop their servers through the hub (the I/O around
+``idle_policy``, which decides).
+
+A notebook server that holds a GPU share and sits unused keeps that share from everyone
+else, since notebooks are never preempted. An allocation may carry an idle limit
+(``idle_timeout_seconds``, the spawner's profile limit); ``IdlePoller`` enforces it, in the
+shape of jupyterhub-idle-culler with deciding and acting split:
+
+1. every ``interval`` seconds, list the servers the hub has (``GET /users?state=active``,
+   following the hub's pagination) with their ``last_activity``;
+2. judge each running allocation with a limit (``idle_policy.judge``, pure) and write what
+   changed — the activity seen, the projected stop, a warning with its event — in one commit;
+3. stop the servers that are due (``DELETE /users/{user}/server`` or ``.../servers/{name}``).
+   The spawner's stop then releases the allocation, as for any stopped server. The poller
+   releases an allocation itself only when the hub says its server is gone (the hub no
+   longer lists it, or answers 404 to the stop): an allocation must not outlive its server.
+
+The service's token needs ``list:users``, ``read:users``, ``read:users:activity``,
+``read:servers`` and ``delete:servers`` (``hub_ext/scopes.py``). A failing hub is logged and
+tried again next round; nothing is stopped on a guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import quote, urlencode
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
+
+from scheduler.engine import reasons
+from scheduler.service.idle_policy import (
+    DEFAULT_WARNING_FRACTION,
+    GivenWarning,
+    Verdict,
+    judge,
+    warning_text,
+)
+from scheduler.service.loop import SchedulingLoop, held_gpus
+from scheduler.service.orm import WorkloadRecord
+
+PAGINATION = "application/jupyterhub-pagination+json"
+PAGE_SIZE = 200
+
+
+class HubError(RuntimeError):
+    """The hub could not be asked (unreachable, refused, or an answer we cannot read)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server the hub has (running, starting or stopping), as the poller needs it."""
+
+    last_activity: float | None
+    pending: str | None
+
+
+def parse_time(value: str | None) -> float | None:
+    """The hub's ISO 8601 times ("2026-11-22T14:05:00.123456Z") as Unix seconds."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+class HubServers:
+    """The part of the Hub REST API the poller uses, with the service's own token."""
+
+    def __init__(self, api_url: str, api_token: str, request_timeout: float = 10.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.api_token = api_token
+        self.request_timeout = request_timeout
+
+    async def _fetch(
+        self, method: str, path: str, *, accept: str = "application/json"
+    ) -> HTTPResponse:
+        request = HTTPRequest(
+            f"{self.api_url}{path}",
+            method=method,
+            headers={"Authorization": f"token {self.api_token}", "Accept": accept},
+            request_timeout=self.request_timeout,
+        )
+        return await AsyncHTTPClient().fetch(request)
+
+    async def active(self) -> dict[tuple[str, str], Server]:
+        """Every server the hub has, keyed by (user, server name; '' for the default)."""
+        servers: dict[tuple[str, str], Server] = {}
+        offset = 0
+        while True:
+            query = urlencode({"state": "active", "offset": offset, "limit": PAGE_SIZE})
+            try:
+                response = await self._fetch("GET", f"/users?{query}", accept=PAGINATION)
+                page = json.loads(response.body)
+            except HTTPClientError as error:
+                raise HubError(f"the hub refused the list of active servers: {error}") from None
+            except (OSError, ValueError) as error:
+                raise HubError(f"the hub's list of active servers failed: {error}") from None
+            users = page["items"] if isinstance(page, dict) else page
+            for user in users:
+                if "servers" not in user:
+                    raise HubError(
+                        "the hub does not show the service its users' servers: its role "
+                        "needs read:servers"
+                    )
+                for name, server in user["servers"].items():
+                    servers[(user["name"], name)] = Server(
+                        parse_time(server.get("last_activity")), server.get("pending")
+                    )
+            following = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            if not following:
+                return servers
+            offset = following["offset"]
+
+    async def stop(self, user: str, server_name: str) -> bool:
+        """Ask the hub to stop a server; False when the hub has no such server or user."""
+        path = f"/users/{quote(user, safe='')}/server"
+        if server_name:
+            path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
+        try:
+            await self._fetch("DELETE", path)
+        except HTTPClientError as error:
+            if error.code == 404:
+                return False
+            raise HubError(f"the hub refused to stop {user}'s server: {error}") from None
+        except OSError as error:
+            raise HubError(f"the hub is unreachable: {error}") from None
+        return True
+
+
+@dataclass(frozen=True)
+class IdleSettings:
+    """The poller's knobs, copied from the service's traits at start-up."""
+
+    interval: float = 60.0
+    warning_fraction: float = DEFAULT_WARNING_FRACTION
+
+
+def share_words(record: WorkloadRecord) -> str:
+    """ "0.5 GPU", "2 GPUs": the share a running allocation holds."""
+    return reasons.gpus(held_gpus(record.placement) * 1000)
+
+
+def server_words(record: WorkloadRecord) -> str:
+    """ "alice's default server", "alice's server 'gpu'": for events and the log."""
+    if not record.server_name:
+        return f"{record.user}'s default server"
+    return f"{record.user}'s server {record.server_name!r}"
+
+
+def watched(record: WorkloadRecord) -> bool:
+    return record.is_allocation and record.state == "running" and bool(record.idle_timeout)
+
+
+class IdlePoller:
+    """Checks the servers of running allocations with an idle limit every ``interval``
+    seconds (``start``/``stop`` run and end it with the service)."""
+
+    def __init__(
+        self,
+        loop: SchedulingLoop,
+        hub: HubServers,
+        settings: IdleSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.loop = loop
+        self.hub = hub
+        self.settings = settings
+        self.clock = clock
+        self.log = log or logging.getLogger("frachub")
+        self._task: asyncio.Task | None = None
+        self._stopping: set[int] = set()
+        """Allocations whose server the poller has asked the hub to stop (event written)."""
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.interval)
+            try:
+                await self.check()
+            except HubError as error:
+                self.log.warning(
+                    "idle notebooks: %s; trying again in %gs", error, self.settings.interval
+                )
+            except Exception:
+                self.loop.store.rollback()
+                self.log.exception("idle notebooks: the check failed; trying again")
+
+    async def check(self) -> None:
+        """One round: ask the hub, judge, write, then stop or release."""
+        if not any(watched(record) for record in self.loop.records.values()):
+            self._stopping.clear()
+            return
+        listed_at = self.clock()
+        servers = await self.hub.active()
+        now = self.clock()
+        due: list[WorkloadRecord] = []
+        gone: list[WorkloadRecord] = []
+        for record in [r for r in self.loop.records.values() if watched(r)]:
+            server = servers.get((record.user, record.server_name or ""))
+            if server is None:
+                # an allocation asked for after the list was made may belong to a server
+                # the list does not show yet; anything older has lost its server
+                if record.submitted_at < listed_at:
+                    gone.append(record)
+                continue
+            if self._judge(record, server, now):
+                due.append(record)
+        self.loop.store.commit()
+        for record in due:
+            try:
+                exists = await self.hub.stop(record.user, record.server_name or "")
+            except HubError as error:
+                self.log.warning("idle notebooks: %s; trying again next round", error)
+                continue
+            if not exists:
+                gone.append(record)
+        for record in gone:
+            await self._release(record)
+        self._stopping &= set(self.loop.records)
+
+    def _judge(self, record: WorkloadRecord, server: Server, now: float) -> bool:
+        """Apply the policy to one allocation's record; True when its server is due to stop."""
+        assert record.idle_timeout is not None and record.started_at is not None
+        activity = server.last_activity or record.started_at
+        if server.pending == "spawn":
+            activity = now  # still starting: not idle yet
+        activity = max(activity, record.started_at)
+        warning = None
+        if record.idle_warning and record.last_activity and record.idle_stop_at:
+            warning = GivenWarning(record.last_activity, record.idle_stop_at)
+        judged = judge(
+            timeout=record.idle_timeout,
+            last_activity=activity,
+            now=now,
+            warning=warning,
+            warning_fraction=self.settings.warning_fraction,
+        )
+        record.last_activity = judged.idle_since
+        record.idle_stop_at = judged.stop_at
+        where = f"{server_words(record)} (allocation {record.id})"
+        if judged.verdict is Verdict.FINE:
+            if record.idle_warning is not None:
+                record.idle_warning = None
+                self.loop.store.event(record, now, "idle-cleared", "used again; not stopped")
+                self.log.info("idle notebooks: %s is used again; warning withdrawn", where)
+            return False
+        if record.idle_warning is None:
+            record.idle_warning = warning_text(
+                judged.idle_since, judged.stop_at, share_words(record)
+            )
+            self.loop.store.event(record, now, "idle-warning", record.idle_warning)
+            self.log.info("idle notebooks: warned %s: %s", where, record.idle_warning)
+        if judged.verdict is Verdict.WARNED:
+            return False
+        if record.id not in self._stopping:
+            self._stopping.add(record.id)
+            limit = f"{record.idle_timeout:g}s"
+            self.loop.store.event(
+                record, now, "idle-stop", f"idle longer than {limit}; stopping the server"
+            )
+            self.log.info("idle notebooks: stopping %s, idle longer than %s", where, limit)
+        return True
+
+    async def _release(self, record: WorkloadRecord) -> None:
+        """Release an allocation whose server the hub no longer has."""
+        if record.state != "running":
+            return  # the spawner released it meanwhile
+        now = self.clock()
+        why = f"the hub no longer has {server_words(record)}"
+        self.log.info("idle notebooks: releasing allocation %d: %s", record.id, why)
+        self.loop.store.event(record, now, "server-gone", why)
+        await self.loop.cancel(record)

@@ -1,0 +1,154 @@
+// The admin page: the GPU map (which share of each GPU is held by whom), the queue tree
+// with quotas, use and fair share, and every active workload with a cancel button.
+import {
+  api,
+  cancelButton,
+  colour,
+  el,
+  every,
+  gpusText,
+  number,
+  stateBadge,
+  timeCell,
+  whereCell,
+} from "./common.js";
+
+const POLL_MS = 2000;
+
+function holderLabel(holder) {
+  return holder.user || holder.project;
+}
+
+function renderNodes(nodes) {
+  const container = document.getElementById("frachub-nodes");
+  const legend = new Map();
+  if (!nodes.length) {
+    container.replaceChildren(el("p", { class: "text-body-secondary" }, "No nodes."));
+    return;
+  }
+  container.replaceChildren(
+    ...nodes.map((node) =>
+      el(
+        "div",
+        { class: "card mb-3 frachub-node", dataset: { node: node.name } },
+        el(
+          "div",
+          { class: "card-header small" },
+          el("strong", {}, node.name),
+          ` · ${node.gpu_count} × ${node.gpu_model || "GPU"} · ${number(node.gpu_memory_gib)} GiB each`,
+        ),
+        el(
+          "div",
+          { class: "card-body py-2" },
+          ...node.gpus.map((gpu) => {
+            const free = Math.max(0, 1 - gpu.used);
+            return el(
+              "div",
+              { class: "frachub-gpu d-flex align-items-center gap-2 mb-1", dataset: { node: node.name, gpu: gpu.index } },
+              el("span", { class: "frachub-gpu-name small text-nowrap", title: gpu.uuid || "" }, `GPU ${gpu.index}`),
+              el(
+                "div",
+                { class: "frachub-gpu-bar", role: "img", "aria-label": `GPU ${gpu.index}: ${number(gpu.used)} used` },
+                ...gpu.holders.map((holder) => {
+                  const label = holderLabel(holder);
+                  legend.set(label, holder.user ? "user" : "project");
+                  const what = holder.workload
+                    ? `#${holder.workload} ${holder.name || ""} (${holder.state})`
+                    : holder.state;
+                  return el(
+                    "div",
+                    {
+                      class: "frachub-share",
+                      style: { width: `${holder.share * 100}%`, background: colour(label) },
+                      title: `${label} · ${holder.project} · ${holder.kind} · ${what} · ${number(holder.share)} GPU`,
+                      dataset: { user: holder.user || "", project: holder.project, share: holder.share, workload: holder.workload || "" },
+                    },
+                    `${label} ${number(holder.share)}`,
+                  );
+                }),
+                free > 0.0005
+                  ? el("div", { class: "frachub-free", style: { width: `${free * 100}%` } }, `free ${number(free)}`)
+                  : null,
+              ),
+            );
+          }),
+        ),
+      ),
+    ),
+  );
+  document.getElementById("frachub-legend").replaceChildren(
+    ...[...legend.keys()].sort().map((label) =>
+      el("span", { class: "me-3 text-nowrap" }, el("span", { class: "frachub-swatch", style: { background: colour(label) } }), ` ${label}`),
+    ),
+  );
+}
+
+function renderQueues(queues) {
+  const byName = new Map(queues.map((queue) => [queue.name, queue]));
+  const depth = (queue) => (queue.parent && byName.has(queue.parent) ? 1 + depth(byName.get(queue.parent)) : 0);
+  const ordered = [];
+  const visit = (queue) => {
+    ordered.push(queue);
+    for (const child of queue.children) if (byName.has(child)) visit(byName.get(child));
+  };
+  for (const queue of queues) if (!queue.parent || !byName.has(queue.parent)) visit(queue);
+  document.querySelector("#frachub-queues-table tbody").replaceChildren(
+    ...ordered.map((queue) =>
+      el(
+        "tr",
+        { class: "frachub-queue", dataset: { queue: queue.name } },
+        el("th", { scope: "row", style: { paddingLeft: `${0.25 + depth(queue) * 1.25}rem` } }, queue.name),
+        el("td", {}, number(queue.deserved_gpus)),
+        el("td", {}, number(queue.limit_gpus)),
+        el("td", {}, number(queue.over_quota_weight)),
+        el("td", {}, number(queue.allocated_gpus)),
+        el("td", {}, number(queue.fair_share_gpus)),
+        el("td", {}, queue.running),
+        el("td", {}, queue.pending),
+      ),
+    ),
+  );
+}
+
+let refresh = () => {};
+
+function renderActive(workloads) {
+  const body = document.querySelector("#frachub-active-table tbody");
+  if (!workloads.length) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "text-body-secondary" }, "Nothing is running or waiting.")));
+    return;
+  }
+  body.replaceChildren(
+    ...workloads.map((workload) =>
+      el(
+        "tr",
+        { class: "frachub-workload", dataset: { id: workload.id, state: workload.state } },
+        el("td", { class: "text-body-secondary" }, workload.id),
+        el("td", {}, workload.user),
+        el("td", {}, workload.name, workload.kind === "interactive" ? el("span", { class: "badge text-bg-info ms-1" }, "notebook") : null),
+        el("td", {}, workload.project),
+        el("td", {}, stateBadge(workload.state)),
+        el("td", { class: "text-nowrap" }, gpusText(workload)),
+        whereCell(workload),
+        el(
+          "td",
+          { class: "text-end" },
+          workload.kind !== "interactive" && ["pending", "running", "preempting"].includes(workload.state)
+            ? cancelButton(workload, () => refresh())
+            : null,
+        ),
+      ),
+    ),
+  );
+}
+
+refresh = every(POLL_MS, async () => {
+  const [nodes, queues, workloads] = await Promise.all([
+    api("nodes"),
+    api("queues"),
+    api("workloads?active=1&limit=500"),
+  ]);
+  renderNodes(nodes);
+  renderQueues(queues);
+  renderActive(workloads);
+});

@@ -1,0 +1,197 @@
+"""The Training panel and the admin page in a real Chromium, against a real hub, proxy and
+service: log in through the hub's form, submit from the panel, watch a job run and its log
+grow, cancel one, see why a job waits, and (as an admin) see who holds which share of each
+GPU. Every step leaves a screenshot in artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from hubharness import API_PATH, SERVICE_PREFIX, Hub
+from playwright.sync_api import Locator, Page, expect
+from service_client import checked, submit, wait_state
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def api(oauth_hub: Hub) -> Iterator[Callable[[str], httpx.Client]]:
+    """api(token) -> a client of the frachub API, for setting the scene quickly."""
+    clients: list[httpx.Client] = []
+
+    def client(token: str) -> httpx.Client:
+        made = httpx.Client(
+            base_url=oauth_hub.service_url(API_PATH),
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        )
+        clients.append(made)
+        return made
+
+    yield client
+    for made in clients:
+        made.close()
+
+
+def row(page: Page, workload_id: int) -> Locator:
+    return page.locator(f"#frachub-workloads-table tr[data-id='{workload_id}']")
+
+
+def test_login_opens_the_panel_in_the_hubs_look(
+    page: Page, frachub, make_user, login, shot, api
+) -> None:
+    name, token = make_user(groups=["vision"])
+    notebook = checked(api(token).post("allocations", json={"gpus": 0.25})).json()
+    login(page, name)
+    nav = page.locator("#frachub-nav-training")
+    expect(nav).to_have_text("Training")
+    expect(nav).to_have_attribute("href", SERVICE_PREFIX)
+    expect(page.locator("nav a.nav-link", has_text="Home")).to_have_attribute("href", "/hub/home")
+    expect(page.locator("#login_widget")).to_contain_text(name)
+    project = page.locator("#frachub-projects-table tr[data-project='vision']")
+    expect(project.locator(".frachub-deserved")).to_have_text("1")
+    expect(page.locator("#frachub-project")).to_have_value("vision")
+    notebook_row = row(page, notebook["id"])
+    expect(notebook_row).to_contain_text("notebook")
+    expect(notebook_row.locator(".frachub-state")).to_have_text("running")
+    expect(notebook_row.locator(".frachub-placement")).to_contain_text("local: GPU")
+    expect(notebook_row.locator(".frachub-cancel")).to_have_count(0)  # stop the server instead
+    expect(page.locator("#frachub-nav-admin")).to_have_count(0)
+    shot("panel")
+
+
+def test_the_hubs_own_pages_link_to_the_panel(page: Page, frachub, make_user, login, shot) -> None:
+    name, _ = make_user(groups=["vision"])
+    login(page, name)
+    page.goto("/hub/token")
+    link = page.locator("#frachub-nav-training")
+    expect(link).to_have_attribute("href", SERVICE_PREFIX)
+    shot("hub-token-page")
+    link.click()
+    page.wait_for_url(f"**{SERVICE_PREFIX}")
+    expect(page.locator("#frachub-nav-training")).to_have_class(re.compile("active"))
+
+
+def test_submit_from_the_form_and_watch_the_log_grow(
+    page: Page, frachub, make_user, login, shot
+) -> None:
+    name, _ = make_user(groups=["vision"])
+    login(page, name)
+    page.fill("#frachub-command", "for i in 1 2 3 4 5 6 7 8; do echo step-$i; sleep 0.5; done")
+    page.select_option("#frachub-gpus", "0.5")
+    page.fill("#frachub-name", "counting")
+    shot("form-filled")
+    page.click("#frachub-submit-button")
+    expect(page.locator("#frachub-submit-status")).to_contain_text("Submitted #")
+    job = page.locator("#frachub-workloads-table tr.frachub-workload", has_text="counting")
+    expect(job.locator(".frachub-state")).to_have_text("running")
+    expect(job).to_contain_text("0.5 GPU")
+    log = page.locator("#frachub-log")
+    expect(log).to_contain_text("step-2")
+    assert "step-8" not in log.inner_text(), "the log should arrive while the job runs"
+    expect(page.locator("#frachub-detail-state")).to_have_text("running")
+    expect(page.locator("#frachub-detail-facts")).to_contain_text("local: GPU 0 (0.5)")
+    shot("running-with-live-log")
+    expect(log).to_contain_text("step-8")
+    expect(job.locator(".frachub-state")).to_have_text("succeeded")
+    expect(page.locator("#frachub-log-status")).to_have_text("(the job has ended)")
+    expect(job).to_contain_text("exit 0")
+    shot("succeeded")
+
+
+def test_form_errors_are_the_apis_messages(page: Page, frachub, make_user, login, shot) -> None:
+    name, _ = make_user(groups=["vision"])
+    login(page, name)
+    page.fill("#frachub-command", "true")
+    page.fill("#frachub-replicas", "0")
+    page.click("#frachub-submit-button")
+    status = page.locator("#frachub-submit-status")
+    expect(status).to_have_text("replicas: must be a whole number >= 1, got 0")
+    expect(status).to_have_class(re.compile("text-danger"))
+    shot("refused")
+
+
+def test_cancel_a_running_job(page: Page, frachub, make_user, login, shot, api) -> None:
+    name, token = make_user(groups=["vision"])
+    client = api(token)
+    job = submit(client, command="sleep 120", gpus=0.25, name="long-sleep")
+    wait_state(client, job["id"], "running")
+    login(page, name)
+    found = row(page, job["id"])
+    expect(found.locator(".frachub-state")).to_have_text("running")
+    cancel = found.locator(".frachub-cancel")
+    cancel.click()
+    expect(cancel).to_have_text("Confirm cancel")
+    shot("confirm-cancel")
+    cancel.click()
+    expect(found.locator(".frachub-state")).to_have_text("cancelled")
+    expect(found.locator(".frachub-cancel")).to_have_count(0)
+    assert wait_state(client, job["id"], "cancelled")["state"] == "cancelled"
+    shot("cancelled")
+
+
+def test_a_pending_job_shows_its_reason_and_queue_position(
+    page: Page, frachub, make_user, login, shot, api
+) -> None:
+    name, token = make_user(groups=["vision"])
+    client = api(token)
+    whole = submit(client, command="sleep 120", gpus=2, name="takes-both")
+    wait_state(client, whole["id"], "running")
+    first = submit(client, command="sleep 1", gpus=1, name="waits-first")
+    second = submit(client, command="sleep 1", gpus=1, name="waits-second")
+    login(page, name)
+    for job, position in ((first, 1), (second, 2)):
+        found = row(page, job["id"])
+        expect(found.locator(".frachub-state")).to_have_text("pending")
+        expect(found.locator(".frachub-queue-position")).to_have_text(f"#{position} in queue")
+        reason = found.locator(".frachub-pending-reason")
+        expect(reason).not_to_be_empty()
+        assert reason.inner_text() == wait_state(client, job["id"], "pending")["pending_reason"]
+    row(page, second["id"]).click()
+    expect(page.locator("#frachub-detail-facts")).to_contain_text("Waiting for")
+    shot("pending")
+
+
+def test_an_admin_sees_the_gpu_map_with_each_users_share(
+    page: Page, frachub, make_user, login, shot, api
+) -> None:
+    vision, vision_token = make_user(groups=["vision"])
+    nlp, nlp_token = make_user(groups=["nlp"])
+    admin, _ = make_user(admin=True)
+    half = submit(api(vision_token), command="sleep 120", gpus=0.5, name="half")
+    quarter = submit(api(nlp_token), command="sleep 120", gpus=0.25, name="quarter")
+    for token, job in ((vision_token, half), (nlp_token, quarter)):
+        wait_state(api(token), job["id"], "running")
+    login(page, admin)
+    page.click("#frachub-nav-admin")
+    page.wait_for_url(re.compile(r"/services/frachub/admin$"))
+    shares = page.locator("#frachub-nodes .frachub-share")
+    expect(shares).to_have_count(2)
+    mine = page.locator(f".frachub-share[data-user='{vision}']")
+    expect(mine).to_have_attribute("data-share", "0.5")
+    expect(mine).to_contain_text(f"{vision} 0.5")
+    expect(page.locator(f".frachub-share[data-user='{nlp}']")).to_have_attribute(
+        "data-share", "0.25"
+    )
+    expect(page.locator("#frachub-queues-table tr[data-queue='vision']")).to_contain_text("0.5")
+    expect(page.locator("#frachub-active-table tr.frachub-workload")).to_have_count(2)
+    expect(page.locator("#frachub-legend")).to_contain_text(vision)
+    shot("gpu-map")
+
+
+def test_a_user_gets_no_admin_section(page: Page, frachub, make_user, login, shot) -> None:
+    name, _ = make_user(groups=["nlp"])
+    login(page, name)
+    expect(page.locator("#frachub-workloads-table")).to_be_visible()
+    expect(page.locator("#frachub-nav-admin")).to_have_count(0)
+    expect(page.locator("#frachub-admin-link")).to_have_count(0)
+    expect(page.locator("#frachub-gpu-map")).to_have_count(0)
+    answer = page.goto(f"{SERVICE_PREFIX}admin")
+    assert answer is not None and answer.status == 403
+    expect(page.locator("h1")).to_contain_text("403")
+    expect(page.locator("body")).to_contain_text("custom:frachub:admin")
+    shot("admin-refused")

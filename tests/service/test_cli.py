@@ -1,0 +1,299 @@
+"""The ``frachub`` job commands, run as real subprocesses against the real service behind a
+real JupyterHub: submit, jobs, describe, logs (tail and follow), cancel, quota, and every
+refusal as one line on stderr with the right exit status, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from hubharness import ServiceProcess, free_port
+from service_client import checked, service_config, submit, wait_state
+
+pytestmark = pytest.mark.service
+
+SUBMITTED = re.compile(r"^Submitted job (\d+) \((\S+)\) to project (\S+): ")
+
+
+@pytest.fixture(scope="module")
+def service(hub, tmp_path_factory):
+    process = ServiceProcess(
+        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("cli")
+    ).start()
+    yield process
+    process.stop()
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    """The test's environment without any hub or FracHub settings it may run inside."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("JUPYTERHUB_", "FRACHUB_"))
+    }
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, env: dict[str, str], cwd=None, timeout: float = 60) -> Result:
+    done = subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+@dataclass
+class User:
+    name: str
+    token: str
+    env: dict[str, str]
+
+    def __call__(self, *args: str, **kwargs) -> Result:
+        """Run ``frachub ARGS`` as this user."""
+        return run_cli(*args, env=kwargs.pop("env", self.env), **kwargs)
+
+
+@pytest.fixture
+def user(service, hub, make_user) -> Callable[..., User]:
+    """user(groups=("vision",)) -> a new user whose FRACHUB_URL/FRACHUB_TOKEN are set."""
+
+    def make(groups=("vision",)) -> User:
+        name, token = make_user(groups=list(groups))
+        return User(name, token, base_env(FRACHUB_URL=hub.service_url(), FRACHUB_TOKEN=token))
+
+    return make
+
+
+def submitted_id(result: Result) -> int:
+    assert result.returncode == 0, result.stderr
+    match = SUBMITTED.match(result.stdout)
+    assert match, result.stdout
+    return int(match.group(1))
+
+
+def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
+    alice = user()
+    # the job waits (up to 30 s) for a file the test makes once --follow has shown tick-1
+    script = (
+        "echo tick-1-$FRACHUB_WORKLOAD_ID; i=0; "
+        "while [ ! -e go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+        "echo tick-2-$FRACHUB_WORKLOAD_ID; pwd"
+    )
+    submitted = alice("submit", "--gpus", "0.5", "--name", "ticker", "--", script, cwd=tmp_path)
+    job = submitted_id(submitted)
+    assert "(ticker) to project vision: 0.5 GPU, pending" in submitted.stdout
+
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "hub_ext.cli", "logs", str(job), "--follow"],
+        env=alice.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None and follow.stderr is not None
+    lines = []
+    for line in follow.stdout:
+        lines.append(line.strip())
+        if line.strip() == f"tick-1-{job}":
+            (tmp_path / "go").touch()  # streamed while the job still runs: let it finish
+    assert follow.wait(30) == 0
+    stderr = follow.stderr.read()
+    assert "Traceback" not in stderr
+    assert (tmp_path / "go").exists(), lines
+    assert lines[-2:] == [f"tick-2-{job}", str(tmp_path)]  # ran in the current directory
+    assert f"frachub: job {job} (ticker) succeeded" in stderr  # progress, then how it ended
+
+    jobs = alice("jobs")
+    assert jobs.returncode == 0, jobs.stderr
+    header, *rows = jobs.stdout.splitlines()
+    [row] = [line for line in rows if line.startswith(f"{job} ")]
+    assert row[header.index("NAME") :].startswith("ticker")
+    assert row[header.index("STATE") :].startswith("succeeded")
+    assert row[header.index("NODE") :].startswith("local:")
+
+    described = alice("describe", str(job))
+    assert described.returncode == 0, described.stderr
+    text = described.stdout
+    assert f"Training {job}: ticker" in text
+    assert re.search(r"State:\s+succeeded", text) and re.search(r"Exit code:\s+0", text)
+    assert re.search(r"Working dir:\s+" + re.escape(str(tmp_path)), text)
+    assert re.search(r"\n\s+0\s+local\s+\d\s+0\.5\s", text), text  # the placement row
+    for event in ("submitted", "started", "succeeded"):
+        assert re.search(rf"\d\d:\d\d:\d\d\s+{event}\b", text), text
+
+    tail = alice("logs", str(job), "--tail", "2")
+    assert tail.returncode == 0
+    assert tail.stdout.splitlines() == [f"tick-2-{job}", str(tmp_path)]
+    for follow_flag in ((), ("--follow",)):
+        beyond = alice("logs", str(job), "--replica", "1", *follow_flag)
+        assert (beyond.returncode, beyond.stderr) == (
+            1,
+            "frachub: replica: must be below 1, got 1\n",
+        )
+    assert alice("jobs", "--project", "nlp").stdout == "no jobs\n"
+
+
+def test_cancel_a_sleeping_job_and_see_quota(user, api) -> None:
+    alice = user()
+    job = submitted_id(alice("submit", "-g", "0.25", "--", "sleep", "60"))
+    wait_state(api(alice.token), job, "running")
+
+    quota = alice("quota")
+    assert quota.returncode == 0, quota.stderr
+    assert re.search(rf"User:\s+{alice.name}", quota.stdout)
+    header = next(line for line in quota.stdout.splitlines() if "DESERVED" in line)
+    assert header.split() == [
+        *("PROJECT", "DESERVED", "LIMIT", "IN", "USE", "FAIR", "SHARE", "YOURS"),
+        *("RUNNING", "PENDING"),
+    ]
+    row = next(line for line in quota.stdout.splitlines() if line.strip().startswith("vision"))
+    assert row.split()[:3] == ["vision", "1", "none"]
+    assert row.split()[5] == "0.25"  # YOURS: the sleeping job's share
+
+    cancelled = alice("cancel", str(job))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert re.match(rf"Cancell(ing|ed) job {job} \(job-{job}\)", cancelled.stdout)
+    wait_state(api(alice.token), job, "cancelled")
+    listed = alice("jobs", "--all-states")
+    assert re.search(rf"^{job}\s+job-{job}\s+vision\s+training\s+cancelled\s", listed.stdout, re.M)
+    again = alice("cancel", str(job))
+    assert again.returncode == 1
+    assert again.stderr == f"frachub: workload {job} is already cancelled\n"
+
+
+def test_ctrl_c_stops_following_but_not_the_job(user, api) -> None:
+    alice = user()
+    job = submitted_id(alice("submit", "--gpus", "0.25", "--", "sh", "-c", "echo up; sleep 60"))
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "hub_ext.cli", "logs", str(job), "-f"],
+        env=alice.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None and follow.stderr is not None
+    for line in follow.stdout:
+        if line.strip() == "up":
+            break
+    follow.send_signal(signal.SIGINT)
+    assert follow.wait(10) == 130
+    stderr = follow.stderr.read()
+    assert f"stopped following job {job}; it goes on" in stderr and "Traceback" not in stderr
+    client = api(alice.token)
+    assert checked(client.get(f"workloads/{job}")).json()["state"] == "running"
+    assert alice("cancel", str(job)).returncode == 0
+
+
+def test_one_project_of_several(user, hub) -> None:
+    """With several projects the service wants one named: --project, else the notebook's
+    FRACHUB_PROJECT, else a message saying so."""
+    both = user(groups=("vision", "nlp"))
+    refused = both("submit", "--gpus", "0.25", "--", "true")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"frachub: project: is required: {both.name} is in vision, nlp; choose one with --project\n"
+    )
+    in_notebook = {**both.env, "FRACHUB_PROJECT": "nlp"}
+    taken = both("submit", "--gpus", "0.25", "--", "true", env=in_notebook)
+    assert SUBMITTED.match(taken.stdout).group(3) == "nlp"
+    named = both("submit", "--gpus", "0.25", "-p", "vision", "--", "true", env=in_notebook)
+    assert SUBMITTED.match(named.stdout).group(3) == "vision"
+
+
+def test_tokens_and_urls_from_flags_and_environment(user, hub) -> None:
+    alice = user()
+    server_like = base_env(FRACHUB_URL=hub.service_url(), JUPYTERHUB_API_TOKEN=alice.token)
+    assert alice("quota", env=server_like).returncode == 0  # the notebook server's token
+    # FRACHUB_TOKEN beats JUPYTERHUB_API_TOKEN; flags beat both, and a hub URL is completed
+    wrong_server = {**alice.env, "JUPYTERHUB_API_TOKEN": "not-a-token"}
+    assert alice("quota", env=wrong_server).returncode == 0
+    flags = ["--url", hub.url, "--token", alice.token]
+    nothing = base_env(FRACHUB_URL="http://127.0.0.1:9/", FRACHUB_TOKEN="not-a-token")
+    assert alice("jobs", *flags, env=nothing).returncode == 0
+
+
+REFUSALS = [
+    # (id, arguments, environment change, exit status, words in the one stderr line)
+    ("bad-flag", ["jobs", "--bogus"], {}, 2, "unrecognized arguments: --bogus"),
+    ("no-gpus", ["submit", "--", "true"], {}, 2, "one of the arguments -g/--gpus --gpu-memory"),
+    ("no-command", ["submit", "--gpus", "1"], {}, 2, "give the command after --"),
+    ("bad-id", ["logs", "abc"], {}, 2, "a job id is a number"),
+    ("bad-memory", ["submit", "--gpu-memory", "lots", "--", "true"], {}, 2, "not a memory size"),
+    ("odd-fraction", ["submit", "-g", "0.3333", "--", "true"], {}, 1, "frachub: gpus: fractions"),
+    (
+        "reserved-env",
+        ["submit", "-g", "1", "-e", "CUDA_VISIBLE_DEVICES=1", "--", "true"],
+        {},
+        1,
+        "frachub: env.CUDA_VISIBLE_DEVICES",
+    ),
+    (
+        "not-a-member",
+        ["submit", "-g", "1", "-p", "nlp", "--", "true"],
+        {},
+        1,
+        "is not a member of project nlp",
+    ),
+    ("no-such-job", ["describe", "999999"], {}, 1, "frachub: workload 999999 not found"),
+    ("wrong-token", ["jobs"], {"FRACHUB_TOKEN": "0123456789abcdef"}, 1, "token in FRACHUB_TOKEN"),
+    ("no-url", ["jobs"], {"FRACHUB_URL": None}, 2, "set FRACHUB_URL to the FracHub service"),
+    ("no-token", ["quota"], {"FRACHUB_TOKEN": None}, 2, "set FRACHUB_TOKEN to a JupyterHub API"),
+    ("bad-url", ["jobs"], {"FRACHUB_URL": "hub:8000"}, 2, "is not an http(s) URL"),
+    ("unreachable", ["jobs"], {"FRACHUB_URL": "free-port"}, 1, "cannot reach the FracHub service"),
+    ("not-the-service", ["jobs"], {"FRACHUB_URL": "hub/nothing/"}, 1, "the FracHub service? Set"),
+]
+
+
+@pytest.mark.parametrize(
+    "args, change, status, words",
+    [row[1:] for row in REFUSALS],
+    ids=[row[0] for row in REFUSALS],
+)
+def test_refusals_are_one_line(user, hub, args, change, status, words) -> None:
+    alice = user()
+    env = dict(alice.env)
+    for key, value in change.items():
+        if value is None:
+            env.pop(key)
+        elif value == "free-port":
+            env[key] = f"http://127.0.0.1:{free_port()}/services/frachub/"
+        elif value.startswith("hub/"):
+            env[key] = hub.url + value[3:]
+        else:
+            env[key] = value
+    result = alice(*args, env=env)
+    assert result.returncode == status, result
+    assert words in result.stderr, result.stderr
+    if status == 1:  # argparse prints its usage line before a usage error
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("frachub: ")
+    assert result.stdout == ""
+
+
+def test_another_users_job_is_not_found(user, api) -> None:
+    alice, bob = user(), user()
+    job = submit(api(bob.token), command="sleep 30", gpus=0.25)["id"]
+    for command in (["describe"], ["logs"], ["logs", "--follow"], ["cancel"]):
+        result = alice(*command, str(job))
+        assert result.returncode == 1
+        assert result.stderr == f"frachub: workload {job} not found\n"
+    assert str(job) not in alice("jobs", "--all-states").stdout
+    assert bob("cancel", str(job)).returncode == 0
