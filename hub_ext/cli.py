@@ -4,6 +4,12 @@ Each subcommand lives next to the code it drives and contributes two functions,
 ``add_arguments(parser)`` and ``run(args) -> int``; this module only wires them
 into one argparse tree. User mistakes are reported as one line on stderr with
 exit status 2, never a traceback.
+
+    frachub up [--demo]                              JupyterHub + FracHub here (hub_ext/up.py)
+    frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py)
+    frachub scenario run FILE                        scheduling scenarios (scheduler/scenario)
+    frachub simulate openb ...                       trace replay (scheduler/openb)
+    frachub service ...                              the scheduler service (its own options)
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from hub_ext import jobs_cli
+from hub_ext import up as up_command
 from scheduler.openb import command as openb_command
 from scheduler.scenario import command as scenario_command
 
@@ -24,17 +32,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    up = commands.add_parser(
+        "up",
+        help="run JupyterHub with FracHub on this machine (--demo: demo users and projects)",
+        description=up_command.__doc__.split("\n\n")[0] if up_command.__doc__ else None,
+    )
+    up_command.add_arguments(up)
+    up.set_defaults(run=up_command.run)
+
+    for job_command in jobs_cli.SUBCOMMANDS:
+        sub = commands.add_parser(
+            job_command.name,
+            help=job_command.help,
+            description=job_command.description or None,
+        )
+        job_command.add_arguments(sub)
+        sub.set_defaults(run=job_command.run)
+
     scenario = commands.add_parser("scenario", help="replay scheduling scenarios")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
-    scenario_command.add_arguments(
-        scenario_sub.add_parser("run", help="replay a scenario file through the engine")
-    )
+    scenario_run = scenario_sub.add_parser("run", help="replay a scenario file through the engine")
+    scenario_command.add_arguments(scenario_run)
+    scenario_run.set_defaults(run=scenario_command.run)
 
     simulate = commands.add_parser("simulate", help="replay public cluster traces")
     simulate_sub = simulate.add_subparsers(dest="simulate_command", metavar="TRACE", required=True)
-    openb_command.add_arguments(
-        simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
-    )
+    openb = simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
+    openb_command.add_arguments(openb)
+    openb.set_defaults(run=openb_command.run)
     commands.add_parser(
         "service",
         help="run the scheduler service (--help-all lists its settings)",
@@ -57,9 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_service(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = scenario_command if args.command == "scenario" else openb_command
     try:
-        return command.run(args)
+        return args.run(args)
     except BrokenPipeError:
         # the reader went away (`frachub ... | head`): stop quietly, as other Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up a virtualenv with FracHub and run it on its embedded default.
-# Until the hub integration lands this replays an example scenario through the
-# real scheduling engine; pass another scenario file to try your own.
+# Set up FracHub (a virtualenv with its dependencies, JupyterHub's configurable-http-proxy
+# from npm) and run it on its embedded default: JupyterHub with the FracHub spawner, the
+# scheduler service, SQLite, and GPUs from NVML or a declared inventory. Arguments go to
+# `frachub up` (`--demo` adds demo users and projects; `--help` lists the rest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
-exec "$VENV/bin/frachub" scenario run "${1:-tests/scenarios/02_notebook_gets_a_fraction_now.yaml}"
+source scripts/proxy.sh
+exec "$VENV/bin/frachub" up "$@"

@@ -1,0 +1,945 @@
+"""The FracHub REST client, and how its answers are shown to people.
+
+Both user-facing clients, the ``frachub`` CLI (``hub_ext/jobs_cli.py``) and the ``%frachub``
+magics (``hub_ext/magics.py``), go through this module, so they act the same way and print the
+same tables.
+
+``connect(url, token)``
+    A ``FracHubClient`` from flags, falling back to the environment: ``FRACHUB_URL`` (the
+    service's URL, ending in ``/services/frachub/``), ``FRACHUB_TOKEN`` or else
+    ``JUPYTERHUB_API_TOKEN`` (inside a notebook server: the server's own token, so the client
+    acts as the server's user and never as an admin), and ``FRACHUB_PROJECT`` (the project of
+    the notebook's GPU share, the default project for submissions).
+``FracHubClient``
+    One synchronous httpx client on ``/services/frachub/api/v1/``: submit, list (following the
+    hub's pagination), get, cancel, logs (tail, or follow until the job ends), user, queues,
+    quota. Every refusal raises ``FracHubError(status, message)`` with the service's own
+    message; ``NotConfigured`` and ``Unreachable`` (subclasses) say what to set or check.
+``Table``, ``Report``
+    What the CLI prints and the magics display: aligned plain text from ``str()``/``repr()``
+    (``text/plain``) and an HTML table from ``_repr_html_()`` (``text/html`` in notebooks).
+``jobs_table``, ``describe_report``, ``quota_report``, ``submitted_text``, ``state_line``
+    Pure builders from the API's JSON to those objects; with ``format_duration``,
+    ``format_gpus``, ``format_state`` and friends they are tested without a service in
+    ``tests/unit/test_client_format.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone, tzinfo
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from hub_ext.scopes import API_PATH, SERVICE_PREFIX
+from scheduler import __version__
+
+URL_ENV = "FRACHUB_URL"
+TOKEN_ENV = "FRACHUB_TOKEN"
+SERVER_TOKEN_ENV = "JUPYTERHUB_API_TOKEN"  # a notebook server's own token
+PROJECT_ENV = "FRACHUB_PROJECT"
+
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+ACTIVE_STATES = ("pending", "running", "preempting", "cancelling", "stopping")
+FINAL_STATES = ("succeeded", "failed", "cancelled", "released", "revoked")
+# states in which a workload holds GPUs (every active state but pending)
+HOLDING_STATES = ("running", "preempting", "cancelling", "stopping")
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class FracHubError(Exception):
+    """The service refused a request, or could not be asked.
+
+    ``status`` is the HTTP status of the refusal (0 when no answer came) and ``message`` the
+    service's own words (``{"status", "message"}``), which name the field or the scope at
+    fault; ``str(error)`` is the message alone, ready for a one-line report.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotConfigured(FracHubError):
+    """No service URL or no token, or a URL that cannot be one: the message says which
+    variable to set; ``flag`` names the CLI flag that would do instead."""
+
+    def __init__(self, message: str, flag: str = "--url") -> None:
+        super().__init__(0, message)
+        self.flag = flag
+
+
+class Unreachable(FracHubError):
+    """No answer from the service (connection refused, timeout, dropped stream), or an answer
+    that is not the service's (an HTML page from the proxy or the hub)."""
+
+
+# --- connecting ---------------------------------------------------------------------------------
+
+
+def service_url(url: str) -> str:
+    """The service's base URL, ending in ``/``, from what a user may type.
+
+    ``http://hub:8000`` (the hub's address) becomes ``http://hub:8000/services/frachub/``;
+    a URL already naming the service, or its ``api/v1/``, is kept (without the ``api/v1/``).
+    """
+    raw = url.strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise NotConfigured(
+            f"{raw!r} is not an http(s) URL; the service's URL looks like "
+            f"https://hub.example.org{SERVICE_PREFIX}"
+        )
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    if path.endswith("/" + API_PATH):
+        path = path[: -len(API_PATH)]
+    if path == "/":
+        path = SERVICE_PREFIX
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def connect(
+    url: str | None = None,
+    token: str | None = None,
+    *,
+    project: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> FracHubClient:
+    """A client from flags, which beat the environment.
+
+    Inside a notebook server the spawner sets ``FRACHUB_URL``, ``JUPYTERHUB_API_TOKEN`` and
+    ``FRACHUB_PROJECT``, so nothing needs passing there. ``FRACHUB_TOKEN`` wins over
+    ``JUPYTERHUB_API_TOKEN`` so that a terminal user can act with a token of their own.
+    """
+    env = os.environ if environ is None else environ
+    url = url or env.get(URL_ENV)
+    source = "--token"
+    if not token:
+        source = TOKEN_ENV if env.get(TOKEN_ENV) else SERVER_TOKEN_ENV
+        token = env.get(source)
+    if not url:
+        raise NotConfigured(
+            f"no service URL: set {URL_ENV} to the FracHub service's URL, "
+            f"e.g. https://hub.example.org{SERVICE_PREFIX}"
+        )
+    if not token:
+        raise NotConfigured(
+            f"no token: set {TOKEN_ENV} to a JupyterHub API token (the hub's Token page "
+            f"makes one); inside a notebook server {SERVER_TOKEN_ENV} is used",
+            flag="--token",
+        )
+    return FracHubClient(
+        url,
+        token,
+        default_project=project or env.get(PROJECT_ENV) or None,
+        timeout=timeout,
+        token_source=source,
+    )
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The caller (``GET user``), the queues of their projects (``GET queues``) and their own
+    workloads holding GPUs now: everything ``quota`` shows."""
+
+    user: dict[str, Any]
+    projects: list[dict[str, Any]]
+    holding: list[dict[str, Any]]
+
+
+class FracHubClient:
+    """The service's REST API as the token's owner.
+
+    url: the service's URL (``…/services/frachub/``; a bare hub URL is completed).
+    token: a JupyterHub API token with ``access:services!service=frachub`` and the custom
+        scopes; it goes in ``Authorization: token …``.
+    default_project: where ``submit`` sends work when no project is named and the user is in
+        several projects (a notebook passes the project of its own GPU share).
+    token_source: where the token came from (a flag or a variable), named when the hub
+        does not accept it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        default_project: str | None = None,
+        timeout: float = 30.0,
+        token_source: str = "the token",
+    ) -> None:
+        self.url = service_url(url)
+        self.api_url = self.url + API_PATH
+        self.default_project = default_project
+        self.token_source = token_source
+        self._http = httpx.Client(
+            base_url=self.api_url,
+            headers={
+                "Authorization": f"token {token}",
+                "Accept": "application/json",
+                "User-Agent": f"frachub-client/{__version__}",
+            },
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> FracHubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+        self._check(response)
+        return response
+
+    def _check(self, response: httpx.Response) -> None:
+        try:
+            _raise_for_refusal(response, self.url)
+        except FracHubError as error:
+            # the service's words are for any HTTP client; say which setting to fix
+            if error.status == 403 and error.message.startswith("authentication required"):
+                error.message = (
+                    f"authentication required: the hub does not accept the token in "
+                    f"{self.token_source} (unknown, revoked or expired)"
+                )
+            raise
+
+    def _unreachable(self, error: httpx.HTTPError) -> Unreachable:
+        if isinstance(error, httpx.TimeoutException):
+            return Unreachable(0, f"the FracHub service at {self.url} did not answer in time")
+        if isinstance(error, httpx.ConnectError):
+            return Unreachable(
+                0,
+                f"cannot reach the FracHub service at {self.url} ({_reason(error)}); "
+                f"check {URL_ENV} or --url",
+            )
+        return Unreachable(0, f"lost the connection to the FracHub service: {_reason(error)}")
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise Unreachable(
+                response.status_code,
+                f"{_plain_url(response)} answered {response.status_code} with something "
+                f"other than JSON; {_wrong_url_hint(self.url)}",
+            ) from None
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The service's name, version, backend and GPU inventory."""
+        return self._json("GET", "")
+
+    def user(self) -> dict[str, Any]:
+        """Who the token belongs to, their projects and what the token may do."""
+        return self._json("GET", "user")
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every project and department with its quota, use and fair share."""
+        return self._json("GET", "queues")
+
+    def submit(
+        self,
+        command: str | Sequence[str],
+        *,
+        gpus: float | None = None,
+        gpu_memory_gib: float | None = None,
+        replicas: int | None = None,
+        name: str | None = None,
+        project: str | None = None,
+        env: Mapping[str, str] | None = None,
+        working_dir: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Submit a job; returns the new workload (pending).
+
+        A string command runs with ``/bin/sh -c``, a list as is. Without ``project`` the
+        service picks the user's only project; if they have several it refuses (400 on
+        ``project``), and then ``default_project``, when there is one, is used instead.
+        ``fields`` pass further Submission fields (``kind``, ``priority``, …) unchanged.
+        """
+        body: dict[str, Any] = {"command": command if isinstance(command, str) else list(command)}
+        optional = {
+            "gpus": gpus,
+            "gpu_memory_gib": gpu_memory_gib,
+            "replicas": replicas,
+            "name": name,
+            "project": project,
+            "env": dict(env) if env else None,
+            "working_dir": working_dir,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        body.update(fields)
+        try:
+            return self._json("POST", "workloads", json=body)
+        except FracHubError as error:
+            # "project: is required: alice is in vision, nlp" (400) when none was named
+            if (
+                project is None
+                and self.default_project
+                and error.status == 400
+                and error.message.startswith("project:")
+            ):
+                return self._json(
+                    "POST", "workloads", json={**body, "project": self.default_project}
+                )
+            raise
+
+    def iter_workloads(
+        self,
+        *,
+        states: Iterable[str] = (),
+        active: bool = False,
+        projects: Iterable[str] = (),
+        kinds: Iterable[str] = (),
+        users: Iterable[str] = (),
+        page_size: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Workloads, newest first, page after page (the hub's ``_pagination`` envelope: the
+        next page starts at ``next.offset``). A workload seen on an earlier page is not
+        repeated when new submissions shift the pages."""
+        params: dict[str, Any] = {
+            "state": ",".join(states) or None,
+            "project": ",".join(projects) or None,
+            "kind": ",".join(kinds) or None,
+            "user": ",".join(users) or None,
+            "limit": page_size,
+        }
+        params = {key: value for key, value in params.items() if value is not None}
+        if active:
+            params["active"] = "1"
+        seen: set[int] = set()
+        offset = 0
+        while True:
+            page = self._json(
+                "GET",
+                "workloads",
+                params={**params, "offset": offset},
+                headers={"Accept": PAGINATION_MEDIA_TYPE},
+            )
+            if isinstance(page, list):  # a service that ignores the envelope: one page
+                items, following = page, None
+            else:
+                items, following = page["items"], page["_pagination"].get("next")
+            for item in items:
+                if item["id"] not in seen:
+                    seen.add(item["id"])
+                    yield item
+            if not following or not items:
+                return
+            offset = following["offset"]
+            params["limit"] = following.get("limit", params.get("limit"))
+
+    def list_workloads(self, *, limit: int | None = None, **filters: Any) -> list[dict[str, Any]]:
+        """``iter_workloads`` collected: every matching workload, or the newest ``limit``."""
+        found: list[dict[str, Any]] = []
+        if limit is not None:
+            filters.setdefault("page_size", min(max(limit, 1), 500))
+        for item in self.iter_workloads(**filters):
+            if limit is not None and len(found) >= limit:
+                break
+            found.append(item)
+        return found
+
+    def get(self, workload_id: int) -> dict[str, Any]:
+        """One workload with its placement, pending reason, queue position and events."""
+        return self._json("GET", f"workloads/{int(workload_id)}")
+
+    def cancel(self, workload_id: int) -> dict[str, Any]:
+        """Cancel a job: a pending one at once, a running one is asked to stop (SIGTERM, then
+        SIGKILL after the grace period) and comes back ``cancelling``."""
+        return self._json("DELETE", f"workloads/{int(workload_id)}")
+
+    def logs(self, workload_id: int, *, tail: int | None = None, replica: int = 0) -> str:
+        """A replica's output so far (empty before it has started)."""
+        params = _log_params(tail, replica)
+        return self._request("GET", f"workloads/{int(workload_id)}/logs", params=params).text
+
+    def follow_logs(
+        self,
+        workload_id: int,
+        on_text: Callable[[str], None],
+        *,
+        tail: int | None = None,
+        replica: int = 0,
+        on_state: Callable[[dict[str, Any]], None] | None = None,
+        poll: float = 1.0,
+    ) -> dict[str, Any]:
+        """Stream a replica's output to ``on_text`` until the job ends; returns the workload
+        as it ended.
+
+        While the job is pending ``on_state`` hears of every change (queue position, reason)
+        so that a long wait shows progress; it hears once more when the output starts and
+        when the job has ended. Ctrl-C (KeyboardInterrupt) propagates to the caller with the
+        stream closed; the job goes on.
+        """
+        last: tuple[Any, ...] | None = None
+        path = f"workloads/{int(workload_id)}/logs"
+
+        def report(workload: dict[str, Any]) -> None:
+            nonlocal last
+            key = (workload["state"], workload.get("queue_position"), workload["pending_reason"])
+            if on_state is not None and key != last:
+                on_state(workload)
+            last = key
+
+        # Wait while pending, then until the log exists: a follow request that arrives
+        # between the start being committed and the process writing its first line would
+        # otherwise stream nothing.
+        while True:
+            workload = self.get(workload_id)
+            if replica >= workload["replicas"]:  # as the service would say, but before waiting
+                raise FracHubError(
+                    400, f"replica: must be below {workload['replicas']}, got {replica}"
+                )
+            report(workload)
+            if workload["state"] not in ACTIVE_STATES:
+                break
+            if workload["state"] != "pending" and self.logs(workload_id, tail=1, replica=replica):
+                break
+            time.sleep(poll if workload["state"] == "pending" else min(poll, 0.2))
+        params = {**_log_params(tail, replica), "follow": "1"}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.status_code >= 300:
+                    response.read()
+                    self._check(response)
+                for text in response.iter_text():
+                    if text:
+                        on_text(text)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+        final = self.get(workload_id)
+        report(final)
+        return final
+
+    def quota(self) -> Quota:
+        """The caller's projects with their quotas and use, and the caller's own share."""
+        user = self.user()
+        queues = {queue["name"]: queue for queue in self.queues()}
+        projects = [queues[name] for name in user["projects"] if name in queues]
+        holding = self.list_workloads(states=HOLDING_STATES, users=[user["name"]])
+        return Quota(user=user, projects=projects, holding=holding)
+
+
+def _log_params(tail: int | None, replica: int) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if tail is not None:
+        params["tail"] = tail
+    if replica:
+        params["replica"] = replica
+    return params
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip()
+    # "[Errno 111] Connection refused" -> "connection refused"
+    text = re.sub(r"^\[Errno -?\d+\]\s*", "", text)
+    return (text[:1].lower() + text[1:]) if text else type(error).__name__
+
+
+def _raise_for_refusal(response: httpx.Response, service: str) -> None:
+    """A 4xx/5xx answer becomes FracHubError with the service's message. A redirect, or an
+    error that is not ``{"status", "message"}``, comes from something else (the hub, the
+    proxy, a wrong URL) and says so."""
+    if response.is_redirect:
+        where = response.headers.get("Location", "elsewhere")
+        raise Unreachable(
+            response.status_code,
+            f"{_plain_url(response)} redirected to {where}; {_wrong_url_hint(service)}",
+        )
+    if response.status_code < 400:
+        return
+    try:
+        message = response.json()["message"]
+        if not isinstance(message, str) or not message:
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        hint = (
+            "is the FracHub service running?"
+            if response.status_code >= 500
+            else _wrong_url_hint(service)
+        )
+        raise Unreachable(
+            response.status_code,
+            f"{_plain_url(response)} answered {response.status_code} "
+            f"{response.reason_phrase}; {hint}",
+        ) from None
+    raise FracHubError(response.status_code, message)
+
+
+def _plain_url(response: httpx.Response) -> str:
+    return str(response.request.url.copy_with(query=None))
+
+
+def _wrong_url_hint(service: str) -> str:
+    return (
+        f"is {service} the FracHub service? Set {URL_ENV} to its URL, which ends in "
+        f"{SERVICE_PREFIX}"
+    )
+
+
+# --- formatting: pure functions from the API's JSON to text -------------------------------------
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The API's ISO 8601 UTC timestamps (``2026-11-22T14:05:00.000Z``), None for null."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_duration(seconds: float | None) -> str:
+    """Two units at most, like kubectl's AGE: 45s, 3m12s, 2h05m, 3d04h; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def format_time(value: str | None, tz: tzinfo | None = None) -> str:
+    """A timestamp in the reader's time zone (``tz``; default: local), to the second."""
+    moment = parse_time(value)
+    if moment is None:
+        return "-"
+    return moment.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_number(value: float | None) -> str:
+    """GPU counts as people write them: 1, 0.5, 0.125, 2.5 (thousandths at most)."""
+    if value is None:
+        return "-"
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def format_gpus(workload: Mapping[str, Any]) -> str:
+    """What a workload asked for: ``0.5``, ``20GiB`` (memory), with ``2x`` for a gang."""
+    if workload.get("gpus") is not None:
+        each = format_number(workload["gpus"])
+    elif workload.get("gpu_memory_gib") is not None:
+        each = f"{format_number(workload['gpu_memory_gib'])}GiB"
+    else:
+        each = "-"
+    replicas = workload.get("replicas") or 1
+    return f"{replicas}x{each}" if replicas > 1 else each
+
+
+def format_state(workload: Mapping[str, Any]) -> str:
+    """The state with what matters most about it: the queue position while pending, the
+    exit code of a failed job."""
+    state = workload["state"]
+    if state == "pending" and workload.get("queue_position"):
+        return f"pending #{workload['queue_position']}"
+    if state == "failed" and workload.get("exit_code") is not None:
+        return f"failed ({workload['exit_code']})"
+    return state
+
+
+def held_gpus(workload: Mapping[str, Any]) -> float:
+    """The GPUs a workload holds now: the sum of its placed shares."""
+    if workload["state"] not in HOLDING_STATES:
+        return 0.0
+    return sum(gpu["share"] for replica in workload["placement"] for gpu in replica["gpus"])
+
+
+def format_placement(workload: Mapping[str, Any]) -> str:
+    """Where it runs: ``node:gpu`` per replica (``ws:0``, ``ws:0,1``), ``-`` if nowhere."""
+    replicas = workload.get("placement") or []
+    text = " ".join(
+        f"{replica['node']}:{','.join(str(gpu['index']) for gpu in replica['gpus'])}"
+        for replica in replicas
+    )
+    return text or "-"
+
+
+def runtime_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:
+    """How long it has run (or ran): from its last start to its end or now."""
+    started = parse_time(workload.get("started_at"))
+    if started is None:
+        return None
+    ended = parse_time(workload.get("finished_at")) or now
+    return (ended - started).total_seconds()
+
+
+def age_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:
+    submitted = parse_time(workload.get("submitted_at"))
+    return None if submitted is None else (now - submitted).total_seconds()
+
+
+def format_command(command: str | Sequence[str] | None) -> str:
+    """A command as a shell would show it: a string as is, a list quoted where needed."""
+    if command is None:
+        return "-"
+    if isinstance(command, str):
+        return command
+    import shlex
+
+    return shlex.join(command)
+
+
+def info_text(workload: Mapping[str, Any]) -> str:
+    """One short line of what a reader wants to know next: why it waits, why it ended."""
+    state = workload["state"]
+    if state == "pending":
+        return workload.get("pending_reason") or ""
+    if state in FINAL_STATES or state in ("preempting", "cancelling", "stopping"):
+        return workload.get("message") or ""
+    return ""
+
+
+def now_utc() -> datetime:
+    """The one place the formatting layer asks for the time (the builders take ``now``)."""
+    return datetime.now(timezone.utc)
+
+
+# --- display objects ----------------------------------------------------------------------------
+
+_STATE_COLOURS = {
+    "running": "#1a7f37",
+    "succeeded": "#1a7f37",
+    "pending": "#9a6700",
+    "preempting": "#9a6700",
+    "cancelling": "#9a6700",
+    "stopping": "#9a6700",
+    "failed": "#cf222e",
+    "revoked": "#cf222e",
+    "cancelled": "#57606a",
+    "released": "#57606a",
+}
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Displayed:
+    """Shown as plain text by ``str()``/``repr()`` (terminals, logs) and as HTML by Jupyter's
+    ``_repr_html_`` (notebooks); subclasses give ``text()`` and ``html()``."""
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def html(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+@dataclass(frozen=True, repr=False)
+class Table(Displayed):
+    """Rows under named columns. ``str()``/``repr()``: aligned plain text (long cells in the
+    last column clipped to ``wrap`` characters); ``_repr_html_()``: an HTML table."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    title: str = ""
+    empty: str = "nothing to show"
+    note: str = ""
+    wrap: int = 60
+
+    def text(self) -> str:
+        lines = [self.title] if self.title else []
+        if not self.rows:
+            lines.append(self.empty)
+        else:
+            last = len(self.columns) - 1
+            rows = [
+                tuple(_clip(cell, self.wrap) if i == last else cell for i, cell in enumerate(row))
+                for row in self.rows
+            ]
+            widths = [
+                max(len(column), *(len(row[i]) for row in rows))
+                for i, column in enumerate(self.columns)
+            ]
+            for row in (self.columns, *rows):
+                cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                lines.append("  ".join(cells).rstrip())
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        parts = []
+        if self.title:
+            parts.append(f"<p><b>{html.escape(self.title)}</b></p>")
+        if not self.rows:
+            parts.append(f"<p>{html.escape(self.empty)}</p>")
+        else:
+            head = "".join(
+                f'<th style="text-align:left">{html.escape(c)}</th>' for c in self.columns
+            )
+            body = "".join(
+                "<tr>"
+                + "".join(
+                    f'<td style="text-align:left">{_html_cell(column, cell)}</td>'
+                    for column, cell in zip(self.columns, row, strict=True)
+                )
+                + "</tr>"
+                for row in self.rows
+            )
+            parts.append(
+                f'<table class="frachub-table"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>"
+            )
+        if self.note:
+            parts.append(f"<p><i>{html.escape(self.note)}</i></p>")
+        return "\n".join(parts)
+
+
+def _html_cell(column: str, cell: str) -> str:
+    text = html.escape(cell)
+    if column == "STATE":
+        colour = _STATE_COLOURS.get(cell.split(" ")[0])
+        if colour:
+            return f'<span style="color:{colour};font-weight:bold">{text}</span>'
+    return text
+
+
+@dataclass(frozen=True, repr=False)
+class Report(Displayed):
+    """A titled list of fields followed by tables (``describe``, ``quota``), shown like
+    :class:`Table`: plain text from ``str()``/``repr()``, HTML from ``_repr_html_()``."""
+
+    title: str
+    fields: tuple[tuple[str, str], ...]
+    tables: tuple[Table, ...] = field(default=())
+
+    def text(self) -> str:
+        lines = [self.title]
+        width = max((len(name) for name, _ in self.fields), default=0) + 1
+        lines += [f"  {(name + ':').ljust(width)}  {value}" for name, value in self.fields]
+        for table in self.tables:
+            lines.append("")
+            lines += ["  " + line if line else line for line in table.text().splitlines()]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        rows = "".join(
+            f'<tr><th style="text-align:left">{html.escape(name)}</th>'
+            f'<td style="text-align:left">{_html_cell(name.upper(), value)}</td></tr>'
+            for name, value in self.fields
+        )
+        parts = [
+            f"<p><b>{html.escape(self.title)}</b></p>",
+            f'<table class="frachub-report">{rows}</table>',
+        ]
+        parts += [table.html() for table in self.tables]
+        return "\n".join(parts)
+
+
+# --- builders: API answers -> display objects ---------------------------------------------------
+
+
+def jobs_table(
+    workloads: Sequence[Mapping[str, Any]],
+    now: datetime,
+    *,
+    title: str = "",
+    note: str = "",
+    empty: str = "no jobs",
+) -> Table:
+    """The ``jobs`` listing; a USER column appears when the rows are not all one user's (an
+    admin's view)."""
+    show_user = len({w["user"] for w in workloads}) > 1
+    columns = ("ID", "NAME", *(("USER",) if show_user else ()), "PROJECT", "KIND", "STATE")
+    columns += ("GPUS", "NODE", "AGE", "RUNTIME", "INFO")
+    rows = []
+    for w in workloads:
+        row = (str(w["id"]), w["name"], *((w["user"],) if show_user else ()), w["project"])
+        row += (w["kind"], format_state(w), format_gpus(w), format_placement(w))
+        row += (
+            format_duration(age_seconds(w, now)),
+            format_duration(runtime_seconds(w, now)),
+            info_text(w),
+        )
+        rows.append(row)
+    return Table(columns, tuple(rows), title=title, note=note, empty=empty)
+
+
+def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> Report:
+    """Everything about one workload: request, state, placement and history."""
+    w = workload
+    state = format_state(w)
+    if w["state"] == "pending" and w.get("pending_reason"):
+        state += f": {w['pending_reason']}"
+    fields: list[tuple[str, str]] = [
+        ("State", state),
+        ("User", w["user"]),
+        ("Project", w["project"]),
+        (
+            "Kind",
+            f"{w['kind']} (priority {w['priority']}, "
+            f"{'preemptible' if w['preemptible'] else 'not preemptible'})",
+        ),
+        ("GPUs", _request_text(w)),
+    ]
+    if "command" in w:
+        fields.append(("Command", format_command(w.get("command"))))
+        fields.append(("Working dir", w.get("working_dir") or "(home directory)"))
+        if w.get("env"):
+            fields.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(w["env"].items()))))
+        if w.get("max_runtime_seconds"):
+            fields.append(("Max runtime", format_duration(w["max_runtime_seconds"])))
+    else:
+        fields.append(("Server", w.get("server_name") or "(default server)"))
+    fields += [
+        ("Submitted", format_time(w["submitted_at"], tz)),
+        ("Started", format_time(w.get("started_at"), tz)),
+        ("Finished", format_time(w.get("finished_at"), tz)),
+        ("Runtime", format_duration(runtime_seconds(w, now))),
+        ("Restarts", str(w.get("restart_count", 0))),
+        ("Preemptions", str(w.get("preemptions", 0))),
+    ]
+    if w.get("exit_code") is not None:
+        fields.append(("Exit code", str(w["exit_code"])))
+    if w.get("message"):
+        fields.append(("Message", w["message"]))
+    placement = Table(
+        ("REPLICA", "NODE", "GPU", "SHARE", "UUID"),
+        tuple(
+            (
+                str(rank),
+                replica["node"],
+                str(gpu["index"]),
+                format_number(gpu["share"]),
+                gpu.get("uuid") or "-",
+            )
+            for rank, replica in enumerate(w.get("placement") or [])
+            for gpu in replica["gpus"]
+        ),
+        title="Placement",
+        empty="not placed (no GPUs held)",
+    )
+    events = Table(
+        ("TIME", "EVENT", "MESSAGE"),
+        tuple(
+            (format_time(event["time"], tz), event["type"], event["message"])
+            for event in w.get("events") or []
+        ),
+        title="Events",
+        empty="no events",
+        wrap=100,
+    )
+    title = f"{w['kind'].capitalize()} {w['id']}: {w['name']}"
+    return Report(title, tuple(fields), (placement, events))
+
+
+def _request_text(w: Mapping[str, Any]) -> str:
+    if w.get("gpus") is not None:
+        each = f"{format_number(w['gpus'])} GPU"
+    elif w.get("gpu_memory_gib") is not None:
+        each = f"{format_number(w['gpu_memory_gib'])} GiB of one GPU"
+    else:
+        each = "-"
+    replicas = w.get("replicas") or 1
+    return f"{each} x {replicas} replicas (a gang)" if replicas > 1 else each
+
+
+def quota_report(quota: Quota) -> Report:
+    """The caller's projects: quota, hard limit, what the project and the caller hold."""
+    user = quota.user
+    rights = [right for right in ("read", "submit", "admin") if user.get(right)]
+    mine: dict[str, float] = {}
+    for workload in quota.holding:
+        mine[workload["project"]] = mine.get(workload["project"], 0.0) + held_gpus(workload)
+    table = Table(
+        ("PROJECT", "DESERVED", "LIMIT", "IN USE", "FAIR SHARE", "YOURS", "RUNNING", "PENDING"),
+        tuple(
+            (
+                queue["name"],
+                format_number(queue["deserved_gpus"]),
+                format_number(queue["limit_gpus"]) if queue["limit_gpus"] is not None else "none",
+                format_number(queue["allocated_gpus"]),
+                format_number(queue["fair_share_gpus"]),
+                format_number(mine.get(queue["name"], 0.0)),
+                str(queue["running"]),
+                str(queue["pending"]),
+            )
+            for queue in quota.projects
+        ),
+        title="Projects (GPUs)",
+        empty="not a member of any project: ask an admin to add you to one",
+        note=(
+            "Within DESERVED your jobs are safe; above it they borrow idle GPUs and may be "
+            "preempted when their owners need them."
+            if quota.projects
+            else ""
+        ),
+    )
+    fields = (
+        ("User", user["name"]),
+        ("Rights", ", ".join(rights) or "none"),
+        ("Projects", ", ".join(user["projects"]) or "none"),
+    )
+    return Report(f"FracHub quota for {user['name']}", fields, (table,))
+
+
+def submitted_text(workload: Mapping[str, Any]) -> str:
+    """The one line that confirms a submission and gives the id to use next."""
+    return (
+        f"Submitted job {workload['id']} ({workload['name']}) to project "
+        f"{workload['project']}: {_request_text(workload)}, {format_state(workload)}"
+    )
+
+
+def state_line(workload: Mapping[str, Any]) -> str:
+    """Progress while following a job: where it is and, once it ended, how."""
+    w = workload
+    head = f"job {w['id']} ({w['name']})"
+    state = w["state"]
+    if state == "pending":
+        where = f"#{w['queue_position']} in queue {w['project']}" if w.get("queue_position") else ""
+        reason = w.get("pending_reason") or ""
+        detail = "; ".join(part for part in (where, reason) if part)
+        return f"{head} is pending" + (f": {detail}" if detail else "")
+    if state in ("running", "preempting", "cancelling", "stopping"):
+        return f"{head} is {state} on {format_placement(w)}"
+    if state == "failed":
+        ending = f"{head} failed"
+        if w.get("exit_code") is not None:
+            ending += f" with exit code {w['exit_code']}"
+        return ending + (f": {w['message']}" if w.get("message") else "")
+    return f"{head} {state}" + (f": {w['message']}" if w.get("message") else "")

@@ -1,0 +1,445 @@
+"""``frachub submit | jobs | describe | logs | cancel | quota``: training from a terminal.
+
+In the style of Run:ai's CLI (``runai submit``, ``runai list``, ``runai logs``): the command
+goes after ``--``, flags name GPUs as a fraction (``--gpus 0.5``) or as memory
+(``--gpu-memory 20``). Every command talks to the FracHub service as the token's owner
+through :mod:`hub_ext.client`; ``--url``/``--token`` beat ``FRACHUB_URL`` and
+``FRACHUB_TOKEN``/``JUPYTERHUB_API_TOKEN``, so inside a notebook server's terminal nothing
+needs passing.
+
+Each command is an ``add_arguments(parser)``/``run(args) -> int`` pair in ``SUBCOMMANDS``,
+which ``hub_ext/cli.py`` wires in. The argument definitions (``add_*_arguments``) and the
+views (``jobs_view``, ...) are shared with the ``%frachub`` magics, so both take the same
+flags and show the same tables.
+
+Errors: one line ``frachub: <the service's message>`` on stderr and exit status 1 for a
+refusal or an unreachable service, 2 for a usage error or missing configuration; never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hub_ext.client import (
+    FINAL_STATES,
+    FracHubClient,
+    FracHubError,
+    NotConfigured,
+    Table,
+    connect,
+    describe_report,
+    jobs_table,
+    now_utc,
+    quota_report,
+    state_line,
+    submitted_text,
+)
+
+RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
+
+
+# --- argument definitions, shared with the magics -----------------------------------------------
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(g|gb|gi|gib|m|mb|mi|mib)?\s*$", re.IGNORECASE)
+
+
+def gpu_memory(text: str) -> float:
+    """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
+    ``--gpu-memory 5G`` works as is). G and M are binary units, as GPU memory is."""
+    match = _MEMORY.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
+    value = float(match.group(1))
+    if (match.group(2) or "g").lower().startswith("m"):
+        value /= 1024
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return round(value, 6)
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def workload_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}")
+    return value
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False) -> None:
+    """Submit's flags. ``cell``: the magics' ``%%frachub submit``, where the cell is the
+    script and what follows ``--`` are its arguments."""
+    after = "[-- ARG ...]" if cell else "-- COMMAND [ARG ...]"
+    parser.usage = f"%(prog)s (--gpus N | --gpu-memory SIZE) [options] {after}"
+    size = parser.add_mutually_exclusive_group(required=True)
+    size.add_argument(
+        "-g",
+        "--gpus",
+        type=positive_float,
+        metavar="N",
+        help="GPUs per replica: a fraction (0.25, 0.5) or a whole number",
+    )
+    size.add_argument(
+        "--gpu-memory",
+        type=gpu_memory,
+        metavar="SIZE",
+        help="instead of --gpus: GPU memory per replica, in GiB (20, 20G, 512M)",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=positive_int,
+        metavar="N",
+        help="replicas started together as a gang (default 1)",
+    )
+    parser.add_argument("--name", help="a name for the job (default job-<id>)")
+    parser.add_argument(
+        "-p",
+        "--project",
+        help="the project to charge (default: your only project, or the notebook's, "
+        "$FRACHUB_PROJECT)",
+    )
+    parser.add_argument(
+        "-e",
+        "--env",
+        type=env_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the job (repeatable)",
+    )
+    parser.add_argument(
+        "--working-dir",
+        metavar="DIR",
+        help="the directory to run in (default: the current directory)",
+    )
+    if cell:
+        parser.add_argument(
+            "command", nargs="*", metavar="ARG", help="after --: arguments for the cell's script"
+        )
+    else:
+        parser.add_argument(
+            "command",
+            nargs="*",
+            metavar="COMMAND",
+            help="after --: the program and its arguments (one quoted argument runs with "
+            "/bin/sh -c)",
+        )
+
+
+def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-A",
+        "--all-states",
+        action="store_true",
+        help=f"every job, not only active ones and the {RECENT_FINISHED} latest finished",
+    )
+    parser.add_argument(
+        "-p", "--project", action="append", default=[], help="only this project (repeatable)"
+    )
+
+
+def add_id_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", type=workload_id, metavar="ID", help="the job's id")
+
+
+def add_logs_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_argument(parser)
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="stream the output until the job ends (Ctrl-C stops following; the job goes on)",
+    )
+    parser.add_argument("--tail", type=count, metavar="N", help="only the last N lines")
+    parser.add_argument(
+        "--replica", type=count, default=0, metavar="R", help="which replica of a gang (default 0)"
+    )
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--url",
+        help="the FracHub service's URL, e.g. https://hub.example.org/services/frachub/ "
+        "(default: $FRACHUB_URL)",
+    )
+    group.add_argument(
+        "--token",
+        help="a JupyterHub API token (default: $FRACHUB_TOKEN, else $JUPYTERHUB_API_TOKEN; "
+        "prefer the variable: flags show in the process list)",
+    )
+
+
+# --- views: a client and parsed arguments -> what to show, shared with the magics ---------------
+
+
+def submission(
+    args: argparse.Namespace, command: str | list[str], working_dir: str
+) -> dict[str, Any]:
+    """The keyword arguments of ``FracHubClient.submit`` from submit's flags."""
+    return {
+        "command": command,
+        "gpus": args.gpus,
+        "gpu_memory_gib": args.gpu_memory,
+        "replicas": args.replicas,
+        "name": args.name,
+        "project": args.project,
+        "env": dict(args.env) or None,
+        "working_dir": working_dir,
+    }
+
+
+def command_from(words: Sequence[str]) -> str | list[str]:
+    """One word is a shell command line (``"python a.py > out.txt"``), several an argv list
+    run as is, as with docker's two forms of CMD."""
+    return words[0] if len(words) == 1 else list(words)
+
+
+def submit_job(client: FracHubClient, **kwargs: Any) -> dict[str, Any]:
+    """``client.submit`` with a hint where the service wants a project chosen."""
+    try:
+        return client.submit(**kwargs)
+    except FracHubError as error:
+        if error.status == 400 and error.message.startswith("project:"):
+            error.message += "; choose one with --project"
+        raise
+
+
+def jobs_view(
+    client: FracHubClient, *, all_states: bool = False, projects: Sequence[str] = ()
+) -> Table:
+    """Active work and the latest finished jobs, newest first; or everything."""
+    if all_states:
+        items = client.list_workloads(projects=projects)
+        note = ""
+    else:
+        active = client.list_workloads(active=True, projects=projects)
+        recent = client.list_workloads(
+            states=FINAL_STATES, projects=projects, limit=RECENT_FINISHED
+        )
+        items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
+        note = (
+            f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
+            if len(recent) >= RECENT_FINISHED
+            else ""
+        )
+    return jobs_table(items, now_utc(), note=note, empty="no jobs")
+
+
+def cancelled_text(workload: dict[str, Any]) -> str:
+    head = f"job {workload['id']} ({workload['name']})"
+    if workload["state"] == "cancelling":
+        return (
+            f"Cancelling {head}: it was asked to stop (SIGTERM, then SIGKILL after the grace "
+            "period)"
+        )
+    return f"Cancelled {head}"
+
+
+# --- the commands -------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> FracHubClient:
+    return connect(args.url, args.token)
+
+
+def _reporting(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """One line on stderr for whatever the service or the configuration refuses."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except NotConfigured as error:
+            print(f"frachub: {error} (or pass {error.flag})", file=sys.stderr)
+            return 2
+        except FracHubError as error:
+            print(f"frachub: {error}", file=sys.stderr)
+            return 1
+
+    wrapped.__doc__ = run.__doc__
+    return wrapped
+
+
+@_reporting
+def run_submit(args: argparse.Namespace) -> int:
+    if not args.command:
+        print("frachub submit: give the command after --, e.g. -- python train.py", file=sys.stderr)
+        return 2
+    working_dir = os.path.abspath(os.path.expanduser(args.working_dir or os.getcwd()))
+    with _client(args) as client:
+        workload = submit_job(client, **submission(args, command_from(args.command), working_dir))
+    print(submitted_text(workload))
+    return 0
+
+
+@_reporting
+def run_jobs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(jobs_view(client, all_states=args.all_states, projects=args.project))
+    return 0
+
+
+@_reporting
+def run_describe(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(describe_report(client.get(args.id), now_utc()))
+    return 0
+
+
+@_reporting
+def run_logs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if not args.follow:
+            text = client.logs(args.id, tail=args.tail, replica=args.replica)
+            if text:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            else:
+                workload = client.get(args.id)
+                print(f"frachub: no output yet; {state_line(workload)}", file=sys.stderr)
+            return 0
+
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+        def progress(workload: dict[str, Any]) -> None:
+            sys.stdout.flush()
+            print(f"frachub: {state_line(workload)}", file=sys.stderr, flush=True)
+
+        try:
+            client.follow_logs(
+                args.id, write, tail=args.tail, replica=args.replica, on_state=progress
+            )
+        except KeyboardInterrupt:
+            print(
+                f"\nfrachub: stopped following job {args.id}; it goes on "
+                f"(frachub cancel {args.id} stops it)",
+                file=sys.stderr,
+            )
+            return 130
+    return 0
+
+
+@_reporting
+def run_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(cancelled_text(client.cancel(args.id)))
+    return 0
+
+
+@_reporting
+def run_quota(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print(quota_report(client.quota()))
+    return 0
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``frachub NAME`` command: its help, its flags and what it does."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+
+
+def _with_connection(
+    add: Callable[[argparse.ArgumentParser], None],
+) -> Callable[[argparse.ArgumentParser], None]:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        add(parser)
+        add_connection_arguments(parser)
+
+    return add_arguments
+
+
+SUBCOMMANDS = (
+    Subcommand(
+        "submit",
+        "submit a training job",
+        _with_connection(add_submit_arguments),
+        run_submit,
+        "Submit a training job to a project's queue: frachub submit --gpus 0.5 -- python "
+        "train.py. It starts when the scheduler finds the GPUs, may borrow idle GPUs beyond "
+        "the project's quota, and may then be preempted and requeued.",
+    ),
+    Subcommand(
+        "jobs",
+        "list your jobs",
+        _with_connection(add_jobs_arguments),
+        run_jobs,
+        f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished.",
+    ),
+    Subcommand(
+        "describe",
+        "show one job: placement, pending reason, events",
+        _with_connection(add_id_argument),
+        run_describe,
+    ),
+    Subcommand(
+        "logs",
+        "print a job's output (--follow to stream it)",
+        _with_connection(add_logs_arguments),
+        run_logs,
+    ),
+    Subcommand(
+        "cancel",
+        "cancel a pending or running job",
+        _with_connection(add_id_argument),
+        run_cancel,
+    ),
+    Subcommand(
+        "quota",
+        "your projects: quotas, use and fair share",
+        _with_connection(lambda parser: None),
+        run_quota,
+    ),
+)

@@ -1,0 +1,547 @@
+"""What both FracHub spawners do around the server they start.
+
+profile -> request -> wait with progress -> apply -> release:
+
+1. ``start()`` resolves the chosen profile and GPU option from ``user_options`` (the spawn
+   form's or the REST API's), refusing a malformed or forbidden choice at once with a
+   ``SpawnException`` naming the option;
+2. asks the FracHub service for an allocation on the user's behalf, failing fast when the
+   service says it can never be met;
+3. waits for it, while ``progress()`` tells the spawn page the queue position and the reason
+   it waits (the hub's ``start_timeout`` bounds the wait, as it bounds any slow start);
+4. gives the server the environment contract of its share (``scheduler/contract.py``), the
+   service's URL, and a kernel that loads the ``%frachub`` magics; then the base spawner
+   starts the server;
+5. releases the allocation when the server stops, fails to start, or is found gone.
+
+The allocation id lives in ``get_state()``, so a restarted hub finds the share it holds
+rather than asking for a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.spawner import SpawnException
+from traitlets import Bool, Float, Unicode, default
+from traitlets.config import Configurable
+
+from hub_ext.paths import TEMPLATES_DIR
+from hub_ext.scopes import SERVER_TOKEN_SCOPES
+from scheduler.backends.pyhook import HOOK_DIR
+from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
+from scheduler.engine.model import GpuShare, ReplicaPlacement
+from spawner.offers import offers, user_projects
+from spawner.profiles import InvalidOption, Profile, Selection, parse_profiles, resolve
+from spawner.service_api import FracHubAPI, ServiceError
+
+ENDED = ("succeeded", "failed", "cancelled", "released", "revoked")
+RELEASE_RETRY_SECONDS = 600.0
+RETRIES: set[asyncio.Future] = set()  # background releases, kept referenced until done
+WAIT_STEP = 30.0  # seconds per long-poll; the hub's start_timeout bounds the whole wait
+
+
+class FracSpawnerMixin(Configurable):
+    """Mixed in before a JupyterHub spawner class (``class S(FracSpawnerMixin, Base)``)."""
+
+    frachub_api_url = Unicode(
+        config=True,
+        help="""The FracHub service's REST API as the hub reaches it, e.g.
+        http://127.0.0.1:10101/services/frachub/api/v1/ (``hub_ext.configure`` sets it).""",
+    )
+
+    @default("frachub_api_url")
+    def _default_api_url(self) -> str:
+        return os.environ.get("FRACHUB_API_URL", "")
+
+    frachub_api_token = Unicode(
+        config=True,
+        help="""A token holding custom:frachub:admin, used to ask for allocations on users'
+        behalf: the frachub service's own token (``hub_ext.configure`` sets it).""",
+    )
+
+    @default("frachub_api_token")
+    def _default_api_token(self) -> str:
+        return os.environ.get("FRACHUB_API_TOKEN", "")
+
+    frachub_server_url = Unicode(
+        config=True,
+        help="""The service's base URL as notebook servers reach it (their FRACHUB_URL, read by
+        the magics and the CLI); default: frachub_api_url without its api/v1/ suffix.""",
+    )
+
+    frachub_jupyter_path = Unicode(
+        config=True,
+        help="""A directory for the FracHub kernelspec (a Python kernel that loads the
+        %frachub magics), put first on the servers' JUPYTER_PATH. Empty: none.""",
+    )
+
+    frachub_checkpoint_dir = Unicode(
+        "frachub-checkpoints",
+        config=True,
+        help="""FRACHUB_CHECKPOINT_DIR for notebooks, relative to the server's working
+        directory unless absolute.""",
+    )
+
+    frachub_request_timeout = Float(
+        30.0, config=True, help="Seconds for one request to the FracHub service."
+    )
+
+    frachub_pytorch_hook = Bool(
+        True,
+        config=True,
+        help="""Put FracHub's start-up hook on the servers' PYTHONPATH, so PyTorch in a
+        notebook caps its memory at the notebook's share.""",
+    )
+
+    # -- state --------------------------------------------------------------------------
+
+    allocation_id: int | None = None
+    allocation: dict[str, Any] | None = None
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()  # type: ignore[misc]
+        if self.allocation_id is not None:
+            state["frachub_allocation_id"] = self.allocation_id
+            if self.allocation is not None:
+                state["frachub_allocation"] = self.allocation
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)  # type: ignore[misc]
+        if state.get("frachub_allocation_id") is not None:
+            self.allocation_id = int(state["frachub_allocation_id"])
+            self.allocation = state.get("frachub_allocation")
+
+    def clear_state(self) -> None:
+        """The allocation outlives the server's state on purpose: the base spawner clears its
+        state as soon as it sees the process gone (before ``stop()`` can release), and a
+        release that failed must be retried. ``frachub_release`` forgets it once released."""
+        super().clear_state()  # type: ignore[misc]
+
+    # -- configuration -------------------------------------------------------------------
+
+    @default("server_token_scopes")
+    def _default_server_token_scopes(self) -> list[str]:
+        return list(SERVER_TOKEN_SCOPES)
+
+    @property
+    def api(self) -> FracHubAPI:
+        if not self.frachub_api_url or not self.frachub_api_token:
+            raise SpawnException(
+                "FracHub is not configured: set frachub_api_url and frachub_api_token "
+                "(hub_ext.configure does)",
+                reason="frachub-config",
+                status_code=500,
+            )
+        return FracHubAPI(
+            self.frachub_api_url, self.frachub_api_token, self.frachub_request_timeout
+        )
+
+    def frachub_profiles(self) -> list[Profile]:
+        """The configured profiles, checked. A callable profile_list (KubeSpawner allows one)
+        is not supported: FracHub must know the choices to show their availability."""
+        raw = getattr(self, "profile_list", None) or []
+        if callable(raw):
+            raise SpawnException(
+                "FracHub needs profile_list as a list, not a callable",
+                reason="frachub-config",
+                status_code=500,
+            )
+        try:
+            return parse_profiles(raw)
+        except InvalidOption as error:
+            raise SpawnException(
+                f"the hub's profile list is invalid: {error.message}",
+                reason="frachub-config",
+                status_code=500,
+            ) from None
+
+    def user_groups(self) -> list[str]:
+        return [group.name for group in self.user.groups]  # type: ignore[attr-defined]
+
+    def frachub_selection(self) -> Selection:
+        try:
+            return resolve(self.frachub_profiles(), self.user_options or {}, self.user_groups())
+        except InvalidOption as error:
+            raise SpawnException(
+                error.message, reason="frachub-option", status_code=error.status
+            ) from None
+
+    # -- the spawn form ------------------------------------------------------------------
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        if not getattr(self, "profile_list", None):
+            return ""
+        return self.frachub_options_form
+
+    async def frachub_options_form(self, spawner: Any = None) -> str:
+        """The form, with each GPU choice's availability and the user's project quota, as
+        the service sees them now. (The hub calls a callable form with the spawner.)"""
+        profiles = self.frachub_profiles()
+        groups = self.user_groups()
+        try:
+            queues, nodes = await asyncio.gather(self.api.queues(), self.api.nodes())
+            unreachable = None
+        except ServiceError as error:
+            queues, nodes, unreachable = [], [], error.message
+        projects = user_projects(queues, self.user.name, groups)  # type: ignore[attr-defined]
+        wanted = (self.user_options or {}).get("project")
+        project = next((p for p in projects if p.name == wanted), projects[0] if projects else None)
+        environment = Environment(
+            loader=FileSystemLoader(str(TEMPLATES_DIR)), autoescape=select_autoescape()
+        )
+        selection: Selection | None
+        try:
+            selection = resolve(profiles, self.user_options or {}, groups)
+        except InvalidOption:
+            selection = (
+                resolve(profiles, {}, groups) if any(p.allows(groups) for p in profiles) else None
+            )
+        return environment.get_template("spawn_form.html").render(
+            offers=offers(profiles, groups, project, nodes)
+            if not unreachable
+            else offers(profiles, groups, None, []),
+            projects=projects,
+            project=project,
+            selection=selection,
+            unreachable=unreachable,
+        )
+
+    @default("options_from_form")
+    def _default_options_from_form(self) -> Any:
+        return self.frachub_options_from_form
+
+    def frachub_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        """Form fields to user_options: ``profile``, ``gpu`` (the choice's key), ``project``,
+        and the profile's own options posted as ``profile-option-{slug}--{name}``."""
+        options: dict[str, Any] = {}
+        slug = (formdata.get("profile") or [""])[0]
+        if slug:
+            options["profile"] = slug
+            gpu = (formdata.get(f"gpu-{slug}") or formdata.get("gpu") or [""])[0]
+            if gpu:
+                options["gpu"] = gpu
+            prefix = f"profile-option-{slug}--"
+            for key, values in formdata.items():
+                if key.startswith(prefix) and values:
+                    options[key[len(prefix) :]] = values[0]
+        project = (formdata.get("project") or [""])[0]
+        if project:
+            options["project"] = project
+        return options
+
+    # -- start, wait, stop ---------------------------------------------------------------
+
+    async def start(self) -> Any:
+        selection = self.frachub_selection()
+        self.frachub_apply_profile(selection)
+        self._frachub_progress: list[dict[str, Any]] = []
+        self._frachub_changed = asyncio.Event()
+        self._frachub_waiting = False
+        if selection.gpu is not None:
+            self._frachub_waiting = True
+            try:
+                await self._frachub_acquire(selection)
+            except BaseException:
+                self._frachub_waiting = False
+                self._frachub_changed.set()
+                await self.frachub_release()
+                raise
+            self._frachub_waiting = False
+            self._frachub_changed.set()
+        try:
+            return await super().start()  # type: ignore[misc]
+        except BaseException:
+            await self.frachub_release()
+            raise
+
+    def frachub_apply_profile(self, selection: Selection) -> None:
+        """Apply the profile's overrides to the spawner; each spawner knows its own traits."""
+
+    async def _frachub_acquire(self, selection: Selection) -> None:
+        assert selection.gpu is not None and selection.profile is not None
+        body: dict[str, Any] = {
+            "user": self.user.name,  # type: ignore[attr-defined]
+            "server_name": self.name,  # type: ignore[attr-defined]
+            "preemptible": selection.profile.preemptible,
+            **selection.gpu.request,
+        }
+        if selection.project:
+            body["project"] = selection.project
+        if selection.profile.idle_timeout_seconds is not None:
+            body["idle_timeout_seconds"] = selection.profile.idle_timeout_seconds
+        allocation = await self._frachub_adopt(body)
+        if allocation is None:
+            self._frachub_note(f"Asking FracHub for {selection.gpu.label}", 5)
+            try:
+                allocation = await self.api.allocate(body)
+            except ServiceError as error:
+                raise self._refusal(error) from None
+        self.allocation_id = int(allocation["id"])
+        self.allocation = allocation
+        allocation = await self._frachub_wait(allocation)
+        self.allocation = allocation
+        self._frachub_note(
+            f"GPU share granted: {describe_placement(allocation)} in project "
+            f"{allocation['project']}",
+            40,
+        )
+
+    async def _frachub_adopt(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The allocation this server already holds (a hub restarted during a wait, a state
+        saved before the hub died), if it asks for the same share; otherwise release it, so
+        that nothing is counted twice."""
+        try:
+            held = await self.api.allocations_of(body["user"])
+        except ServiceError as error:
+            raise self._refusal(error) from None
+        for allocation in held:
+            if allocation.get("server_name") != body["server_name"]:
+                continue
+            same = (
+                allocation.get("gpus") == body.get("gpus")
+                and allocation.get("gpu_memory_gib") == body.get("gpu_memory_gib")
+                and body.get("project") in (None, allocation["project"])
+            )
+            if same:
+                self.log.info("adopting FracHub allocation %s", allocation["id"])  # type: ignore[attr-defined]
+                return allocation
+            await self._release_id(int(allocation["id"]))
+        return None
+
+    async def _frachub_wait(self, allocation: dict[str, Any]) -> dict[str, Any]:
+        last_key = None
+        while allocation["state"] == "pending":
+            key = (allocation.get("queue_position"), allocation.get("pending_reason"))
+            if key != last_key:
+                last_key = key
+                reason = allocation.get("pending_reason") or "waiting for the scheduler"
+                reason = reason[:1].upper() + reason[1:]
+                if "can never start" in reason:
+                    raise SpawnException(
+                        f"this GPU request can never be met: {reason}",
+                        reason="frachub-never",
+                        status_code=503,
+                    )
+                position = allocation.get("queue_position")
+                where = (
+                    f"position {position} in {allocation['project']}'s queue"
+                    if position
+                    else f"queued in {allocation['project']}"
+                )
+                self._frachub_note(f"Waiting for a GPU share: {where}. {reason}", 10)
+            try:
+                allocation = await self.api.allocation(
+                    int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")
+                )
+            except ServiceError as error:
+                if error.status == 0:  # the service restarts: keep waiting, it keeps the queue
+                    self._frachub_note(f"The scheduler is not answering; retrying ({error})")
+                    await asyncio.sleep(2)
+                    continue
+                raise self._refusal(error) from None
+            self.allocation = allocation
+        if allocation["state"] != "running":
+            raise SpawnException(
+                f"the GPU allocation ended before the server started: {allocation['state']}"
+                + (f" ({allocation['message']})" if allocation.get("message") else ""),
+                reason="frachub-ended",
+                status_code=503,
+            )
+        return allocation
+
+    def _refusal(self, error: ServiceError) -> SpawnException:
+        if error.status == 0:
+            return SpawnException(error.message, reason="frachub-unreachable", status_code=503)
+        status = {409: 503, 404: 503}.get(error.status, error.status)
+        if status >= 500:
+            status = 503
+        return SpawnException(
+            f"FracHub: {error.message}", reason="frachub-refused", status_code=status
+        )
+
+    async def frachub_release(self) -> None:
+        """Give the share back (idempotent: the service answers 409 when it is already gone,
+        404 when it never existed). When the service cannot be reached — the hub starts
+        before its managed service, and polls its servers then — the release is retried in
+        the background; the service's own check of servers also releases a share whose
+        server is gone."""
+        allocation_id = self.allocation_id
+        if allocation_id is None:
+            return
+        self.allocation_id = None
+        self.allocation = None
+        if not await self._release_id(allocation_id):
+            task = asyncio.ensure_future(self._release_later(allocation_id))
+            RETRIES.add(task)
+            task.add_done_callback(RETRIES.discard)
+
+    async def _release_later(self, allocation_id: int) -> None:
+        delay = 2.0
+        deadline = time.monotonic() + RELEASE_RETRY_SECONDS
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            if await self._release_id(allocation_id):
+                return
+            delay = min(delay * 2, 60.0)
+        self.log.warning(  # type: ignore[attr-defined]
+            "gave up releasing FracHub allocation %s; the service releases it when it sees "
+            "its server gone",
+            allocation_id,
+        )
+
+    async def _release_id(self, allocation_id: int) -> bool:
+        """True when the allocation is released now or was already; False to retry."""
+        try:
+            await self.api.release(allocation_id)
+            self.log.info("released FracHub allocation %s", allocation_id)  # type: ignore[attr-defined]
+        except ServiceError as error:
+            if error.status in (404, 409):
+                return True
+            self.log.warning(  # type: ignore[attr-defined]
+                "could not release FracHub allocation %s: %s", allocation_id, error.message
+            )
+            return error.status not in (0, 502, 503, 504)
+        return True
+
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)  # type: ignore[misc]
+        finally:
+            await self.frachub_release()
+
+    async def poll(self) -> int | None:
+        """The server's own status; and a server whose share was revoked (a preemptible
+        profile's notebook, evicted for in-quota work) is stopped, as the scheduler asked."""
+        status = await super().poll()  # type: ignore[misc]
+        if self.allocation_id is None:
+            return status
+        if status is not None:
+            await self.frachub_release()  # the server is gone: so is its claim on a GPU
+            return status
+        try:
+            allocation = await self.api.allocation(self.allocation_id)
+        except ServiceError as error:
+            if error.status == 404:
+                self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]
+            return status
+        self.allocation = allocation
+        if allocation["state"] in ENDED:
+            self.log.info(  # type: ignore[attr-defined]
+                "stopping %s: its GPU allocation %s is %s",
+                self._log_name,  # type: ignore[attr-defined]
+                self.allocation_id,
+                allocation["state"],
+            )
+            await self.stop(now=True)
+            return 1
+        return status
+
+    # -- progress ------------------------------------------------------------------------
+
+    def _frachub_note(self, message: str, progress: int | None = None) -> None:
+        self.log.info("%s: %s", self._log_name, message)  # type: ignore[attr-defined]
+        event: dict[str, Any] = {"message": message}
+        if progress is not None:
+            event["progress"] = progress
+        events = getattr(self, "_frachub_progress", None)
+        if events is not None:
+            events.append(event)
+            self._frachub_changed.set()
+
+    async def progress(self) -> Any:
+        """FracHub's events (queue position, reason, grant) while the share is awaited, then
+        the base spawner's own."""
+        sent = 0
+        while True:
+            events = getattr(self, "_frachub_progress", [])
+            while sent < len(events):
+                yield events[sent]
+                sent += 1
+            if not getattr(self, "_frachub_waiting", False):
+                break
+            changed = self._frachub_changed
+            changed.clear()
+            if sent < len(events) or not self._frachub_waiting:
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), 15)
+        async for event in super().progress():  # type: ignore[misc]
+            yield event
+
+    # -- the server's environment ---------------------------------------------------------
+
+    def frachub_env(self) -> dict[str, str]:
+        """FRACHUB_URL for the magics and CLI, the kernelspec, and the contract of the share
+        (a CPU-only server gets no GPU: an empty CUDA_VISIBLE_DEVICES hides them all)."""
+        env: dict[str, str] = {}
+        server_url = self.frachub_server_url or self.frachub_api_url.split("api/v1")[0]
+        if server_url:
+            env["FRACHUB_URL"] = server_url
+        if self.frachub_jupyter_path:
+            from hub_ext.kernelspec import write_kernelspec
+
+            directory = write_kernelspec(Path(self.frachub_jupyter_path), sys.executable)
+            env["JUPYTER_PATH"] = str(directory)
+        allocation = self.allocation if self.allocation_id is not None else None
+        if allocation is None:
+            env[CUDA_VISIBLE_DEVICES] = ""
+            return env
+        env["FRACHUB_PROJECT"] = allocation["project"]
+        env.update(notebook_contract(allocation, self.frachub_checkpoint_dir))
+        return env
+
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()  # type: ignore[misc]
+        env.update(self.frachub_env())
+        if self.frachub_pytorch_hook:
+            env["PYTHONPATH"] = prepend_path(str(HOOK_DIR), env.get("PYTHONPATH"))
+        return env
+
+
+def describe_placement(allocation: dict[str, Any]) -> str:
+    """ "0.5 of GPU 1 on node-a" or "GPUs 0, 1 on node-a"."""
+    parts = []
+    for replica in allocation.get("placement") or ():
+        gpus = replica["gpus"]
+        if len(gpus) == 1 and gpus[0]["share"] < 1:
+            parts.append(f"{gpus[0]['share']:g} of GPU {gpus[0]['index']} on {replica['node']}")
+        else:
+            indices = ", ".join(str(gpu["index"]) for gpu in gpus)
+            parts.append(f"GPU{'s' if len(gpus) > 1 else ''} {indices} on {replica['node']}")
+    return "; ".join(parts) or "no GPU"
+
+
+def notebook_contract(
+    allocation: dict[str, Any], checkpoint_dir: str, device_variable: str = CUDA_VISIBLE_DEVICES
+) -> dict[str, str]:
+    """The environment contract of a notebook's share, from the allocation the service
+    returned (its placement names GPUs by index and UUID, with each GPU's memory)."""
+    replica = allocation["placement"][0]
+    gpus = replica["gpus"]
+    uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in gpus}
+    placement = ReplicaPlacement(
+        node=replica["node"],
+        gpus=tuple(GpuShare(gpu["index"], round(gpu["share"] * 1000)) for gpu in gpus),
+    )
+    fraction = gpus[0]["share"] if len(gpus) == 1 else 1.0
+    memory_mib = round(fraction * float(gpus[0].get("memory_mib") or 0)) if gpus else 0
+    return contract_env(
+        workload_id=int(allocation["id"]),
+        replica=placement,
+        gpu_fraction=min(fraction, 1.0),
+        gpu_memory_mib=memory_mib,
+        restart_count=0,
+        checkpoint_dir=checkpoint_dir,
+        uuid_of=lambda node, index: uuids[(node, index)],
+        device_variable=device_variable,
+    )

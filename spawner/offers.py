@@ -1,0 +1,138 @@
+"""What the spawn form shows next to each GPU choice: free now, would wait, or out of reach.
+
+Pure: it reads the service's ``queues`` and ``nodes`` views (already fetched by the spawner)
+and the user's groups. It answers the questions a researcher has before clicking Start —
+"will this start now?", "how much of my project's quota is used?" — and greys out what can
+never start for them (a profile closed to their groups, a size beyond their project's
+deserved quota, which is all a notebook may ever use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.service.access import EVERYBODY
+from spawner.profiles import GpuChoice, Profile, gpus_text
+
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class ProjectUse:
+    name: str
+    deserved_gpus: float
+    allocated_gpus: float
+    fair_share_gpus: float
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.allocated_gpus:g} of {gpus_text(self.deserved_gpus)} in use "
+            f"(fair share now {gpus_text(self.fair_share_gpus)})"
+        )
+
+
+@dataclass(frozen=True)
+class ChoiceOffer:
+    choice: GpuChoice
+    disabled: bool
+    status: str  # "free now", "would wait: ...", or why it is out of reach
+
+
+@dataclass(frozen=True)
+class ProfileOffer:
+    profile: Profile
+    disabled: bool
+    note: str
+    choices: tuple[ChoiceOffer, ...]
+
+
+def user_projects(
+    queues: Sequence[Mapping[str, Any]], user: str, groups: Iterable[str]
+) -> list[ProjectUse]:
+    """The leaf queues ``user`` belongs to (by group or listed member), as the service decides
+    membership (``scheduler/service/access.py``)."""
+    groups = set(groups)
+    return [
+        ProjectUse(
+            name=queue["name"],
+            deserved_gpus=float(queue.get("deserved_gpus") or 0.0),
+            allocated_gpus=float(queue.get("allocated_gpus") or 0.0),
+            fair_share_gpus=float(queue.get("fair_share_gpus") or 0.0),
+        )
+        for queue in queues
+        if not queue.get("children")
+        and (queue["name"] in groups or {user, EVERYBODY} & set(queue.get("members") or ()))
+    ]
+
+
+def size_in_gpus(choice: GpuChoice, nodes: Sequence[Mapping[str, Any]]) -> float:
+    """A memory request counts as the share of the largest GPU it needs."""
+    if choice.gpus is not None:
+        return choice.gpus
+    largest = max((gpu["memory_gib"] for node in nodes for gpu in node["gpus"]), default=0.0)
+    return choice.gpu_memory_gib / largest if largest else float("inf")  # type: ignore[operator]
+
+
+def fits_now(choice: GpuChoice, nodes: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some node has room for the choice right now, without evicting anything."""
+    for node in nodes:
+        gpus = node["gpus"]
+        if choice.gpu_memory_gib is not None:
+            if any(
+                (1 - gpu["used"]) * gpu["memory_gib"] + EPSILON >= choice.gpu_memory_gib
+                for gpu in gpus
+            ):
+                return True
+        elif choice.gpus is not None and choice.gpus <= 1:
+            if any(1 - gpu["used"] + EPSILON >= choice.gpus for gpu in gpus):
+                return True
+        elif choice.gpus is not None and sum(gpu["used"] < EPSILON for gpu in gpus) >= choice.gpus:
+            return True
+    return False
+
+
+def offers(
+    profiles: Sequence[Profile],
+    groups: Iterable[str],
+    project: ProjectUse | None,
+    nodes: Sequence[Mapping[str, Any]],
+) -> list[ProfileOffer]:
+    groups = set(groups)
+    result = []
+    for profile in profiles:
+        if not profile.allows(groups):
+            note = "for members of " + ", ".join(sorted(profile.allowed_groups or ()))
+            result.append(
+                ProfileOffer(
+                    profile,
+                    True,
+                    note,
+                    tuple(ChoiceOffer(c, True, note) for c in profile.gpu_choices),
+                )
+            )
+            continue
+        choices = []
+        for choice in profile.gpu_choices:
+            size = size_in_gpus(choice, nodes)
+            if project is None:
+                choices.append(ChoiceOffer(choice, True, "you are in no project with GPUs"))
+            elif not profile.preemptible and size > project.deserved_gpus + EPSILON:
+                choices.append(
+                    ChoiceOffer(
+                        choice,
+                        True,
+                        f"beyond {project.name}'s quota of {gpus_text(project.deserved_gpus)}",
+                    )
+                )
+            elif fits_now(choice, nodes):
+                choices.append(ChoiceOffer(choice, False, "free now"))
+            else:
+                choices.append(
+                    ChoiceOffer(choice, False, "would wait: no GPU has this much free now")
+                )
+        disabled = bool(choices) and all(offer.disabled for offer in choices)
+        result.append(ProfileOffer(profile, disabled, "", tuple(choices)))
+    return result
