@@ -105,6 +105,7 @@ class FracSpawnerMixin(Configurable):
 
     allocation_id: int | None = None
     allocation: dict[str, Any] | None = None
+    _frachub_stopping = False  # poll() is stopping a server whose share was revoked
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()  # type: ignore[misc]
@@ -421,9 +422,11 @@ class FracSpawnerMixin(Configurable):
 
     async def poll(self) -> int | None:
         """The server's own status; and a server whose share was revoked (a preemptible
-        profile's notebook, evicted for in-quota work) is stopped, as the scheduler asked."""
+        profile's notebook, evicted for in-quota work) is stopped here, as the scheduler
+        asked: the hub treats a non-None poll as "the server has stopped" and will not stop
+        it itself."""
         status = await super().poll()  # type: ignore[misc]
-        if self.allocation_id is None:
+        if self.allocation_id is None or self._frachub_stopping:
             return status
         if status is not None:
             await self.frachub_release()  # the server is gone: so is its claim on a GPU
@@ -435,16 +438,22 @@ class FracSpawnerMixin(Configurable):
                 self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]
             return status
         self.allocation = allocation
-        if allocation["state"] in ENDED:
-            self.log.info(  # type: ignore[attr-defined]
-                "stopping %s: its GPU allocation %s is %s",
-                self._log_name,  # type: ignore[attr-defined]
-                self.allocation_id,
-                allocation["state"],
-            )
-            await self.stop(now=True)
-            return 1
-        return status
+        if allocation["state"] not in ENDED:
+            return status
+        self.log.info(  # type: ignore[attr-defined]
+            "stopping %s: its GPU allocation %s is %s%s",
+            self._log_name,  # type: ignore[attr-defined]
+            self.allocation_id,
+            allocation["state"],
+            f" ({allocation['message']})" if allocation.get("message") else "",
+        )
+        self._frachub_stopping = True  # the base stop() polls too
+        try:
+            await super().stop(now=True)  # type: ignore[misc]
+        finally:
+            self._frachub_stopping = False
+        await self.frachub_release()
+        return 1
 
     # -- progress ------------------------------------------------------------------------
 

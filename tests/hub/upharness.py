@@ -116,9 +116,10 @@ class Up:
         deadline = time.monotonic() + self.start_timeout
         while "FracHub is running." not in self.log_text()[mark:]:
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                status = self.proc.poll()
                 self.stop()
                 raise HarnessError(
-                    f"frachub up did not start (status {self.proc.returncode}); "
+                    f"frachub up did not start (status {status}); "
                     f"log {self.log_path}:\n{log_tail(self.log_path, 80)}"
                 )
             time.sleep(0.1)
