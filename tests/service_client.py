@@ -21,6 +21,9 @@ c.FracHubService.cycle_interval = 1
 c.LocalBackend.inventory_source = "declared"
 c.LocalBackend.declared_inventory = [{{"name": "local", "gpus": {gpus}, "gpu_memory_gib": 80}}]
 c.LocalBackend.run_as_user = False
+# these tests make allocations with no server behind them (they act as the spawner): the
+# check that releases an allocation whose server is gone is off unless a test turns it on
+c.FracHubService.idle_check_interval = 0
 """
 
 

@@ -14,6 +14,9 @@ shape of jupyterhub-idle-culler with deciding and acting split:
    The spawner's stop then releases the allocation, as for any stopped server. The poller
    releases an allocation itself only when the hub says its server is gone (the hub no
    longer lists it, or answers 404 to the stop): an allocation must not outlive its server.
+   That check covers every running allocation, with an idle limit or not: the hub stops its
+   managed services before its servers at shutdown, so those servers' spawners cannot
+   release their shares, and this is what gives them back.
 
 The service's token needs ``list:users``, ``read:users``, ``read:users:activity``,
 ``read:servers`` and ``delete:servers`` (``hub_ext/scopes.py``). A failing hub is logged and
@@ -154,13 +157,20 @@ def server_words(record: WorkloadRecord) -> str:
     return f"{record.user}'s server {record.server_name!r}"
 
 
+def held(record: WorkloadRecord) -> bool:
+    """A running allocation: its server must exist, whatever its idle limit."""
+    return record.is_allocation and record.state == "running"
+
+
 def watched(record: WorkloadRecord) -> bool:
-    return record.is_allocation and record.state == "running" and bool(record.idle_timeout)
+    """A running allocation with an idle limit: its server's activity is judged too."""
+    return held(record) and bool(record.idle_timeout)
 
 
 class IdlePoller:
-    """Checks the servers of running allocations with an idle limit every ``interval``
-    seconds (``start``/``stop`` run and end it with the service)."""
+    """Checks the servers of running allocations every ``interval`` seconds: every one must
+    still exist, and those with an idle limit must be in use (``start``/``stop`` run and end
+    it with the service)."""
 
     def __init__(
         self,
@@ -204,7 +214,7 @@ class IdlePoller:
 
     async def check(self) -> None:
         """One round: ask the hub, judge, write, then stop or release."""
-        if not any(watched(record) for record in self.loop.records.values()):
+        if not any(held(record) for record in self.loop.records.values()):
             self._stopping.clear()
             return
         listed_at = self.clock()
@@ -212,15 +222,17 @@ class IdlePoller:
         now = self.clock()
         due: list[WorkloadRecord] = []
         gone: list[WorkloadRecord] = []
-        for record in [r for r in self.loop.records.values() if watched(r)]:
+        for record in [r for r in self.loop.records.values() if held(r)]:
             server = servers.get((record.user, record.server_name or ""))
             if server is None:
                 # an allocation asked for after the list was made may belong to a server
-                # the list does not show yet; anything older has lost its server
+                # the list does not show yet; anything older has lost its server (the hub
+                # stops its managed services before its servers, so a server stopped at hub
+                # shutdown could not release its share itself)
                 if record.submitted_at < listed_at:
                     gone.append(record)
                 continue
-            if self._judge(record, server, now):
+            if watched(record) and self._judge(record, server, now):
                 due.append(record)
         self.loop.store.commit()
         for record in due:
