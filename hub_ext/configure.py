@@ -69,6 +69,7 @@ def configure(
     profile_list: Sequence[dict[str, Any]] | None = None,
     admin_users: Sequence[str] = (),
     start_timeout: int = 900,
+    api_token: str | None = None,
 ) -> None:
     """Configure a JupyterHub for FracHub.
 
@@ -81,9 +82,11 @@ def configure(
     profile_list: KubeSpawner-style profiles with FracHub GPU choices (docs/profiles.md).
     admin_users: FracHub admins besides the members of the ``frachub-admins`` group.
     start_timeout: seconds a spawn may take, waiting for a GPU share included.
+    api_token: the frachub service's hub token when something else keeps it (on Kubernetes,
+        z2jh's hub Secret); default: a token generated once and kept in data_dir.
     """
     data = Path(data_dir).resolve()
-    token = service_token(data)
+    token = api_token or service_token(data)
     c.JupyterHub.custom_scopes = {**dict(c.JupyterHub.get("custom_scopes", {})), **CUSTOM_SCOPES}
     _extend(
         c,
@@ -122,14 +125,18 @@ def configure(
 
     c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
     api_url = f"{service_url.rstrip('/')}{SERVICE_PREFIX}{API_PATH}"
-    c.Spawner.start_timeout = start_timeout
     for section in ("FracLocalSpawner", "FracKubeSpawner"):
         settings = getattr(c, section)
         settings.frachub_api_url = api_url
         settings.frachub_api_token = token
-        settings.frachub_jupyter_path = str(data / "jupyter")
+        # on the spawner's own section: z2jh sets c.KubeSpawner.start_timeout, which would
+        # win over c.Spawner
+        settings.start_timeout = start_timeout
         if profile_list is not None:
             settings.profile_list = list(profile_list)
+    # a kernelspec written on the hub's disk reaches local servers only; notebook images on
+    # Kubernetes carry FracHub and its kernelspec themselves
+    c.FracLocalSpawner.frachub_jupyter_path = str(data / "jupyter")
 
     paths = list(c.JupyterHub.get("template_paths", []))
     if str(TEMPLATES_DIR) not in paths:
