@@ -2,32 +2,161 @@
 
 KubeSpawner keeps its own ``profile_list`` handling (``kubespawner_override``,
 ``profile_options``); the mixin adds FracHub's GPU choices to the same profiles, asks the
-service for the share before the pod is created and shows the wait on the spawn page. The pod
-details that place it on its GPU (node selection, ``NVIDIA_VISIBLE_DEVICES``, HAMi resources,
-priority class) come with the Kubernetes backend.
+service for the share before the pod is created and shows the wait on the spawn page.
+
+Once the share is granted, ``get_pod_manifest`` places the pod on it (and otherwise leaves
+KubeSpawner's pod alone):
+
+- ``node_selector`` gains ``kubernetes.io/hostname: <the allocation's node>``;
+- whole GPUs: ``extra_resource_limits`` ``nvidia.com/gpu: N`` (the device plugin picks them and
+  sets ``NVIDIA_VISIBLE_DEVICES``);
+- a fraction, ``frachub_sharing_mode = "reservation"``: the GPU's reservation pod is created or
+  claimed (shared with the scheduler's backend, see scheduler/backends/kubernetes/), and the
+  pod gets ``NVIDIA_VISIBLE_DEVICES`` of the UUID it reports and no GPU request;
+- a fraction, ``"hami"``: ``nvidia.com/gpu: 1`` and ``nvidia.com/gpumem: <MiB>``;
+- ``priority_class_name`` from ``frachub_priority_class``, and FracHub's labels and the
+  ``frachub.io/gpu-shares`` annotation, so the scheduler knows which reservations are in use.
 """
 
 from __future__ import annotations
 
-from kubespawner import KubeSpawner
+from typing import Any
 
+from jupyterhub.spawner import SpawnException
+from kubespawner import KubeSpawner
+from traitlets import CaselessStrEnum, Float, List, Unicode
+
+from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.client import Kube
+from scheduler.backends.kubernetes.reservation import ReservationTimeout, ensure_reservation
 from scheduler.contract import NVIDIA_VISIBLE_DEVICES
+from scheduler.engine.model import GpuShare, ReplicaPlacement
 from spawner.mixin import FracSpawnerMixin, notebook_contract
 
 
 class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
+    frachub_sharing_mode = CaselessStrEnum(
+        list(o.SHARING_MODES),
+        default_value="reservation",
+        config=True,
+        help="""How a notebook holds a fraction of a GPU; must match the scheduler's
+        KubernetesBackend.sharing_mode ("reservation" or "hami", see docs/kubernetes.md).""",
+    )
+    frachub_node_label = Unicode(
+        o.HOSTNAME, config=True, help="The node label that pins the pod to its node."
+    )
+    frachub_priority_class = Unicode(
+        "", config=True, help="priorityClassName of notebook pods (e.g. frachub-interactive)."
+    )
+    frachub_reservation_image = Unicode(
+        "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        config=True,
+        help="Image of reservation pods (as KubernetesBackend.reservation_image).",
+    )
+    frachub_reservation_command = List(
+        Unicode(),
+        default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
+        config=True,
+        help="Command of reservation pods (as KubernetesBackend.reservation_command).",
+    )
+    frachub_reservation_service_account = Unicode(
+        "", config=True, help="Service account of reservation pods (may patch their own pod)."
+    )
+    frachub_reservation_timeout = Float(
+        120.0, config=True, help="Seconds to wait for a reservation pod to report its GPU."
+    )
+
+    _frachub_reserved_uuid: str | None = None
+
+    def _frachub_replica(self) -> ReplicaPlacement | None:
+        if (
+            self.allocation_id is None
+            or not self.allocation
+            or not self.allocation.get("placement")
+        ):
+            return None
+        replica = self.allocation["placement"][0]
+        gpus = tuple(GpuShare(g["index"], round(g["share"] * 1000)) for g in replica["gpus"])
+        return ReplicaPlacement(replica["node"], gpus) if gpus else None
+
     def frachub_env(self) -> dict[str, str]:
         env = super().frachub_env()
-        if self.allocation_id is not None and self.allocation is not None:
-            # containers name their GPUs by UUID for the NVIDIA runtime
-            for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
-                env.pop(key, None)
-            env.update(
-                notebook_contract(
-                    self.allocation, self.frachub_checkpoint_dir, NVIDIA_VISIBLE_DEVICES
-                )
-            )
-        else:
+        replica = self._frachub_replica()
+        if replica is None:
             env.pop("CUDA_VISIBLE_DEVICES", None)
             env[NVIDIA_VISIBLE_DEVICES] = "none"
+            return env
+        # containers name their GPUs by UUID for the NVIDIA runtime
+        for key in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+            env.pop(key, None)
+        assert self.allocation is not None
+        env.update(
+            notebook_contract(self.allocation, self.frachub_checkpoint_dir, NVIDIA_VISIBLE_DEVICES)
+        )
+        if o.is_fractional(replica) and self.frachub_sharing_mode == "reservation":
+            uuid = self._frachub_reserved_uuid or ""
+            env[NVIDIA_VISIBLE_DEVICES] = env["FRACHUB_GPU_UUIDS"] = uuid or "none"
+        else:  # the device plugin (whole GPUs) or HAMi picks the device
+            env.pop(NVIDIA_VISIBLE_DEVICES, None)
+            env.pop("FRACHUB_GPU_UUIDS", None)
         return env
+
+    def frachub_placement(self, replica: ReplicaPlacement | None) -> None:
+        """Node selector, GPU resources, priority class and labels for this allocation."""
+        limits = {k: v for k, v in self.extra_resource_limits.items() if k not in (o.GPU, o.GPUMEM)}
+        selector = dict(self.node_selector)
+        selector.pop(self.frachub_node_label, None)
+        if replica is not None:
+            assert self.allocation is not None
+            gpu = self.allocation["placement"][0]["gpus"][0]
+            memory = round(gpu["share"] * float(gpu.get("memory_mib") or 0))
+            limits.update(o.gpu_resources(self.frachub_sharing_mode, replica, memory))
+            selector[self.frachub_node_label] = replica.node
+            self.extra_labels = {
+                **self.extra_labels,
+                o.TRACKED: "true",
+                o.WORKLOAD: str(self.allocation_id),
+            }
+            self.extra_annotations = {
+                **self.extra_annotations,
+                o.SHARES: o.shares_text((replica,)),
+            }
+            if self.frachub_priority_class:
+                self.priority_class_name = self.frachub_priority_class
+        self.extra_resource_limits = limits
+        self.node_selector = selector
+
+    async def frachub_reserve(self, replica: ReplicaPlacement) -> str:
+        settings = o.PodSettings(
+            namespace=self.namespace,
+            image=self.frachub_reservation_image,
+            node_label=self.frachub_node_label,
+            service_account=self.frachub_reservation_service_account,
+            reservation_image=self.frachub_reservation_image,
+            reservation_command=tuple(self.frachub_reservation_command),
+            priority_class=self.frachub_priority_class,
+        )
+        kube = Kube(api_client=self.api.api_client, log=self.log)
+        self._frachub_note(f"Reserving GPU {replica.gpus[0].index} on {replica.node}", 45)
+        try:
+            return await ensure_reservation(
+                kube,
+                settings,
+                replica.node,
+                replica.gpus[0].index,
+                self.frachub_reservation_timeout,
+            )
+        except ReservationTimeout as error:
+            raise SpawnException(str(error), status_code=503) from error
+
+    async def get_pod_manifest(self) -> Any:
+        replica = self._frachub_replica()
+        self._frachub_reserved_uuid = None
+        if (
+            replica is not None
+            and o.is_fractional(replica)
+            and self.frachub_sharing_mode == "reservation"
+        ):
+            self._frachub_reserved_uuid = await self.frachub_reserve(replica)
+        self.frachub_placement(replica)
+        return await super().get_pod_manifest()

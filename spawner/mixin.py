@@ -134,7 +134,7 @@ class FracSpawnerMixin(Configurable):
         return list(SERVER_TOKEN_SCOPES)
 
     @property
-    def api(self) -> FracHubAPI:
+    def frachub_client(self) -> FracHubAPI:
         if not self.frachub_api_url or not self.frachub_api_token:
             raise SpawnException(
                 "FracHub is not configured: set frachub_api_url and frachub_api_token "
@@ -190,7 +190,8 @@ class FracSpawnerMixin(Configurable):
         profiles = self.frachub_profiles()
         groups = self.user_groups()
         try:
-            queues, nodes = await asyncio.gather(self.api.queues(), self.api.nodes())
+            client = self.frachub_client
+            queues, nodes = await asyncio.gather(client.queues(), client.nodes())
             unreachable = None
         except ServiceError as error:
             queues, nodes, unreachable = [], [], error.message
@@ -284,7 +285,7 @@ class FracSpawnerMixin(Configurable):
         if allocation is None:
             self._frachub_note(f"Asking FracHub for {selection.gpu.label}", 5)
             try:
-                allocation = await self.api.allocate(body)
+                allocation = await self.frachub_client.allocate(body)
             except ServiceError as error:
                 raise self._refusal(error) from None
         self.allocation_id = int(allocation["id"])
@@ -302,7 +303,7 @@ class FracSpawnerMixin(Configurable):
         saved before the hub died), if it asks for the same share; otherwise release it, so
         that nothing is counted twice."""
         try:
-            held = await self.api.allocations_of(body["user"])
+            held = await self.frachub_client.allocations_of(body["user"])
         except ServiceError as error:
             raise self._refusal(error) from None
         for allocation in held:
@@ -341,7 +342,7 @@ class FracSpawnerMixin(Configurable):
                 )
                 self._frachub_note(f"Waiting for a GPU share: {where}. {reason}", 10)
             try:
-                allocation = await self.api.allocation(
+                allocation = await self.frachub_client.allocation(
                     int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")
                 )
             except ServiceError as error:
@@ -403,7 +404,7 @@ class FracSpawnerMixin(Configurable):
     async def _release_id(self, allocation_id: int) -> bool:
         """True when the allocation is released now or was already; False to retry."""
         try:
-            await self.api.release(allocation_id)
+            await self.frachub_client.release(allocation_id)
             self.log.info("released FracHub allocation %s", allocation_id)  # type: ignore[attr-defined]
         except ServiceError as error:
             if error.status in (404, 409):
@@ -432,7 +433,7 @@ class FracSpawnerMixin(Configurable):
             await self.frachub_release()  # the server is gone: so is its claim on a GPU
             return status
         try:
-            allocation = await self.api.allocation(self.allocation_id)
+            allocation = await self.frachub_client.allocation(self.allocation_id)
         except ServiceError as error:
             if error.status == 404:
                 self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]

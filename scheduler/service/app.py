@@ -337,6 +337,9 @@ class FracHubService(Application):
         except (TraitError, ValueError, RuntimeError) as error:
             self.log.critical("%s: %s", self.backend_class.__name__, error)
             self.exit(2)
+        connect = getattr(backend, "connect", None)
+        if connect is not None:  # Kubernetes: waits for the leader Lease, lists, starts watches
+            await connect()
         metrics = Metrics()
         policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
         loop = SchedulingLoop(

@@ -1,0 +1,793 @@
+"""``KubernetesBackend``: training as ``batch/v1`` Jobs, GPUs from Nodes (see docs/kubernetes.md).
+
+It meets ``scheduler.backends.base.Backend``, plus one coroutine the service awaits before
+anything else: ``connect()`` loads the credentials, waits for the leader Lease (when
+``leader_election`` is on), lists Nodes, FracHub's Pods and Jobs, and starts watching them.
+``inventory()`` and ``adopt()`` then answer from those caches without I/O.
+
+An attempt's life:
+
+- ``start``: reservation pods for its shared GPUs (reservation mode), its Indexed Jobs created
+  *suspended* with the environment contract, the headless Service of a gang, then each Job
+  pinned to its node and resumed in one patch (Kueue's admission). A start that fails half way
+  deletes what it created. A start that finds this attempt's Jobs already there (the service
+  died between creating and recording them) takes them over instead of doubling them.
+- ``stop``: the Jobs are suspended again (stamped ``frachub.io/stop-requested``): their pods get
+  SIGTERM and ``terminationGracePeriodSeconds``; a shorter grace deletes the pods with it.
+- ``poll``: an attempt ends when its Jobs complete (0), one fails (its pod's exit code; the
+  rest of a gang is stopped first), its stop has left no pod running, or its Jobs vanish
+  (``None``: lost). Each end is reported once; a stopped attempt's Jobs are deleted then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
+
+from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
+from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.client import Informer, Kube, KubeError, load_configuration
+from scheduler.backends.kubernetes.leader import LeaseElector
+from scheduler.backends.kubernetes.reservation import (
+    ReservationTimeout,
+    ensure_reservation,
+    utc_stamp,
+)
+from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
+
+HANDLE_KIND = "kubernetes"
+
+
+@dataclass
+class _Attempt:
+    workload_id: int
+    name: str
+    jobs: list[str]
+    service: str | None
+    shares: list[tuple[str, int, int]] = field(default_factory=list)
+    stopping: bool = False
+    seen: set[str] = field(default_factory=set)
+    failure: tuple[int | None, str] | None = None
+    last_codes: dict[str, int] = field(default_factory=dict)
+
+
+class KubernetesBackend(LoggingConfigurable):
+    """Runs training as Jobs in one namespace; see the module docstring and docs/kubernetes.md."""
+
+    kubeconfig = Unicode(
+        "",
+        help="""Path of a kubeconfig file. Empty: the pod's service account when running in a
+        cluster (KUBERNETES_SERVICE_HOST is set), else $KUBECONFIG or ~/.kube/config.""",
+    ).tag(config=True)
+
+    namespace = Unicode(
+        help="""Namespace of the jobs, reservation pods, Lease and notebook pods. Default: the
+        pod's own namespace in a cluster, else "default".""",
+    ).tag(config=True)
+
+    @default("namespace")
+    def _default_namespace(self) -> str:
+        path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+        if os.path.exists(path):
+            with open(path) as f:
+                return f.read().strip()
+        return "default"
+
+    sharing_mode = CaselessStrEnum(
+        list(o.SHARING_MODES),
+        default_value="reservation",
+        help="""How a fraction of a GPU is given to a pod. "reservation" (default, needs only the
+        NVIDIA device plugin): a reservation pod holds the whole GPU and reports its UUID, and
+        fractional pods get NVIDIA_VISIBLE_DEVICES of it with no GPU request; memory caps are
+        cooperative. "hami": pods request nvidia.com/gpu: 1 and nvidia.com/gpumem (MiB) and
+        HAMi enforces the memory. Whole GPUs are nvidia.com/gpu: N in both modes.""",
+    ).tag(config=True)
+
+    image = Unicode(
+        "quay.io/jupyter/pytorch-notebook:latest",
+        help="Container image of training jobs (usually the notebook image, so code that runs "
+        "in the notebook runs in the job).",
+    ).tag(config=True)
+
+    reservation_image = Unicode(
+        "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        help="""Image of reservation pods; it needs nvidia-smi and curl for the default
+        reservation_command (or set your own command).""",
+    ).tag(config=True)
+
+    reservation_command = List(
+        Unicode(),
+        default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
+        help="""Command of reservation pods: it must annotate its own pod with
+        frachub.io/gpu-uuid=<the UUID of the GPU it holds> and keep running.""",
+    ).tag(config=True)
+
+    reservation_timeout = Float(
+        120.0, help="Seconds to wait for a reservation pod to report its GPU before a start fails."
+    ).tag(config=True)
+
+    reservation_linger_seconds = Float(
+        60.0,
+        help="""A reservation pod nobody uses is deleted once this many seconds have passed
+        since its last claim (so a notebook spawning on it is not raced).""",
+    ).tag(config=True)
+
+    service_account = Unicode(
+        "",
+        help="Service account of job and reservation pods (empty: the namespace default). "
+        "Reservation pods need permission to patch their own pod.",
+    ).tag(config=True)
+
+    priority_class = Unicode(
+        "", help="PriorityClass of training pods (e.g. frachub-training); empty: none."
+    ).tag(config=True)
+
+    reservation_priority_class = Unicode(
+        "",
+        help="PriorityClass of reservation pods (e.g. frachub-reservation); empty: priority_class.",
+    ).tag(config=True)
+
+    scheduler_name = Unicode(
+        "", help="schedulerName of FracHub's pods (e.g. hami-scheduler); empty: the default."
+    ).tag(config=True)
+
+    node_label = Unicode(
+        o.HOSTNAME, help="The node label that pins a pod to the node the engine chose."
+    ).tag(config=True)
+
+    node_selector = Dict(
+        value_trait=Unicode(),
+        help="""Only nodes with these labels are scheduled onto, e.g.
+        {"frachub.io/pool": "gpu"}. Empty: every Ready node with GPUs.""",
+    ).tag(config=True)
+
+    default_gpu_memory_mib = Integer(
+        0, help="GPU memory (MiB) of nodes without the nvidia.com/gpu.memory label."
+    ).tag(config=True)
+
+    home_volumes = List(
+        Dict(),
+        default_value=[
+            {"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}
+        ],
+        help="""Volumes of job pods, with {username} replaced; the default is Zero to
+        JupyterHub's per-user home claim, so scripts written in the notebook are there.""",
+    ).tag(config=True)
+
+    home_volume_mounts = List(
+        Dict(),
+        default_value=[{"name": "home", "mountPath": "/home/jovyan"}],
+        help="volumeMounts of the job container, with {username} replaced.",
+    ).tag(config=True)
+
+    home_mount_path = Unicode(
+        "/home/jovyan",
+        help="The job's HOME and default working directory; relative working directories "
+        "start here.",
+    ).tag(config=True)
+
+    checkpoint_dir_template = Unicode(
+        "{home}/.frachub/checkpoints/{workload_id}",
+        help="FRACHUB_CHECKPOINT_DIR of jobs ({home}, {workload_id}); on the home volume, so "
+        "it survives restarts.",
+    ).tag(config=True)
+
+    environment = Dict(
+        value_trait=Unicode(),
+        help="Extra variables for every job; the job's own override them, the contract both.",
+    ).tag(config=True)
+
+    extra_labels = Dict(
+        value_trait=Unicode(), help="Extra labels on every object FracHub creates."
+    ).tag(config=True)
+
+    termination_grace_seconds = Integer(
+        help="terminationGracePeriodSeconds of job pods. Default: the service's grace_period."
+    ).tag(config=True)
+
+    @default("termination_grace_seconds")
+    def _default_grace(self) -> int:
+        return int(getattr(self.parent, "grace_period", 30) or 30)
+
+    ttl_seconds_after_finished = Integer(
+        86400,
+        help="""Finished Jobs (and their pods' logs) are kept this long. A scheduler down for
+        longer loses the exit codes of jobs that ended meanwhile (they are requeued).""",
+    ).tag(config=True)
+
+    rendezvous_port = Integer(29500, help="MASTER_PORT of gangs.").tag(config=True)
+
+    request_timeout = Float(30.0, help="Seconds for one API request.").tag(config=True)
+    watch_timeout = Integer(300, help="Seconds a watch runs before it is renewed.").tag(config=True)
+
+    leader_election = Bool(
+        True,
+        help="""Hold a coordination.k8s.io Lease while scheduling, so only one replica acts;
+        connect() waits for it. Turn off only for a single replica.""",
+    ).tag(config=True)
+
+    lease_name = Unicode("frachub-scheduler", help="Name of the leader Lease.").tag(config=True)
+    lease_seconds = Float(15.0, help="Lease duration (seconds).").tag(config=True)
+    lease_renew_seconds = Float(5.0, help="Seconds between renewals.").tag(config=True)
+    lease_retry_seconds = Float(2.0, help="Seconds between tries of a follower.").tag(config=True)
+
+    identity = Unicode(help="This replica's name in the Lease. Default: hostname-pid.").tag(
+        config=True
+    )
+
+    @default("identity")
+    def _default_identity(self) -> str:
+        return f"{socket.gethostname()}-{os.getpid()}"
+
+    exit_on_leadership_lost = Bool(
+        True,
+        help="""On losing the Lease, send this process SIGTERM (the service shuts down and is
+        restarted as a follower). Tests turn it off and watch ``leadership_lost``.""",
+    ).tag(config=True)
+
+    data_dir = Unicode("", help="Unused (the service passes it to every backend).").tag(config=True)
+
+    @validate("namespace", "image", "lease_name")
+    def _not_empty(self, proposal: Any) -> str:
+        if not proposal.value:
+            raise ValueError(f"KubernetesBackend.{proposal.trait.name} cannot be empty")
+        return proposal.value
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kube: Kube | None = None
+        self.nodes: Informer | None = None
+        self.pods: Informer | None = None
+        self.jobs: Informer | None = None
+        self.elector: LeaseElector | None = None
+        self.leadership_lost = asyncio.Event()
+        self._attempts: dict[str, _Attempt] = {}
+        self._last_gc = 0.0
+        self._exit_codes: dict[str, dict[str, int]] = {}
+
+    # --- connecting ---------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> o.PodSettings:
+        return o.PodSettings(
+            namespace=self.namespace,
+            image=self.image,
+            sharing=self.sharing_mode,
+            grace_seconds=self.termination_grace_seconds,
+            service_account=self.service_account,
+            priority_class=self.priority_class,
+            scheduler_name=self.scheduler_name,
+            home_mount_path=self.home_mount_path,
+            volumes=tuple(self.home_volumes),
+            volume_mounts=tuple(self.home_volume_mounts),
+            node_label=self.node_label,
+            extra_labels=dict(self.extra_labels),
+            environment=dict(self.environment),
+            ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+            rendezvous_port=self.rendezvous_port,
+            reservation_image=self.reservation_image,
+            reservation_command=tuple(self.reservation_command),
+            reservation_priority_class=self.reservation_priority_class,
+        )
+
+    async def connect(self) -> None:
+        """Credentials, the leader Lease (waits), then the first lists and the watches."""
+        configuration = await load_configuration(self.kubeconfig)
+        self.kube = Kube(configuration, request_timeout=self.request_timeout, log=self.log)
+        if self.leader_election:
+            self.elector = LeaseElector(
+                self.kube,
+                self.namespace,
+                self.lease_name,
+                self.identity,
+                lease_seconds=self.lease_seconds,
+                renew_seconds=self.lease_renew_seconds,
+                retry_seconds=self.lease_retry_seconds,
+                on_lost=self._lost_lease,
+                log=self.log,
+            )
+            await self.elector.acquire()
+            self.elector.keep()
+        kube = self.kube
+        self.nodes = Informer(kube, kube.core.list_node, watch_timeout=self.watch_timeout)
+        self.pods = Informer(
+            kube,
+            kube.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=o.MANAGED_SELECTOR,
+            watch_timeout=self.watch_timeout,
+            on_change=self._pod_changed,
+        )
+        self.jobs = Informer(
+            kube,
+            kube.batch.list_namespaced_job,
+            self.namespace,
+            label_selector=o.MANAGED_SELECTOR,
+            watch_timeout=self.watch_timeout,
+        )
+        for informer in (self.nodes, self.pods, self.jobs):
+            await informer.start()
+
+    def _pod_changed(self, kind: str, pod: dict) -> None:
+        """Keep exit codes of job pods: a deleted pod leaves the cache with its code."""
+        if not pod:
+            return
+        owner, code = o.owner_job(pod), o.pod_exit_code(pod)
+        if owner is not None and code is not None:
+            self._exit_codes.setdefault(owner, {})[pod["metadata"]["name"]] = code
+
+    def _lost_lease(self) -> None:
+        self.leadership_lost.set()
+        if self.exit_on_leadership_lost:
+            self.log.critical("another scheduler holds the lease now: shutting down")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _require(self) -> tuple[Kube, Informer, Informer, Informer]:
+        if self.kube is None or self.nodes is None or self.pods is None or self.jobs is None:
+            raise RuntimeError("KubernetesBackend.connect() has not been awaited")
+        return self.kube, self.nodes, self.pods, self.jobs
+
+    # --- Backend protocol ---------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods."""
+        _, nodes, _, _ = self._require()
+        return o.inventory_from(
+            list(nodes.objects.values()),
+            self.reserved_uuids(),
+            node_selector=self.node_selector,
+            default_memory_mib=self.default_gpu_memory_mib,
+        )
+
+    def reserved_uuids(self) -> dict[tuple[str, int], str]:
+        _, _, pods, _ = self._require()
+        out = {}
+        for pod in pods.objects.values():
+            meta = pod["metadata"]
+            annotations = meta.get("annotations") or {}
+            labels = meta.get("labels") or {}
+            if (
+                labels.get(o.COMPONENT) == o.RESERVATION
+                and annotations.get(o.GPU_UUID)
+                and o.pod_phase(pod) == "Running"
+                and not meta.get("deletionTimestamp")
+            ):
+                key = (annotations[o.NODE], int(annotations[o.GPU_INDEX]))
+                out[key] = annotations[o.GPU_UUID]
+        return out
+
+    async def start(self, job: JobSpec) -> Handle:
+        kube, _, _, _ = self._require()
+        if len(job.placement) != job.replicas or not job.placement:
+            raise BackendError(
+                f"the placement has {len(job.placement)} replica(s) but the job asks for "
+                f"{job.replicas}"
+            )
+        if (isinstance(job.command, str) and not job.command.strip()) or not job.command:
+            raise BackendError("the command is empty")
+        settings = self.settings
+        base = o.attempt_name(job.workload_id, job.restart_count)
+        existing = await self._existing(base)
+        if existing and any(self._dead(j) for j in existing):
+            await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
+            base = f"{base}-{int(time.time() * 1000) % 100000}"
+            existing = []
+        names = o.job_names(job.placement, base)
+        gang = len(job.placement) > 1
+        service = base if gang else None
+        uuids = await self._reserve(job)
+        envs = [self._environment(job, rank, uuids, base, service) for rank in range(job.replicas)]
+        manifests = o.job_manifests(job, settings, envs, service, base)
+        created: list[str] = []
+        try:
+            for manifest in manifests:
+                name = manifest["metadata"]["name"]
+                try:
+                    await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
+                    created.append(name)
+                except KubeError as error:
+                    if error.status != 409 or not await self._same_attempt(name, job):
+                        raise
+                    self.log.info("job %s exists already (a retried start): taking it over", name)
+            if service:
+                try:
+                    await kube.call(
+                        kube.core.create_namespaced_service,
+                        self.namespace,
+                        o.service_manifest(job, settings, base),
+                    )
+                except KubeError as error:
+                    if error.status != 409:
+                        raise
+            for name, ranks in zip(names, o.replica_groups(job.placement), strict=True):
+                await kube.call(
+                    kube.batch.patch_namespaced_job,
+                    name,
+                    self.namespace,
+                    o.admit_patch(job.placement[ranks[0]].node, settings),
+                    _content_type="application/merge-patch+json",
+                )
+        except (KubeError, asyncio.CancelledError) as error:
+            with contextlib.suppress(KubeError):
+                await self._delete_attempt(base, names, service)
+            if isinstance(error, asyncio.CancelledError):
+                raise
+            raise BackendError(f"the cluster refused the job: {error.message}") from error
+        attempt = _Attempt(
+            job.workload_id,
+            base,
+            names,
+            service,
+            shares=o.parse_shares(o.shares_text(job.placement)),
+        )
+        self._attempts[base] = attempt
+        return self._handle(attempt)
+
+    async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
+        """Suspend the attempt's Jobs; a grace shorter than the pods' deletes them with it."""
+        kube, _, pods, _ = self._require()
+        attempt = self._attempts.get(str(handle.get("attempt"))) or self._from_handle(
+            workload_id, handle
+        )
+        if attempt is None:
+            self.log.error("Cannot stop workload %s: malformed handle %r", workload_id, handle)
+            return
+        attempt.stopping = True
+        patch = {"metadata": {"annotations": {o.STOPPED: utc_stamp()}}, "spec": {"suspend": True}}
+        for name in attempt.jobs:
+            try:
+                await kube.call(
+                    kube.batch.patch_namespaced_job,
+                    name,
+                    self.namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+            except KubeError as error:
+                if error.status not in (404, 422):
+                    raise
+        if grace_seconds < self.termination_grace_seconds:
+            for pod in list(pods.objects.values()):
+                if o.owner_job(pod) in attempt.jobs and o.pod_live(pod):
+                    with contextlib.suppress(KubeError):
+                        await kube.call(
+                            kube.core.delete_namespaced_pod,
+                            pod["metadata"]["name"],
+                            self.namespace,
+                            grace_period_seconds=max(int(grace_seconds), 0),
+                        )
+
+    def adopt(self, workload_id: int, handle: Handle) -> bool:
+        """Watch an attempt a previous incarnation started; False when none of its Jobs is
+        left (their end, if any, was not seen: the service requeues it)."""
+        _, _, _, jobs = self._require()
+        token = str(handle.get("attempt"))
+        if token in self._attempts:
+            return True
+        attempt = self._from_handle(workload_id, handle)
+        if attempt is None:
+            self.log.error("Cannot adopt workload %s: malformed handle %r", workload_id, handle)
+            return False
+        present = [name for name in attempt.jobs if name in jobs.objects]
+        if not present:
+            self.log.warning("Workload %s: its jobs %s are gone", workload_id, attempt.jobs)
+            return False
+        attempt.seen = set(attempt.jobs)  # a job missing now is lost, not "not yet seen"
+        attempt.stopping = any(
+            o.STOPPED in (jobs.objects[n]["metadata"].get("annotations") or {}) for n in present
+        )
+        self._attempts[token] = attempt
+        return True
+
+    async def poll(self) -> list[Exit]:
+        """Attempts that ended since the last call, each reported once (from the caches)."""
+        _, _, pods, jobs = self._require()
+        exits: list[Exit] = []
+        by_job: dict[str, list[dict]] = {}
+        for pod in pods.objects.values():
+            owner = o.owner_job(pod)
+            if owner is not None:
+                by_job.setdefault(owner, []).append(pod)
+        for token, attempt in list(self._attempts.items()):
+            outcome = self._outcome(attempt, jobs.objects, by_job)
+            if outcome is None:
+                continue
+            code, message, needs_stop = outcome
+            if needs_stop:
+                self.log.info("Workload %s: %s; stopping the rest", attempt.workload_id, message)
+                with contextlib.suppress(KubeError):
+                    await self.stop(attempt.workload_id, self._handle(attempt), 0)
+                continue
+            del self._attempts[token]
+            for name in attempt.jobs:
+                self._exit_codes.pop(name, None)
+            exits.append(Exit(attempt.workload_id, code, message))
+            if attempt.stopping and attempt.failure is None:
+                with contextlib.suppress(KubeError):
+                    await self._delete_attempt(token, attempt.jobs, attempt.service)
+            elif attempt.service:
+                with contextlib.suppress(KubeError):
+                    await self._delete_attempt(token, [], attempt.service)
+        await self._collect_reservations()
+        return exits
+
+    def log_path(self, workload_id: int, replica: int = 0) -> str | None:
+        """Logs stay with the pods (``kubectl logs -l frachub.io/workload-id=<id>``)."""
+        return None
+
+    async def close(self) -> None:
+        """Stop watching and give the Lease back; running jobs go on."""
+        for informer in (self.nodes, self.pods, self.jobs):
+            if informer is not None:
+                await informer.stop()
+        if self.elector is not None:
+            await self.elector.release()
+        if self.kube is not None:
+            await self.kube.close()
+        self._attempts.clear()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def attempts_in_cluster(self) -> dict[int, list[str]]:
+        """Workload id -> names of its Jobs, from the cache (for operators and tests)."""
+        _, _, _, jobs = self._require()
+        out: dict[int, list[str]] = {}
+        for name, job in sorted(jobs.objects.items()):
+            labels = job["metadata"].get("labels") or {}
+            if labels.get(o.COMPONENT) == o.TRAINING:
+                out.setdefault(int(labels[o.WORKLOAD]), []).append(name)
+        return out
+
+    async def _existing(self, base: str) -> list[dict]:
+        kube, _, _, _ = self._require()
+        body = await kube.call(
+            kube.batch.list_namespaced_job,
+            self.namespace,
+            label_selector=f"{o.MANAGED_SELECTOR},{o.ATTEMPT_NAME}={base}",
+        )
+        return list(body.get("items", []))
+
+    @staticmethod
+    def _dead(job: dict) -> bool:
+        annotations = job["metadata"].get("annotations") or {}
+        return (
+            o.job_condition(job, "Complete")
+            or o.job_condition(job, "Failed")
+            or o.STOPPED in annotations
+            or bool(job["metadata"].get("deletionTimestamp"))
+        )
+
+    async def _same_attempt(self, name: str, job: JobSpec) -> bool:
+        kube, _, _, _ = self._require()
+        found = await kube.call(kube.batch.read_namespaced_job, name, self.namespace)
+        labels = found["metadata"].get("labels") or {}
+        return labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found)
+
+    async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
+        kube, _, _, _ = self._require()
+        for name in names:
+            try:
+                await kube.call(
+                    kube.batch.delete_namespaced_job,
+                    name,
+                    self.namespace,
+                    propagation_policy="Background",
+                )
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+        if service:
+            try:
+                await kube.call(kube.core.delete_namespaced_service, service, self.namespace)
+            except KubeError as error:
+                if error.status != 404:
+                    raise
+
+    async def _reserve(self, job: JobSpec) -> dict[tuple[str, int], str]:
+        """Reservation mode: the UUID of every GPU the job shares (reservation pods)."""
+        if self.sharing_mode != "reservation":
+            return {}
+        kube, _, _, _ = self._require()
+        wanted = sorted({(r.node, r.gpus[0].index) for r in job.placement if o.is_fractional(r)})
+        uuids = {}
+        for node, index in wanted:
+            try:
+                uuids[(node, index)] = await ensure_reservation(
+                    kube, self.settings, node, index, self.reservation_timeout
+                )
+            except ReservationTimeout as error:
+                raise BackendError(str(error)) from error
+            except KubeError as error:
+                raise BackendError(f"cannot reserve GPU {index} on {node}: {error}") from error
+        return uuids
+
+    def _environment(
+        self,
+        job: JobSpec,
+        rank: int,
+        uuids: dict[tuple[str, int], str],
+        base: str,
+        service: str | None,
+    ) -> dict[str, str]:
+        """Settings' < the job's variables < HOME/USER < the contract. NVIDIA_VISIBLE_DEVICES
+        is set only where FracHub picks the GPU (a reserved share); otherwise the device
+        plugin (whole GPUs) or HAMi (hami mode) sets it."""
+        replica = job.placement[rank]
+        home = self.home_mount_path.rstrip("/") or "/"
+        master = o.master_address(job.placement, base, service) if service else ""
+        contract = contract_env(
+            workload_id=job.workload_id,
+            replica=replica,
+            gpu_fraction=job.gpu_fraction,
+            gpu_memory_mib=job.gpu_memory_mib,
+            restart_count=job.restart_count,
+            checkpoint_dir=self.checkpoint_dir_template.format(
+                home=home, workload_id=job.workload_id
+            ),
+            uuid_of=lambda node, index: uuids.get((node, index), ""),
+            device_variable=NVIDIA_VISIBLE_DEVICES,
+            rendezvous=rendezvous(job.placement, rank, master, self.rendezvous_port)
+            if service
+            else None,
+        )
+        if not (o.is_fractional(replica) and self.sharing_mode == "reservation"):
+            contract.pop(NVIDIA_VISIBLE_DEVICES, None)
+            contract.pop("FRACHUB_GPU_UUIDS", None)
+        env = dict(self.environment)
+        env.update(job.env)
+        env.update(HOME=home, USER=job.user, FRACHUB_PROJECT=job.project)
+        env.update(contract)
+        return env
+
+    def _outcome(
+        self, attempt: _Attempt, jobs: dict[str, dict], by_job: dict[str, list[dict]]
+    ) -> tuple[int | None, str, bool] | None:
+        """None while the attempt runs; else (code, message, needs_stop)."""
+        pods = [pod for name in attempt.jobs for pod in by_job.get(name, [])]
+        live = [pod for pod in pods if o.pod_live(pod)]
+        for pod in pods:
+            code = o.pod_exit_code(pod)
+            if code is not None:
+                attempt.last_codes[pod["metadata"]["name"]] = code
+        for name in attempt.jobs:
+            attempt.last_codes.update(self._exit_codes.get(name, {}))
+        missing = []
+        for name in attempt.jobs:
+            if name in jobs:
+                attempt.seen.add(name)
+            elif name in attempt.seen:
+                missing.append(name)
+        if attempt.failure is None:
+            for name in attempt.jobs:
+                job = jobs.get(name)
+                if job is not None and o.job_condition(job, "Failed"):
+                    attempt.failure = self._failure(attempt, name, by_job.get(name, []))
+                    break
+        if attempt.failure is not None:
+            if live:
+                return (None, attempt.failure[1], not attempt.stopping)
+            return (attempt.failure[0], attempt.failure[1], False)
+        if attempt.stopping:
+            suspended = all(
+                name not in jobs or jobs[name]["spec"].get("suspend") or self._dead(jobs[name])
+                for name in attempt.jobs
+            )
+            if live or not suspended:
+                return None
+            code = max(attempt.last_codes.values()) if attempt.last_codes else None
+            if all(
+                name in jobs and o.job_condition(jobs[name], "Complete") for name in attempt.jobs
+            ):
+                return (0, "exited with code 0 before it was stopped", False)
+            return (code, "stopped" + (f" (code {code})" if code is not None else ""), False)
+        if missing:
+            return (None, f"its job {missing[0]} was deleted", False)
+        if all(name in jobs and o.job_condition(jobs[name], "Complete") for name in attempt.jobs):
+            return (0, "exited with code 0", False)
+        return None
+
+    def _failure(
+        self, attempt: _Attempt, job_name: str, pods: list[dict]
+    ) -> tuple[int | None, str]:
+        failed = [
+            pod
+            for pod in pods
+            if o.pod_phase(pod) == "Failed" and not pod["metadata"].get("deletionTimestamp")
+        ]
+        failed.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        for pod in failed:
+            code = o.pod_exit_code(pod)
+            if code is not None:
+                index = (pod["metadata"].get("labels") or {}).get(
+                    "batch.kubernetes.io/job-completion-index", "0"
+                )
+                prefix = (
+                    f"replica of {job_name} index {index} "
+                    if len(attempt.jobs) > 1 or (attempt.service)
+                    else ""
+                )
+                return code, f"{prefix}exited with code {code}"
+        return None, f"job {job_name} failed without an exit code (evicted or deleted)"
+
+    async def _collect_reservations(self) -> None:
+        """Delete reservation pods that no live FracHub pod or running attempt shares and
+        that nobody claimed for ``reservation_linger_seconds``."""
+        now = time.monotonic()
+        if now - self._last_gc < min(5.0, self.reservation_linger_seconds / 4):
+            return
+        self._last_gc = now
+        kube, _, pods, _ = self._require()
+        used: set[tuple[str, int]] = set()
+        for attempt in self._attempts.values():
+            used.update((node, index) for node, index, milli in attempt.shares if milli < 1000)
+        reservations = []
+        for pod in pods.objects.values():
+            meta = pod["metadata"]
+            labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+            if labels.get(o.COMPONENT) == o.RESERVATION:
+                reservations.append(pod)
+            elif o.pod_live(pod) and not meta.get("deletionTimestamp"):
+                used.update(
+                    (node, index)
+                    for node, index, milli in o.parse_shares(annotations.get(o.SHARES, ""))
+                    if milli < 1000
+                )
+        wall = time.time()
+        for pod in reservations:
+            annotations = pod["metadata"].get("annotations") or {}
+            key = (annotations.get(o.NODE, ""), int(annotations.get(o.GPU_INDEX, -1)))
+            if key in used:
+                continue
+            claimed = _parse_time(annotations.get(o.CLAIMED, ""))
+            if claimed is not None and wall - claimed < self.reservation_linger_seconds:
+                continue
+            self.log.info("releasing the unused reservation %s", pod["metadata"]["name"])
+            with contextlib.suppress(KubeError):
+                await kube.call(
+                    kube.core.delete_namespaced_pod,
+                    pod["metadata"]["name"],
+                    self.namespace,
+                    grace_period_seconds=0,
+                )
+
+    def _handle(self, attempt: _Attempt) -> Handle:
+        return {
+            "backend": HANDLE_KIND,
+            "namespace": self.namespace,
+            "workload_id": attempt.workload_id,
+            "attempt": attempt.name,
+            "jobs": list(attempt.jobs),
+            "service": attempt.service,
+            "shares": o.shares_text_raw(attempt.shares),
+        }
+
+    def _from_handle(self, workload_id: int, handle: Handle) -> _Attempt | None:
+        try:
+            if handle.get("backend") != HANDLE_KIND:
+                return None
+            jobs = [str(name) for name in handle["jobs"]]
+            name = str(handle["attempt"])
+            service = handle.get("service")
+            shares = o.parse_shares(str(handle.get("shares") or ""))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+        if not jobs:
+            return None
+        return _Attempt(workload_id, name, jobs, str(service) if service else None, shares)
+
+
+def _parse_time(text: str) -> float | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,224 @@
+"""The I/O edge of the Kubernetes backend: API calls with retries, and watch caches.
+
+- ``load_configuration(kubeconfig)`` builds a ``kubernetes_asyncio`` ``Configuration`` from a
+  kubeconfig file, or from the pod's service account when running in a cluster.
+- ``Kube`` wraps the client's typed APIs so that calls take and return plain JSON dicts, and
+  retries what is worth retrying (timeouts, connection errors, 429 and 5xx) with exponential
+  backoff. Every other answer is raised as ``KubeError`` with the server's status and reason,
+  so callers can treat 404 (gone) and 409 (``AlreadyExists`` or a stale ``resourceVersion``)
+  as the facts they are.
+- ``Informer`` keeps a cache of one kind of object: list, then watch from the list's
+  ``resourceVersion``; a watch that ends is resumed from the last version seen, and a 410
+  ``Gone``/``Expired`` (the server no longer has that history) makes it list again. Errors are
+  retried with backoff; the cache is never dropped while the server is unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config, watch
+
+Obj = dict[str, Any]
+RETRIED_STATUS = (429, 500, 502, 503, 504)
+
+
+class KubeError(Exception):
+    """An answer of the API server that is not worth retrying (or retries ran out)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+async def load_configuration(kubeconfig: str = "", context: str = "") -> client.Configuration:
+    """In-cluster credentials when running in a pod without ``kubeconfig``; else the file
+    (``kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``)."""
+    configuration = client.Configuration()
+    if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        await config.load_kube_config(
+            config_file=path, context=context or None, client_configuration=configuration
+        )
+    return configuration
+
+
+def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
+    """Seconds before retry number ``attempt`` (0-based): exponential with jitter."""
+    return min(cap, base * 2**attempt) * (0.5 + random.random() / 2)
+
+
+class Kube:
+    """Typed-API calls in and out as dicts, with retries; one per backend."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration | None = None,
+        *,
+        api_client: client.ApiClient | None = None,
+        request_timeout: float = 30.0,
+        retries: int = 5,
+        log: logging.Logger | None = None,
+    ) -> None:
+        """From a ``configuration``, or sharing an existing ``api_client`` (KubeSpawner's)."""
+        self._owns_client = api_client is None
+        self.api_client = api_client or client.ApiClient(configuration)
+        self.core = client.CoreV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
+        self.coordination = client.CoordinationV1Api(self.api_client)
+        self.request_timeout = request_timeout
+        self.retries = retries
+        self.log = log or logging.getLogger("frachub.kubernetes")
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.api_client.close()
+
+    async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Obj:
+        """``fn(*args, **kwargs)`` as a dict; retried on timeouts, 429 and 5xx."""
+        for attempt in range(self.retries + 1):
+            try:
+                response = await fn(
+                    *args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs
+                )
+                async with response:
+                    text = await response.text()
+                body = json.loads(text) if text else {}
+                if response.status < 300:
+                    return body
+                error = KubeError(
+                    response.status,
+                    str(body.get("reason") or response.reason),
+                    str(body.get("message") or text[:200]),
+                )
+                if response.status not in RETRIED_STATUS or attempt == self.retries:
+                    raise error
+                problem: Exception = error
+            except (TimeoutError, aiohttp.ClientError) as e:
+                if attempt == self.retries:
+                    raise KubeError(0, "Unreachable", f"{type(e).__name__}: {e}") from e
+                problem = e
+            delay = backoff(attempt)
+            self.log.warning(
+                "Kubernetes API %s failed (%s); retrying in %.1fs", fn.__name__, problem, delay
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+class Informer:
+    """A watch cache of one kind of object; see the module docstring.
+
+    ``list_fn`` is a typed list function (``core.list_namespaced_pod``); ``args`` its
+    positional arguments. ``on_change(kind, obj)`` is called for every event after the first
+    list, with ``kind`` one of ADDED, MODIFIED, DELETED, and RELISTED (obj is then empty).
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        list_fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        label_selector: str = "",
+        watch_timeout: int = 300,
+        on_change: Callable[[str, Obj], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.list_fn = list_fn
+        self.args = args
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.on_change = on_change
+        self.objects: dict[str, Obj] = {}
+        self.resource_version = ""
+        self.relists = 0
+        self._task: asyncio.Task | None = None
+        self._watch: watch.Watch | None = None
+
+    async def start(self) -> None:
+        """The first list (raises if the server cannot answer), then watch in the background."""
+        await self._list()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._watch is not None:
+            with contextlib.suppress(Exception):
+                await self._watch.close()
+
+    async def _list(self) -> None:
+        body = await self.kube.call(self.list_fn, *self.args, label_selector=self.label_selector)
+        self.objects = {_key(obj): obj for obj in body.get("items", [])}
+        self.resource_version = str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._watch_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                gone = getattr(e, "status", None) == 410 or "410" in str(e)[:4]
+                if not gone:
+                    self.kube.log.warning(
+                        "watch of %s failed (%s); listing again", self.list_fn.__name__, e
+                    )
+                    await asyncio.sleep(backoff(failures))
+                    failures += 1
+                try:
+                    await self._list()
+                except Exception as list_error:  # the server is away: keep the old cache
+                    self.kube.log.warning("list %s failed: %s", self.list_fn.__name__, list_error)
+                    await asyncio.sleep(backoff(failures))
+                    failures += 1
+                    continue
+                self.relists += 1
+                if self.on_change is not None:
+                    self.on_change("RELISTED", {})
+
+    async def _watch_once(self) -> None:
+        self._watch = watch.Watch(return_type="object")
+        try:
+            stream = self._watch.stream(
+                self.list_fn,
+                *self.args,
+                label_selector=self.label_selector,
+                resource_version=self.resource_version,
+                timeout_seconds=self.watch_timeout,
+                allow_watch_bookmarks=True,
+                _request_timeout=self.watch_timeout + 30,
+            )
+            async for event in stream:
+                kind, obj = event["type"], event["raw_object"]
+                version = obj.get("metadata", {}).get("resourceVersion")
+                if version:
+                    self.resource_version = str(version)
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    self.objects.pop(_key(obj), None)
+                else:
+                    self.objects[_key(obj)] = obj
+                if self.on_change is not None:
+                    self.on_change(kind, obj)
+        finally:
+            await self._watch.close()
+
+
+def _key(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])

@@ -1,0 +1,482 @@
+"""Pure builders and readers for the Kubernetes backend: manifests in, dicts out, no I/O.
+
+Everything FracHub creates carries ``app.kubernetes.io/managed-by: frachub`` and an
+``app.kubernetes.io/component`` (``training``, ``gpu-reservation``, ``notebook``); training
+objects also carry the workload id, attempt, project and user (labels, sanitised) with the
+exact user and project and the GPU shares in annotations. That is all a restarted scheduler
+needs to rebuild its state from the cluster.
+
+Shapes:
+
+- An attempt of a training workload is one **Indexed Job per group of replicas** that share a
+  node and the same GPUs (usually one Job), created suspended, pinned with ``nodeSelector``,
+  then un-suspended. ``RANK``/``LOCAL_RANK`` come from ``JOB_COMPLETION_INDEX`` through a
+  short shell prelude; ``MASTER_ADDR`` is ``<job>-<index>.<service>`` of rank 0, resolved by
+  a headless Service selecting the attempt's pods (gangs only).
+- A **reservation pod** per shared GPU (KAI's way) requests ``nvidia.com/gpu: 1``; the program
+  in it reports the UUID it was given as the annotation ``frachub.io/gpu-uuid``. Fractional
+  pods on that node then get ``NVIDIA_VISIBLE_DEVICES`` of that UUID and request no GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.backends.base import Gpu, Inventory, JobSpec
+from scheduler.engine.model import Node, Placement, ReplicaPlacement
+
+Obj = dict[str, Any]
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "app.kubernetes.io/component"
+WORKLOAD = "frachub.io/workload-id"
+ATTEMPT = "frachub.io/attempt"
+PROJECT = "frachub.io/project"
+USER = "frachub.io/user"
+GROUP = "frachub.io/group"
+ATTEMPT_NAME = "frachub.io/attempt-name"
+NODE = "frachub.io/node"
+GPU_INDEX = "frachub.io/gpu-index"
+SHARES = "frachub.io/gpu-shares"
+GPU_UUID = "frachub.io/gpu-uuid"
+CLAIMED = "frachub.io/claimed-at"
+STOPPED = "frachub.io/stop-requested"
+MANAGED = "frachub"
+TRAINING, RESERVATION, NOTEBOOK = "training", "gpu-reservation", "notebook"
+HOSTNAME = "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+GPUMEM = "nvidia.com/gpumem"
+SHARING_MODES = ("reservation", "hami")
+TRACKED = "frachub.io/managed"
+"""On every pod FracHub creates or places (KubeSpawner owns managed-by on notebook pods)."""
+MANAGED_SELECTOR = f"{TRACKED}=true"
+
+
+def label_value(text: str) -> str:
+    """A valid label value (63 characters of ``[A-Za-z0-9._-]``, alphanumeric at the ends)."""
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63]
+    return value.strip("-_.") or "x"
+
+
+def dns_name(text: str, limit: int = 63) -> str:
+    """A DNS-1123 label made of ``text``."""
+    value = re.sub(r"[^a-z0-9-]", "-", text.lower())[:limit]
+    return value.strip("-") or "x"
+
+
+def attempt_name(workload_id: int, restart_count: int) -> str:
+    return f"frachub-{workload_id}-{restart_count}"
+
+
+def reservation_name(node: str, index: int) -> str:
+    return f"frachub-gpu-{dns_name(node, 40)}-{index}"
+
+
+# --- inventory ------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def inventory_from(
+    nodes: Sequence[Obj],
+    reservations: Mapping[tuple[str, int], str],
+    *,
+    node_selector: Mapping[str, str] | None = None,
+    default_memory_mib: int = 0,
+) -> Inventory:
+    """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
+    ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
+    the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``). Nodes not
+    Ready, cordoned, or without GPUs are left out. A GPU's UUID is the one its reservation pod
+    reported, else ``GPU-unreserved-<node>-<index>`` (whole-GPU pods get theirs from the device
+    plugin and never use it)."""
+    out_nodes: list[Node] = []
+    gpus: list[Gpu] = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        meta = node["metadata"]
+        labels = meta.get("labels") or {}
+        if any(labels.get(k) != v for k, v in (node_selector or {}).items()):
+            continue
+        if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        counts = [int(allocatable.get(GPU, 0) or 0)]
+        if labels.get("nvidia.com/gpu.count"):
+            counts.append(int(labels["nvidia.com/gpu.count"]))
+        count = min(counts)
+        if count <= 0:
+            continue
+        memory = int(labels.get("nvidia.com/gpu.memory") or default_memory_mib)
+        model = labels.get("nvidia.com/gpu.product", "unknown")
+        name = meta["name"]
+        out_nodes.append(Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model))
+        for index in range(count):
+            uuid = reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
+            gpus.append(Gpu(name, index, uuid, model, memory))
+    return Inventory(nodes=tuple(out_nodes), gpus=tuple(gpus), source="kubernetes")
+
+
+# --- pods and jobs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """What every FracHub pod of one backend shares (copied from its traits)."""
+
+    namespace: str
+    image: str
+    sharing: str = "reservation"
+    grace_seconds: int = 30
+    service_account: str = ""
+    priority_class: str = ""
+    scheduler_name: str = ""
+    home_mount_path: str = "/home/jovyan"
+    volumes: Sequence[Obj] = ()
+    volume_mounts: Sequence[Obj] = ()
+    node_label: str = HOSTNAME
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    ttl_seconds_after_finished: int = 86400
+    rendezvous_port: int = 29500
+    reservation_image: str = ""
+    reservation_command: Sequence[str] = ()
+    reservation_priority_class: str = ""
+
+
+def format_template(value: Any, **names: str) -> Any:
+    """``{username}``-style fields in every string of a JSON-like template."""
+    if isinstance(value, str):
+        return value.format(**names)
+    if isinstance(value, list):
+        return [format_template(v, **names) for v in value]
+    if isinstance(value, dict):
+        return {k: format_template(v, **names) for k, v in value.items()}
+    return value
+
+
+def is_fractional(replica: ReplicaPlacement) -> bool:
+    return len(replica.gpus) == 1 and replica.gpus[0].milli < 1000
+
+
+def gpu_resources(sharing: str, replica: ReplicaPlacement, memory_mib: int) -> dict[str, str]:
+    """Resource limits of one replica: whole GPUs are ``nvidia.com/gpu: N`` in both modes; a
+    fraction asks nothing in reservation mode (its reservation pod holds the GPU) and
+    ``nvidia.com/gpu: 1`` + ``nvidia.com/gpumem`` (MiB) for HAMi to enforce."""
+    if not replica.gpus:
+        return {}
+    if not is_fractional(replica):
+        return {GPU: str(len(replica.gpus))}
+    if sharing == "hami":
+        return {GPU: "1", GPUMEM: str(int(memory_mib))}
+    return {}
+
+
+def shares_text(placement: Placement) -> str:
+    """``node:index:milli`` for every share, the annotation a restarted backend reads."""
+    return ",".join(
+        f"{replica.node}:{share.index}:{share.milli}"
+        for replica in placement
+        for share in replica.gpus
+    )
+
+
+def shares_text_raw(shares: Sequence[tuple[str, int, int]]) -> str:
+    return ",".join(f"{node}:{index}:{milli}" for node, index, milli in shares)
+
+
+def parse_shares(text: str) -> list[tuple[str, int, int]]:
+    out = []
+    for part in (text or "").split(","):
+        if part.count(":") >= 2:
+            node, index, milli = part.rsplit(":", 2)
+            out.append((node, int(index), int(milli)))
+    return out
+
+
+def replica_groups(placement: Placement) -> list[list[int]]:
+    """Ranks grouped by node and GPUs held, in order of their first rank: one Indexed Job
+    each, so every pod of a Job shares one template (one node, one device list). Replicas of
+    whole GPUs group by node and count (the device plugin picks the GPUs); fractional ones by
+    the exact GPU, whose UUID is in the template."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for rank, replica in enumerate(placement):
+        if is_fractional(replica):
+            key: tuple[Any, ...] = (
+                replica.node,
+                "share",
+                replica.gpus[0].index,
+                replica.gpus[0].milli,
+            )
+        else:
+            key = (replica.node, "whole", len(replica.gpus))
+        groups.setdefault(key, []).append(rank)
+    return list(groups.values())
+
+
+def labels_for(job: JobSpec, settings: PodSettings) -> dict[str, str]:
+    return {
+        **settings.extra_labels,
+        MANAGED_BY: MANAGED,
+        TRACKED: "true",
+        COMPONENT: TRAINING,
+        WORKLOAD: str(job.workload_id),
+        ATTEMPT: str(job.restart_count),
+        PROJECT: label_value(job.project),
+        USER: label_value(job.user),
+    }
+
+
+def prelude(ranks: Sequence[int], local_ranks: Sequence[int]) -> str:
+    """Shell lines setting RANK and LOCAL_RANK from JOB_COMPLETION_INDEX."""
+    cases = " ".join(
+        f"{index}) RANK={rank}; LOCAL_RANK={local};;"
+        for index, (rank, local) in enumerate(zip(ranks, local_ranks, strict=True))
+    )
+    return f'case "$JOB_COMPLETION_INDEX" in {cases} esac; export RANK LOCAL_RANK; '
+
+
+def container_command(command: str | Sequence[str], lead: str) -> list[str]:
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", lead + command] if lead else ["/bin/sh", "-c", command]
+    argv = [str(part) for part in command]
+    if not lead:
+        return argv
+    return ["/bin/sh", "-c", lead + 'exec "$@"', "frachub-job", *argv]
+
+
+def working_dir(job: JobSpec, settings: PodSettings) -> str:
+    home = settings.home_mount_path.rstrip("/") or "/"
+    if not job.working_dir:
+        return home
+    if job.working_dir.startswith("/"):
+        return job.working_dir
+    return f"{home}/{job.working_dir.removeprefix('~/')}"
+
+
+def job_manifests(
+    job: JobSpec,
+    settings: PodSettings,
+    envs: Sequence[Mapping[str, str]],
+    service: str | None,
+    base: str,
+) -> list[Obj]:
+    """The attempt's suspended Indexed Jobs named ``base`` (``base-g<n>`` for several groups;
+    see the module docstring); ``envs[rank]`` is each rank's full environment, identical
+    within a group except RANK/LOCAL_RANK."""
+    groups = replica_groups(job.placement)
+    labels = labels_for(job, settings)
+    manifests = []
+    for number, ranks in enumerate(groups):
+        name = job_names(job.placement, base)[number]
+        replica = job.placement[ranks[0]]
+        env = dict(envs[ranks[0]])
+        lead = ""
+        if "RANK" in env:
+            local = [int(envs[rank]["LOCAL_RANK"]) for rank in ranks]
+            lead = prelude(ranks, local)
+            env.pop("RANK")
+            env.pop("LOCAL_RANK")
+        pod_labels = {**labels, GROUP: str(number), ATTEMPT_NAME: base}
+        limits = gpu_resources(settings.sharing, replica, job.gpu_memory_mib)
+        volumes = [format_template(v, username=job.user) for v in settings.volumes]
+        mounts = [format_template(m, username=job.user) for m in settings.volume_mounts]
+        container: Obj = {
+            "name": "job",
+            "image": settings.image,
+            "command": container_command(job.command, lead),
+            "workingDir": working_dir(job, settings),
+            "env": [{"name": k, "value": v} for k, v in env.items()]
+            + [
+                {
+                    "name": "FRACHUB_NODE_NAME",
+                    "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                }
+            ],
+            "resources": {"limits": limits} if limits else {},
+            "volumeMounts": mounts,
+        }
+        pod_spec: Obj = {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": int(settings.grace_seconds),
+            "containers": [container],
+            "volumes": volumes,
+            "enableServiceLinks": False,
+        }
+        if service:
+            pod_spec["subdomain"] = service
+        if settings.service_account:
+            pod_spec["serviceAccountName"] = settings.service_account
+        if settings.priority_class:
+            pod_spec["priorityClassName"] = settings.priority_class
+        if settings.scheduler_name:
+            pod_spec["schedulerName"] = settings.scheduler_name
+        annotations = {
+            USER: job.user,
+            PROJECT: job.project,
+            SHARES: shares_text(tuple(job.placement[r] for r in ranks)),
+            "frachub.io/workload-name": job.name,
+        }
+        manifests.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": name,
+                    "labels": pod_labels,
+                    "annotations": {**annotations, "frachub.io/jobs": str(len(groups))},
+                },
+                "spec": {
+                    "suspend": True,
+                    "completionMode": "Indexed",
+                    "completions": len(ranks),
+                    "parallelism": len(ranks),
+                    "backoffLimit": 0,
+                    "ttlSecondsAfterFinished": int(settings.ttl_seconds_after_finished),
+                    "template": {
+                        "metadata": {"labels": pod_labels, "annotations": annotations},
+                        "spec": pod_spec,
+                    },
+                },
+            }
+        )
+    return manifests
+
+
+def admit_patch(node: str, settings: PodSettings) -> Obj:
+    """Kueue's admission: pin the (never started) suspended Job to its node and resume it."""
+    return {
+        "spec": {
+            "suspend": False,
+            "template": {"spec": {"nodeSelector": {settings.node_label: node}}},
+        }
+    }
+
+
+def job_names(placement: Placement, base: str) -> list[str]:
+    count = len(replica_groups(placement))
+    return [base] if count == 1 else [f"{base}-g{n}" for n in range(count)]
+
+
+def master_address(placement: Placement, base: str, service: str) -> str:
+    """``<job of rank 0>-0.<service>``: rank 0 is index 0 of the first group."""
+    return f"{job_names(placement, base)[0]}-0.{service}"
+
+
+def service_manifest(job: JobSpec, settings: PodSettings, base: str) -> Obj:
+    """The headless Service that gives a gang's pods their DNS names."""
+    labels = labels_for(job, settings)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": base, "labels": {**labels, ATTEMPT_NAME: base}},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {ATTEMPT_NAME: base, MANAGED_BY: MANAGED},
+            "ports": [{"name": "rendezvous", "port": settings.rendezvous_port}],
+        },
+    }
+
+
+def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_at: str) -> Obj:
+    """A pod holding one whole GPU for fractional pods; its program reports the UUID."""
+    container: Obj = {
+        "name": "reserve",
+        "image": settings.reservation_image or settings.image,
+        "resources": {"limits": {GPU: "1"}},
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {"name": "FRACHUB_UUID_ANNOTATION", "value": GPU_UUID},
+        ],
+    }
+    if settings.reservation_command:
+        container["command"] = list(settings.reservation_command)
+    spec: Obj = {
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {settings.node_label: node},
+        "containers": [container],
+    }
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+    if settings.reservation_priority_class or settings.priority_class:
+        spec["priorityClassName"] = settings.reservation_priority_class or settings.priority_class
+    if settings.scheduler_name and settings.sharing != "hami":
+        spec["schedulerName"] = settings.scheduler_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": reservation_name(node, index),
+            "labels": {
+                **settings.extra_labels,
+                MANAGED_BY: MANAGED,
+                TRACKED: "true",
+                COMPONENT: RESERVATION,
+                NODE: label_value(node),
+                GPU_INDEX: str(index),
+            },
+            "annotations": {NODE: node, GPU_INDEX: str(index), CLAIMED: claimed_at},
+        },
+        "spec": spec,
+    }
+
+
+# The reservation pod's program, for images with Python and NVML (nvidia-ml-py) is not
+# assumed: nvidia-smi is in every image the NVIDIA runtime sets up. It patches its own pod
+# with the UUID through the API, using its service account, then sleeps.
+RESERVATION_SCRIPT = r"""set -e
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1)
+token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)
+curl -sf --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
+  -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
+  -X PATCH "https://kubernetes.default.svc/api/v1/namespaces/$POD_NAMESPACE/pods/$POD_NAME" \
+  -d "{\"metadata\":{\"annotations\":{\"$FRACHUB_UUID_ANNOTATION\":\"$uuid\"}}}" >/dev/null
+exec sleep infinity
+"""
+
+
+# --- reading pods and jobs back -------------------------------------------------------------
+
+
+def pod_phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def pod_live(pod: Obj) -> bool:
+    return pod_phase(pod) not in ("Succeeded", "Failed")
+
+
+def pod_exit_code(pod: Obj) -> int | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return int(terminated.get("exitCode", 0))
+    return None
+
+
+def job_condition(job: Obj, kind: str) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def owner_job(pod: Obj) -> str | None:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "Job":
+            return str(ref["name"])
+    return None
+
+
+def shell_quote(text: str) -> str:
+    return shlex.quote(text)

@@ -1,0 +1,139 @@
+"""Fixtures for the Kubernetes tests: a cluster to talk to through the real client.
+
+    cluster     a ``Cluster``: the in-process fake API server (tests/kube/fakeapi.py) with
+                nodes node-a (4 x A100 80GB) and node-b (2 x A100 40GB); or, with
+                FRACHUB_KUBE_REAL=1 and KUBECONFIG set, the real cluster KUBECONFIG points at
+                (namespace $FRACHUB_KUBE_NAMESPACE, default "frachub-test", which must exist)
+    backend     backend(**traits) -> a connected KubernetesBackend on that cluster
+
+Every test here is marked ``kubernetes``. The fake run never skips; on a real cluster, steps
+that only the fake can perform (finishing a pod with a chosen code, injecting API errors,
+compacting the watch history) skip the test with a message saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.backends.kubernetes import KubernetesBackend
+from scheduler.backends.kubernetes import objects as o
+
+from .fakeapi import FakeKube
+
+HERE = Path(__file__).resolve().parent
+REAL = os.environ.get("FRACHUB_KUBE_REAL") == "1" and bool(os.environ.get("KUBECONFIG"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # harmless once pyproject.toml registers the marker too
+    config.addinivalue_line(
+        "markers", "kubernetes: the Kubernetes backend and spawner against a (fake) API server"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.kubernetes)
+
+
+def report_reserved_gpu(fake: FakeKube, pod: dict[str, Any], devices: list[str]) -> None:
+    """What the reservation pod's program does on a real node: annotate its own pod with the
+    UUID of the GPU the device plugin gave it."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get(o.COMPONENT) == o.RESERVATION and devices:
+        fake.patch_object(
+            "pods",
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            {"metadata": {"annotations": {o.GPU_UUID: devices[0]}}},
+        )
+
+
+class Cluster:
+    """The fake (``fake`` set) or a real cluster (``fake`` None)."""
+
+    def __init__(self, kubeconfig: str, namespace: str, fake: FakeKube | None) -> None:
+        self.kubeconfig, self.namespace, self.fake = kubeconfig, namespace, fake
+
+    def require_fake(self, why: str) -> FakeKube:
+        if self.fake is None:
+            pytest.skip(f"fake-only step on a real cluster: {why}")
+        return self.fake
+
+    def pods(self, labels: str = "") -> list[dict[str, Any]]:
+        return self.require_fake("reading objects directly").objects("pods", self.namespace, labels)
+
+    def jobs(self, labels: str = "") -> list[dict[str, Any]]:
+        return self.require_fake("reading objects directly").objects("jobs", self.namespace, labels)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    if REAL:
+        yield Cluster(
+            os.environ["KUBECONFIG"], os.environ.get("FRACHUB_KUBE_NAMESPACE", "frachub-test"), None
+        )
+        return
+    fake = FakeKube().start()
+    fake.on_running.append(report_reserved_gpu)
+    fake.add_node("node-a", gpus=4, memory_mib=81920)
+    fake.add_node("node-b", gpus=2, memory_mib=40960, product="NVIDIA-A100-PCIE-40GB")
+    try:
+        yield Cluster(fake.kubeconfig(str(tmp_path / "kubeconfig")), "default", fake)
+    finally:
+        fake.stop()
+
+
+def backend_for(cluster: Cluster, **traits: Any) -> KubernetesBackend:
+    settings: dict[str, Any] = {
+        "kubeconfig": cluster.kubeconfig,
+        "namespace": cluster.namespace,
+        "leader_election": False,
+        "exit_on_leadership_lost": False,
+        "termination_grace_seconds": 2,
+        "image": "busybox:1.36",
+        "reservation_timeout": 10.0,
+        "home_volumes": [],
+        "home_volume_mounts": [],
+    }
+    settings.update(traits)
+    return KubernetesBackend(**settings)
+
+
+@pytest.fixture
+def backend(cluster: Cluster) -> Callable[..., Awaitable[KubernetesBackend]]:
+    async def make(**traits: Any) -> KubernetesBackend:
+        made = backend_for(cluster, **traits)
+        await made.connect()
+        return made
+
+    return make
+
+
+def run(scenario: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(scenario(), timeout)
+
+    return asyncio.run(bounded())
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Wait until ``check()`` (sync or async) returns something truthy; return it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,1163 @@
+"""An in-process fake Kubernetes API server, with a simulated scheduler, kubelet and Job
+controller, for tests that talk to it through the real ``kubernetes_asyncio`` client.
+
+``FakeKube`` runs a tornado HTTP server on 127.0.0.1 in a thread of its own (so tests, the
+real KubeSpawner and ``frachub service`` subprocesses can all reach it), and keeps every
+object as the JSON dict a real API server would return.
+
+What it serves (``/api/v1`` and ``/apis/<group>/<version>``):
+
+- pods, services, configmaps, events, secrets, serviceaccounts, persistentvolumeclaims
+  (namespaced), nodes and namespaces (cluster), ``batch/v1`` jobs, ``coordination.k8s.io/v1``
+  leases; the ``status`` subresource of each;
+- create (409 ``AlreadyExists``; ``generateName``), get (404 ``NotFound``), list with
+  ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``) and
+  ``fieldSelector`` (``=``/``!=`` on any dotted path), replace (409 ``Conflict`` on a stale
+  ``resourceVersion``), patch, delete (pods gracefully), deletecollection;
+- patches: JSON merge patch; *strategic merge patch is applied as a JSON merge patch* (lists
+  are replaced whole rather than merged by key), and JSON patch (add/replace/remove);
+- watch (``?watch=true``) as chunked JSON lines: ``ADDED``/``MODIFIED``/``DELETED`` from a
+  ``resourceVersion`` (or the current objects as ``ADDED`` without one), ending after
+  ``timeoutSeconds``; a ``resourceVersion`` older than the retained history (see
+  ``compact()``) gets an ``ERROR`` event with a 410 ``Expired`` status, as a real server.
+
+The simulation, run after every change:
+
+- *scheduler*: a pending pod goes to the first ready node matching its ``nodeSelector``
+  (and ``spec.nodeName`` if set) with enough allocatable ``nvidia.com/gpu`` left; otherwise
+  it stays pending with a ``FailedScheduling`` event;
+- *kubelet*: a scheduled pod becomes Running after ``start_delay`` seconds, with GPUs handed
+  out by a simulated device plugin (UUIDs ``GPU-<node>-<i>``); tests end pods with
+  ``finish_pod``. A deleted running pod gets SIGTERM: it ends with 143 at once, unless
+  ``ignore_sigterm`` is set, in which case it is killed (137) after its grace period; then
+  the object goes away;
+- *Job controller*: creates pods for un-suspended jobs (Indexed jobs: one per completion
+  index, with ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>``), deletes them when the
+  job is suspended (not counted as failures), counts successes and failures against
+  ``completions`` and ``backoffLimit``, and sets ``Complete``/``Failed``/``Suspended``
+  conditions; deleting a job with ``propagationPolicy`` Background/Foreground deletes its
+  pods (the default, as for ``batch/v1`` on a real server, orphans them).
+
+What it leaves out: authentication, admission, defaulting beyond the fields above, quotas,
+affinity and taints, and pod restarts (``restartPolicy`` is treated as ``Never``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from tornado import httpserver, netutil, web
+
+Obj = dict[str, Any]
+Hook = Callable[["FakeKube", Obj, list[str]], None]
+
+# plural -> (kind, apiVersion, namespaced)
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "pods": ("Pod", "v1", True),
+    "services": ("Service", "v1", True),
+    "configmaps": ("ConfigMap", "v1", True),
+    "events": ("Event", "v1", True),
+    "secrets": ("Secret", "v1", True),
+    "serviceaccounts": ("ServiceAccount", "v1", True),
+    "persistentvolumeclaims": ("PersistentVolumeClaim", "v1", True),
+    "nodes": ("Node", "v1", False),
+    "namespaces": ("Namespace", "v1", False),
+    "jobs": ("Job", "batch/v1", True),
+    "leases": ("Lease", "coordination.k8s.io/v1", True),
+}
+GPU = "nvidia.com/gpu"
+TERMINAL = ("Succeeded", "Failed")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def status(self) -> Obj:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+
+
+# --- selectors and patches (pure) ---------------------------------------------------------
+
+_SET_RE = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _split_selector(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [part.strip() for part in parts if part.strip()]
+
+
+def label_match(selector: str | None, labels: dict[str, str]) -> bool:
+    for term in _split_selector(selector or ""):
+        set_match = _SET_RE.match(term)
+        if set_match:
+            key, op, values = set_match.groups()
+            options = {value.strip() for value in values.split(",")}
+            if (op == "in") != (labels.get(key) in options):
+                return False
+        elif "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _path_value(obj: Obj, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def field_match(selector: str | None, obj: Obj) -> bool:
+    for term in _split_selector(selector or ""):
+        if "!=" in term:
+            path, value = term.split("!=", 1)
+            if _path_value(obj, path.strip()) == value.strip():
+                return False
+        else:
+            path, value = term.replace("==", "=").split("=", 1)
+            if _path_value(obj, path.strip()) != value.strip():
+                return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def json_patch(target: Obj, operations: list[Obj]) -> Obj:
+    """RFC 6902 add/replace/remove (enough for what clients send)."""
+    result = copy.deepcopy(target)
+    for op in operations:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
+        last = parts[-1]
+        if op["op"] in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(op["value"])
+                elif op["op"] == "add":
+                    parent.insert(int(last), op["value"])
+                else:
+                    parent[int(last)] = op["value"]
+            else:
+                parent[last] = op["value"]
+        elif op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                parent.pop(last, None)
+        else:
+            raise ApiError(422, "Invalid", f"unsupported JSON patch op {op['op']}")
+    return result
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+class _Watcher:
+    def __init__(self, plural: str, namespace: str | None, labels: str, fields: str) -> None:
+        self.plural, self.namespace, self.labels, self.fields = plural, namespace, labels, fields
+        self.queue: asyncio.Queue[tuple[str, Obj] | None] = asyncio.Queue()
+
+    def wants(self, plural: str, obj: Obj) -> bool:
+        meta = obj["metadata"]
+        return (
+            plural == self.plural
+            and (self.namespace is None or meta.get("namespace") == self.namespace)
+            and label_match(self.labels, meta.get("labels") or {})
+            and field_match(self.fields, obj)
+        )
+
+
+class FakeKube:
+    """The fake cluster; see the module docstring. Test-facing methods are thread-safe."""
+
+    def __init__(self, *, start_delay: float = 0.02, history: int = 10_000) -> None:
+        self.start_delay = start_delay
+        self.ignore_sigterm = False
+        """True: running pods ignore SIGTERM and are killed after their grace period."""
+        self.on_running: list[Hook] = []
+        """Called with (fake, pod, gpu uuids) when a pod starts: simulated programs."""
+        self.requests: list[tuple[str, str]] = []
+        """(method, path) of every request, for assertions."""
+        self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._rv = itertools.count(1)
+        self._last_rv = 0
+        self._history: list[tuple[int, str, str, Obj]] = []
+        self._history_limit = history
+        self._oldest_rv = 0
+        self._watchers: set[_Watcher] = set()
+        self._faults: list[dict[str, Any]] = []
+        self._devices: dict[str, list[str]] = {}  # pod uid -> GPU uuids
+        self._job_counted: dict[str, set[str]] = {}  # job uid -> pod uids counted
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._reconcile_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: httpserver.HTTPServer | None = None
+        self.port = 0
+
+    # -- life ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeKube:
+        ready: Future[None] = Future()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            sockets = netutil.bind_sockets(0, "127.0.0.1")
+            self.port = sockets[0].getsockname()[1]
+            app = web.Application(
+                [(r"(/.*)", _Handler, {"fake": self})], log_function=lambda handler: None
+            )
+            self._server = httpserver.HTTPServer(app)
+            self._server.add_sockets(sockets)
+            loop.call_soon(ready.set_result, None)
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=main, name="fake-kube", daemon=True)
+        self._thread.start()
+        ready.result(10)
+        self.call(self._put_namespace, "default")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        def shutdown() -> None:
+            assert self._server is not None and self._loop is not None
+            self._server.stop()
+            for watcher in self._watchers:
+                watcher.queue.put_nowait(None)
+            for timer in self._timers.values():
+                timer.cancel()
+            self._loop.call_later(0.05, self._loop.stop)
+
+        self._loop.call_soon_threadsafe(shutdown)
+        assert self._thread is not None
+        self._thread.join(5)
+        self._loop = None
+
+    def kubeconfig(self, path: str, namespace: str = "default") -> str:
+        """Write a kubeconfig for this server to ``path`` and return the path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        with open(path, "w") as f:
+            json.dump(config, f)
+        return path
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` on the server's loop and return its result (thread-safe)."""
+        assert self._loop is not None, "the fake API server is not running"
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        done: Future[Any] = Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # handed to the caller
+                done.set_exception(e)
+
+        self._loop.call_soon_threadsafe(run)
+        return done.result(10)
+
+    # -- test controls -------------------------------------------------------------------
+
+    def add_node(
+        self,
+        name: str,
+        gpus: int = 4,
+        memory_mib: int = 81920,
+        product: str = "NVIDIA-A100-SXM4-80GB",
+        labels: dict[str, str] | None = None,
+        gfd: bool = True,
+    ) -> None:
+        """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does."""
+        all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        if gfd and gpus:
+            all_labels.update(
+                {
+                    "nvidia.com/gpu.count": str(gpus),
+                    "nvidia.com/gpu.memory": str(memory_mib),
+                    "nvidia.com/gpu.product": product,
+                    "nvidia.com/gpu.present": "true",
+                }
+            )
+        all_labels.update(labels or {})
+        resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
+        node = {
+            "metadata": {"name": name, "labels": all_labels},
+            "spec": {},
+            "status": {
+                "capacity": dict(resources),
+                "allocatable": dict(resources),
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        self.call(self._create, "nodes", "", node)
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        def change() -> None:
+            node = copy.deepcopy(self._get("nodes", "", name))
+            node["status"]["conditions"] = [{"type": "Ready", "status": str(ready)}]
+            self._set_status("nodes", node)
+
+        self.call(change)
+
+    def remove_node(self, name: str) -> None:
+        self.call(self._delete_now, "nodes", "", name)
+
+    def finish_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        """The pod's process exits with ``exit_code`` (Succeeded when 0, else Failed)."""
+        self.call(self._terminate, namespace, name, exit_code, "exited")
+
+    def exit_on_sigterm(self, namespace: str, name: str) -> None:
+        """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
+        self.call(self._terminate, namespace, name, 143, "SIGTERM")
+
+    def compact(self) -> None:
+        """Forget the watch history, so a watch from any older resourceVersion gets 410."""
+
+        def run() -> None:
+            self._history.clear()
+            self._oldest_rv = self._last_rv + 1
+
+        self.call(run)
+
+    def drop_watches(self) -> None:
+        """End every open watch stream (as an API server restart or a proxy timeout does)."""
+
+        def run() -> None:
+            for watcher in self._watchers:
+                watcher.queue.put_nowait(None)
+
+        self.call(run)
+
+    def fail_next(
+        self, method: str, path_re: str, code: int, *, times: int = 1, reason: str = ""
+    ) -> None:
+        """The next ``times`` requests matching ``method`` and ``path_re`` get ``code``
+        (``code=0`` makes them hang for 60 s, a timeout for the client)."""
+        self.call(
+            self._faults.append,
+            {
+                "method": method,
+                "path": re.compile(path_re),
+                "code": code,
+                "times": times,
+                "reason": reason or {409: "Conflict", 500: "InternalError"}.get(code, "Error"),
+            },
+        )
+
+    def objects(self, plural: str, namespace: str | None = None, labels: str = "") -> list[Obj]:
+        def run() -> list[Obj]:
+            return [
+                copy.deepcopy(obj)
+                for (p, ns, _), obj in sorted(self._objects.items())
+                if p == plural
+                and (namespace is None or ns == namespace)
+                and label_match(labels, obj["metadata"].get("labels") or {})
+            ]
+
+        return self.call(run)
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj | None:
+        return self.call(lambda: copy.deepcopy(self._objects.get((plural, namespace, name))))
+
+    def devices(self, pod_uid: str) -> list[str]:
+        return self.call(lambda: list(self._devices.get(pod_uid, [])))
+
+    def patch_object(self, plural: str, namespace: str, name: str, patch: Obj) -> Obj:
+        def run() -> Obj:
+            obj = merge_patch(self._get(plural, namespace, name), patch)
+            return self._update(plural, obj)
+
+        return self.call(run)
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def _get(self, plural: str, namespace: str, name: str) -> Obj:
+        obj = self._objects.get((plural, namespace, name))
+        if obj is None:
+            kind = RESOURCES[plural][0].lower()
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found ({kind})')
+        return obj
+
+    def _bump(self, obj: Obj) -> int:
+        rv = next(self._rv)
+        self._last_rv = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        return rv
+
+    def _record(self, plural: str, kind: str, obj: Obj, rv: int) -> None:
+        snapshot = copy.deepcopy(obj)
+        self._history.append((rv, plural, kind, snapshot))
+        if len(self._history) > self._history_limit:
+            dropped = self._history.pop(0)
+            self._oldest_rv = dropped[0] + 1
+        for watcher in list(self._watchers):
+            if watcher.wants(plural, snapshot):
+                watcher.queue.put_nowait((kind, snapshot))
+        self._schedule_reconcile()
+
+    def _put_namespace(self, name: str) -> None:
+        if ("namespaces", "", name) not in self._objects:
+            self._create(
+                "namespaces", "", {"metadata": {"name": name}, "status": {"phase": "Active"}}
+            )
+
+    def _create(self, plural: str, namespace: str, body: Obj) -> Obj:
+        kind, api_version, namespaced = RESOURCES[plural]
+        obj = copy.deepcopy(body)
+        obj["kind"], obj["apiVersion"] = kind, api_version
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise ApiError(422, "Invalid", "metadata.name: Required value")
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+            namespace = ""
+        key = (plural, namespace, meta["name"])
+        if key in self._objects:
+            raise ApiError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_iso()
+        meta["generation"] = 1
+        meta.setdefault("labels", {})
+        self._defaults(plural, obj)
+        rv = self._bump(obj)
+        self._objects[key] = obj
+        self._record(plural, "ADDED", obj, rv)
+        return obj
+
+    def _defaults(self, plural: str, obj: Obj) -> None:
+        spec = obj.setdefault("spec", {}) if plural in ("pods", "jobs", "services") else None
+        if plural == "pods":
+            assert spec is not None
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("restartPolicy", "Always")
+            obj.setdefault("status", {})["phase"] = "Pending"
+        elif plural == "jobs":
+            assert spec is not None
+            spec.setdefault("suspend", False)
+            spec.setdefault("parallelism", 1)
+            spec.setdefault("completions", 1)
+            spec.setdefault("backoffLimit", 6)
+            spec.setdefault("completionMode", "NonIndexed")
+            obj["status"] = {}
+        elif plural == "services":
+            assert spec is not None
+            spec.setdefault("clusterIP", f"10.96.0.{len(self._objects) % 250 + 1}")
+
+    def _update(
+        self, plural: str, obj: Obj, *, check_rv: str | None = None, status: bool = False
+    ) -> Obj:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "") if RESOURCES[plural][2] else ""
+        key = (plural, namespace, meta["name"])
+        current = self._objects.get(key)
+        if current is None:
+            raise ApiError(404, "NotFound", f'{plural} "{meta["name"]}" not found')
+        if check_rv and check_rv != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {plural} "{meta["name"]}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            )
+        new = copy.deepcopy(obj)
+        for field in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
+            if field in current["metadata"]:
+                new["metadata"][field] = current["metadata"][field]
+        new["kind"], new["apiVersion"] = current["kind"], current["apiVersion"]
+        if status:
+            kept = copy.deepcopy(current)
+            kept["status"] = new.get("status", {})
+            new = kept
+        elif "status" in current and plural in ("pods", "jobs", "nodes"):
+            new["status"] = current["status"]  # the main resource does not change status
+        if new.get("spec") != current.get("spec"):
+            new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        rv = self._bump(new)
+        self._objects[key] = new
+        self._record(plural, "MODIFIED", new, rv)
+        return new
+
+    def _set_status(self, plural: str, obj: Obj) -> Obj:
+        return self._update(plural, obj, status=True)
+
+    def _delete_now(self, plural: str, namespace: str, name: str) -> Obj:
+        obj = self._objects.pop((plural, namespace, name), None)
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        timer = self._timers.pop(obj["metadata"]["uid"], None)
+        if timer is not None:
+            timer.cancel()
+        rv = self._bump(obj)
+        self._record(plural, "DELETED", obj, rv)
+        return obj
+
+    def _delete(self, plural: str, namespace: str, name: str, options: Obj) -> Obj:
+        obj = self._get(plural, namespace, name)
+        if plural == "pods":
+            return self._delete_pod(obj, options.get("gracePeriodSeconds"))
+        if plural == "jobs" and options.get("propagationPolicy") in ("Background", "Foreground"):
+            for pod in self._owned_pods(obj):
+                self._delete_pod(pod, None)
+        return self._delete_now(plural, namespace, name)
+
+    # -- simulation: pods ------------------------------------------------------------------
+
+    def _delete_pod(self, pod: Obj, grace: Any) -> Obj:
+        meta, status = pod["metadata"], pod.get("status", {})
+        if status.get("phase") != "Running" or grace == 0:
+            return self._delete_now("pods", meta["namespace"], meta["name"])
+        if meta.get("deletionTimestamp"):
+            return pod
+        seconds = pod["spec"].get("terminationGracePeriodSeconds", 30) if grace is None else grace
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["deletionTimestamp"] = now_iso()
+        pod["metadata"]["deletionGracePeriodSeconds"] = int(seconds)
+        rv = self._bump(pod)
+        self._objects[("pods", meta["namespace"], meta["name"])] = pod
+        self._record("pods", "MODIFIED", pod, rv)
+        self._event(pod, "Killing", f"Stopping container {self._container_name(pod)}")
+        assert self._loop is not None
+        if self.ignore_sigterm:
+            self._timers[meta["uid"]] = self._loop.call_later(
+                float(seconds), self._terminate, meta["namespace"], meta["name"], 137, "SIGKILL"
+            )
+        else:
+            self._timers[meta["uid"]] = self._loop.call_later(
+                0.01, self._terminate, meta["namespace"], meta["name"], 143, "SIGTERM"
+            )
+        return pod
+
+    @staticmethod
+    def _container_name(pod: Obj) -> str:
+        containers = pod["spec"].get("containers") or [{"name": "main"}]
+        return containers[0].get("name", "main")
+
+    def _terminate(self, namespace: str, name: str, code: int, why: str) -> None:
+        pod = self._objects.get(("pods", namespace, name))
+        if pod is None or pod["status"].get("phase") in TERMINAL:
+            return
+        self._timers.pop(pod["metadata"]["uid"], None)
+        pod = copy.deepcopy(pod)
+        pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": self._container_name(pod),
+                "ready": False,
+                "restartCount": 0,
+                "image": "fake",
+                "imageID": "fake",
+                "state": {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "Completed" if code == 0 else "Error",
+                        "message": why,
+                        "finishedAt": now_iso(),
+                    }
+                },
+            }
+        ]
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        self._set_status("pods", pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            assert self._loop is not None
+            self._loop.call_soon(self._remove_if_present, namespace, name)
+
+    def _remove_if_present(self, namespace: str, name: str) -> None:
+        if ("pods", namespace, name) in self._objects:
+            self._delete_now("pods", namespace, name)
+
+    def _event(self, obj: Obj, reason: str, message: str, kind: str = "Normal") -> None:
+        meta = obj["metadata"]
+        self._create(
+            "events",
+            meta.get("namespace", "default"),
+            {
+                "metadata": {"generateName": f"{meta['name']}."},
+                "involvedObject": {
+                    "kind": obj["kind"],
+                    "name": meta["name"],
+                    "namespace": meta.get("namespace"),
+                    "uid": meta["uid"],
+                    "apiVersion": obj["apiVersion"],
+                },
+                "reason": reason,
+                "message": message,
+                "type": kind,
+                "count": 1,
+                "firstTimestamp": now_iso(),
+                "lastTimestamp": now_iso(),
+                "source": {"component": "fake-kube"},
+            },
+        )
+
+    @staticmethod
+    def _gpu_request(pod: Obj) -> int:
+        total = 0
+        for container in pod["spec"].get("containers", []):
+            resources = container.get("resources") or {}
+            amount = (resources.get("limits") or {}).get(GPU) or (
+                resources.get("requests") or {}
+            ).get(GPU)
+            total += int(amount or 0)
+        return total
+
+    def _schedule(self, pod: Obj) -> None:
+        spec = pod["spec"]
+        wanted = self._gpu_request(pod)
+        reasons = []
+        for (plural, _, name), node in sorted(self._objects.items()):
+            if plural != "nodes":
+                continue
+            labels = node["metadata"].get("labels") or {}
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in node["status"].get("conditions", [])
+            )
+            if spec.get("nodeName") and spec["nodeName"] != name:
+                continue
+            if not ready or any(
+                labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()
+            ):
+                continue
+            used = sum(
+                self._gpu_request(other)
+                for (p, _, _), other in self._objects.items()
+                if p == "pods"
+                and other["spec"].get("nodeName") == name
+                and other["status"].get("phase") not in TERMINAL
+            )
+            if used + wanted > int(node["status"]["allocatable"].get(GPU, 0)):
+                reasons.append(f"node {name}: insufficient {GPU}")
+                continue
+            pod = copy.deepcopy(pod)
+            pod["spec"]["nodeName"] = name
+            self._update("pods", pod)
+            pod = self._objects[("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])]
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+            self._set_status("pods", copy.deepcopy(pod))
+            self._event(
+                pod, "Scheduled", f"Successfully assigned {pod['metadata']['name']} to {name}"
+            )
+            assert self._loop is not None
+            self._loop.call_later(
+                self.start_delay,
+                self._run_pod,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+            )
+            return
+        conditions = pod["status"].get("conditions") or []
+        if not any(c.get("reason") == "Unschedulable" for c in conditions):
+            pod = copy.deepcopy(pod)
+            message = "0/N nodes are available: " + ("; ".join(reasons) or "no node matches")
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ]
+            self._set_status("pods", pod)
+            self._event(pod, "FailedScheduling", message, "Warning")
+
+    def _run_pod(self, namespace: str, name: str) -> None:
+        pod = self._objects.get(("pods", namespace, name))
+        if (
+            pod is None
+            or pod["status"].get("phase") != "Pending"
+            or pod["metadata"].get("deletionTimestamp")
+        ):
+            return
+        node = pod["spec"]["nodeName"]
+        taken = {uuid_ for uid, uuids in self._devices.items() for uuid_ in uuids}
+        node_obj = self._objects.get(("nodes", "", node))
+        count = int(node_obj["status"]["allocatable"].get(GPU, 0)) if node_obj else 0
+        free = [f"GPU-{node}-{i}" for i in range(count) if f"GPU-{node}-{i}" not in taken]
+        devices = free[: self._gpu_request(pod)]
+        self._devices[pod["metadata"]["uid"]] = devices
+        pod = copy.deepcopy(pod)
+        pod["status"].update(
+            {
+                "phase": "Running",
+                "podIP": f"10.1.{len(self._devices) // 250}.{len(self._devices) % 250 + 1}",
+                "hostIP": "10.0.0.1",
+                "startTime": now_iso(),
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c.get("name", "main"),
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "fake",
+                        "state": {"running": {"startedAt": now_iso()}},
+                    }
+                    for c in pod["spec"].get("containers", [])
+                ],
+            }
+        )
+        pod = self._set_status("pods", pod)
+        self._event(pod, "Started", f"Started container {self._container_name(pod)}")
+        for hook in self.on_running:
+            hook(self, pod, devices)
+
+    # -- simulation: the Job controller ----------------------------------------------------
+
+    def _owned_pods(self, job: Obj) -> list[Obj]:
+        uid = job["metadata"]["uid"]
+        return [
+            pod
+            for (plural, _, _), pod in list(self._objects.items())
+            if plural == "pods"
+            and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences", []))
+        ]
+
+    def _job_pod(self, job: Obj, index: int | None) -> None:
+        meta = job["metadata"]
+        template = copy.deepcopy(job["spec"].get("template") or {})
+        pod_meta = template.get("metadata") or {}
+        labels = dict(pod_meta.get("labels") or {})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": meta["uid"],
+                "batch.kubernetes.io/job-name": meta["name"],
+                "controller-uid": meta["uid"],
+                "job-name": meta["name"],
+            }
+        )
+        annotations = dict(pod_meta.get("annotations") or {})
+        spec = template.get("spec") or {}
+        stem = meta["name"]
+        if index is not None:
+            labels["batch.kubernetes.io/job-completion-index"] = str(index)
+            annotations["batch.kubernetes.io/job-completion-index"] = str(index)
+            spec["hostname"] = f"{meta['name']}-{index}"
+            stem = f"{meta['name']}-{index}"
+            for container in spec.get("containers", []):
+                container.setdefault("env", []).append(
+                    {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
+                )
+        pod = {
+            "metadata": {
+                "name": f"{stem}-{uuid.uuid4().hex[:5]}",
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        self._create("pods", meta["namespace"], pod)
+
+    def _reconcile_job(self, job: Obj) -> None:
+        spec = job["spec"]
+        status = dict(job.get("status") or {})
+        conditions = {c["type"]: c for c in status.get("conditions", [])}
+        if any(conditions.get(t, {}).get("status") == "True" for t in ("Complete", "Failed")):
+            return
+        pods = self._owned_pods(job)
+        counted = self._job_counted.setdefault(job["metadata"]["uid"], set())
+        indexed = spec.get("completionMode") == "Indexed"
+        completions = int(spec.get("completions") or 1)
+        done_indexes = {int(i) for i in str(status.get("completedIndexes") or "").split(",") if i}
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            phase = pod["status"].get("phase")
+            if uid in counted or phase not in TERMINAL:
+                continue
+            counted.add(uid)
+            if phase == "Succeeded":
+                status["succeeded"] = status.get("succeeded", 0) + 1
+                if indexed:
+                    done_indexes.add(
+                        int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+                    )
+            elif not pod["metadata"].get("deletionTimestamp"):
+                status["failed"] = status.get("failed", 0) + 1
+        if indexed:
+            status["completedIndexes"] = ",".join(str(i) for i in sorted(done_indexes))
+        live = [p for p in pods if p["status"].get("phase") not in TERMINAL]
+        running = [p for p in live if not p["metadata"].get("deletionTimestamp")]
+        new_conditions = [c for c in status.get("conditions", []) if c["type"] != "Suspended"]
+        finished = None
+        if status.get("failed", 0) > int(spec.get("backoffLimit", 6)):
+            finished = (
+                "Failed",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            )
+        elif (len(done_indexes) if indexed else status.get("succeeded", 0)) >= completions:
+            finished = ("Complete", "", "")
+        if finished is not None:
+            for pod in running:
+                self._delete_pod(pod, None)
+            new_conditions.append(
+                {
+                    "type": finished[0],
+                    "status": "True",
+                    "reason": finished[1],
+                    "message": finished[2],
+                    "lastTransitionTime": now_iso(),
+                }
+            )
+            status["completionTime"] = now_iso()
+        elif spec.get("suspend"):
+            for pod in running:
+                self._delete_pod(pod, None)
+            new_conditions.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
+            status.pop("startTime", None)
+        else:
+            status.setdefault("startTime", now_iso())
+            parallelism = int(spec.get("parallelism", 1))
+            if indexed:
+                busy = {
+                    int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+                    for p in running
+                }
+                for index in range(completions):
+                    if len(busy) >= parallelism:
+                        break
+                    if index not in done_indexes and index not in busy:
+                        self._job_pod(job, index)
+                        busy.add(index)
+            else:
+                missing = min(parallelism, completions - status.get("succeeded", 0)) - len(running)
+                for _ in range(max(missing, 0)):
+                    self._job_pod(job, None)
+            running = [p for p in self._owned_pods(job) if p["status"].get("phase") not in TERMINAL]
+        status["active"] = len([p for p in running if not p["metadata"].get("deletionTimestamp")])
+        status["ready"] = len([p for p in running if p["status"].get("phase") == "Running"])
+        status["conditions"] = new_conditions
+        if status != job.get("status"):
+            new = copy.deepcopy(job)
+            new["status"] = status
+            self._set_status("jobs", new)
+
+    def _schedule_reconcile(self) -> None:
+        if not self._reconcile_pending and self._loop is not None:
+            self._reconcile_pending = True
+            self._loop.call_soon(self._reconcile)
+
+    def _reconcile(self) -> None:
+        self._reconcile_pending = False
+        for (plural, _, _), obj in list(self._objects.items()):
+            if plural == "jobs":
+                current = self._objects.get(
+                    ("jobs", obj["metadata"]["namespace"], obj["metadata"]["name"])
+                )
+                if current is not None:
+                    self._reconcile_job(current)
+        for (plural, _, _), pod in list(self._objects.items()):
+            if (
+                plural == "pods"
+                and pod["status"].get("phase") == "Pending"
+                and not pod["spec"].get("nodeName")
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
+                self._schedule(pod)
+        for uid in [uid for uid in self._devices if not self._pod_alive(uid)]:
+            del self._devices[uid]
+
+    def _pod_alive(self, uid: str) -> bool:
+        return any(
+            p == "pods" and o["metadata"]["uid"] == uid and o["status"].get("phase") not in TERMINAL
+            for (p, _, _), o in self._objects.items()
+        )
+
+
+class _Handler(web.RequestHandler):
+    """One handler for every path: parses the REST path and dispatches."""
+
+    def initialize(self, fake: FakeKube) -> None:
+        self.fake = fake
+
+    def check_xsrf_cookie(self) -> None:
+        pass
+
+    def _parse(self) -> tuple[str, str, str | None, str | None]:
+        parts = [p for p in urlparse(self.request.path).path.split("/") if p]
+        if parts[:1] == ["api"]:
+            rest = parts[2:]
+        elif parts[:1] == ["apis"]:
+            rest = parts[3:]
+        else:
+            raise ApiError(404, "NotFound", f"the server could not find {self.request.path}")
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in RESOURCES:
+            raise ApiError(404, "NotFound", f"the server could not find {self.request.path}")
+        plural = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        return plural, namespace, name, sub
+
+    def _query(self) -> dict[str, str]:
+        return {k: v[-1] for k, v in parse_qs(self.request.query).items()}
+
+    def _body(self) -> Any:
+        return json.loads(self.request.body or b"{}")
+
+    def _send(self, obj: Any, code: int = 200) -> None:
+        self.set_status(code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(obj))
+
+    async def _dispatch(self, method: str) -> None:
+        self.fake.requests.append((method, self.request.path))
+        for fault in self.fake._faults:
+            if (
+                fault["times"] > 0
+                and fault["method"] == method
+                and fault["path"].search(self.request.path)
+            ):
+                fault["times"] -= 1
+                if fault["code"] == 0:
+                    await asyncio.sleep(60)
+                    return
+                error = ApiError(fault["code"], fault["reason"], f"injected {fault['code']}")
+                self._send(error.status(), fault["code"])
+                return
+        try:
+            plural, namespace, name, sub = self._parse()
+            await getattr(self, f"_{method.lower()}")(plural, namespace, name, sub)
+        except ApiError as error:
+            self._send(error.status(), error.code)
+
+    async def get(self, _path: str) -> None:
+        await self._dispatch("GET")
+
+    async def post(self, _path: str) -> None:
+        await self._dispatch("POST")
+
+    async def put(self, _path: str) -> None:
+        await self._dispatch("PUT")
+
+    async def patch(self, _path: str) -> None:
+        await self._dispatch("PATCH")
+
+    async def delete(self, _path: str) -> None:
+        await self._dispatch("DELETE")
+
+    async def _get(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
+        fake = self.fake
+        if name is not None:
+            self._send(fake._get(plural, namespace, name))
+            return
+        query = self._query()
+        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+        if query.get("watch", "").lower() in ("true", "1"):
+            await self._watch(plural, namespace or None, labels, fields, query)
+            return
+        items = [
+            obj
+            for (p, ns, _), obj in sorted(fake._objects.items())
+            if p == plural
+            and (not namespace or ns == namespace)
+            and label_match(labels, obj["metadata"].get("labels") or {})
+            and field_match(fields, obj)
+        ]
+        kind, api_version, _ = RESOURCES[plural]
+        self._send(
+            {
+                "kind": f"{kind}List",
+                "apiVersion": api_version,
+                "metadata": {"resourceVersion": str(fake._last_rv)},
+                "items": items,
+            }
+        )
+
+    async def _watch(
+        self, plural: str, namespace: str | None, labels: str, fields: str, query: dict[str, str]
+    ) -> None:
+        fake = self.fake
+        watcher = _Watcher(plural, namespace, labels, fields)
+        since = query.get("resourceVersion", "")
+        self.set_header("Content-Type", "application/json")
+        if since not in ("", "0") and int(since) < fake._oldest_rv - 1:
+            expired = ApiError(
+                410, "Expired", f"too old resource version: {since} ({fake._oldest_rv})"
+            )
+            self.finish(json.dumps({"type": "ERROR", "object": expired.status()}) + "\n")
+            return
+        if since in ("", "0"):
+            for (p, _, _), obj in sorted(fake._objects.items()):
+                if watcher.wants(p, obj):
+                    watcher.queue.put_nowait(("ADDED", copy.deepcopy(obj)))
+        else:
+            for rv, p, kind, obj in fake._history:
+                if rv > int(since) and watcher.wants(p, obj):
+                    watcher.queue.put_nowait((kind, obj))
+        fake._watchers.add(watcher)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), left)
+                except TimeoutError:
+                    break
+                if item is None:
+                    break
+                self.write(json.dumps({"type": item[0], "object": item[1]}) + "\n")
+                await self.flush()
+        except Exception:  # the client went away
+            pass
+        finally:
+            fake._watchers.discard(watcher)
+        if not self._finished:
+            self.finish()
+
+    async def _post(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
+        body = self._body()
+        self._send(self.fake._create(plural, namespace, body), 201)
+
+    async def _put(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
+        if name is None:
+            raise ApiError(405, "MethodNotAllowed", "PUT needs a name")
+        body = self._body()
+        body.setdefault("metadata", {})["name"] = name
+        if RESOURCES[plural][2]:
+            body["metadata"]["namespace"] = namespace
+        rv = body["metadata"].get("resourceVersion")
+        self._send(self.fake._update(plural, body, check_rv=rv, status=sub == "status"))
+
+    async def _patch(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
+        if name is None:
+            raise ApiError(405, "MethodNotAllowed", "PATCH needs a name")
+        current = self.fake._get(plural, namespace, name)
+        patch = self._body()
+        content_type = self.request.headers.get("Content-Type", "")
+        if "json-patch" in content_type:
+            new = json_patch(current, patch)
+            rv = None
+        else:
+            rv = (patch.get("metadata") or {}).get("resourceVersion")
+            new = merge_patch(current, patch)
+            if sub != "status":
+                new["status"] = current.get("status")
+        new["metadata"]["name"] = name
+        self._send(self.fake._update(plural, new, check_rv=rv, status=sub == "status"))
+
+    async def _delete(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
+        query = self._query()
+        options = self._body() if self.request.body else {}
+        if "gracePeriodSeconds" in query:
+            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if name is not None:
+            self._send(self.fake._delete(plural, namespace, name, options))
+            return
+        labels = query.get("labelSelector", "")
+        for (p, ns, n), obj in list(self.fake._objects.items()):
+            if (
+                p == plural
+                and ns == namespace
+                and label_match(labels, obj["metadata"].get("labels") or {})
+            ):
+                self.fake._delete(p, ns, n, options)
+        self._send({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})

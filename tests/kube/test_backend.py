@@ -1,0 +1,617 @@
+"""The Kubernetes backend through the real kubernetes_asyncio client: inventory from GPU
+feature discovery labels, Jobs created suspended and admitted onto their node, GPU sharing in
+both modes, exits reported once, preemption by suspension with the grace period, gangs as
+Indexed Jobs with a headless Service, adoption by a restarted backend, and the API's failure
+modes (409, 410, 5xx, half-created attempts)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from scheduler.backends.base import BackendError, Exit, JobSpec
+from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.engine.model import GpuShare, ReplicaPlacement
+
+from .conftest import Cluster, eventually, run
+
+
+def make_job(
+    workload_id: int,
+    placement: list[tuple[str, list[int], float]],
+    *,
+    command: str | list[str] = "python train.py",
+    restart_count: int = 0,
+    memory_mib: int = 40960,
+) -> JobSpec:
+    replicas = tuple(
+        ReplicaPlacement(node, tuple(GpuShare(i, round(share * 1000)) for i in gpus))
+        for node, gpus, share in placement
+    )
+    return JobSpec(
+        workload_id=workload_id,
+        name=f"job-{workload_id}",
+        user="alice@example.org",
+        project="vision",
+        command=command,
+        working_dir="work",
+        env={"EPOCHS": "3"},
+        placement=replicas,
+        gpu_fraction=placement[0][2],
+        gpu_memory_mib=memory_mib,
+        restart_count=restart_count,
+        replicas=len(replicas),
+    )
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    container = pod["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container.get("env", []) if "value" in e}
+
+
+def limits_of(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}
+
+
+async def pods_of(cluster: Cluster, workload_id: int, count: int = 1) -> list[dict[str, Any]]:
+    selector = f"{o.WORKLOAD}={workload_id}"
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = [p for p in cluster.pods(selector) if o.pod_phase(p) == "Running"]
+        return pods if len(pods) >= count else None
+
+    return await eventually(running, what=f"{count} running pod(s) of workload {workload_id}")
+
+
+async def exits_of(backend: KubernetesBackend, count: int = 1, timeout: float = 10.0) -> list[Exit]:
+    exits: list[Exit] = []
+
+    async def collect() -> bool:
+        exits.extend(await backend.poll())
+        return len(exits) >= count
+
+    await eventually(collect, timeout, what=f"{count} exit(s)")
+    await asyncio.sleep(0.2)
+    exits.extend(await backend.poll())
+    return exits
+
+
+# --- inventory --------------------------------------------------------------------------------
+
+
+def test_inventory_from_gpu_feature_discovery_labels(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("needs the test's nodes")
+    fake.add_node("node-c", gpus=8, gfd=False)  # device plugin only: count from allocatable
+    fake.add_node("node-d", gpus=2)
+    fake.set_node_ready("node-d", False)
+    fake.add_node("cpu-only", gpus=0)
+
+    async def scenario() -> None:
+        made = await backend(default_gpu_memory_mib=16384)
+        try:
+            inventory = made.inventory()
+            nodes = {node.name: node for node in inventory.nodes}
+            assert inventory.source == "kubernetes"
+            assert sorted(nodes) == ["node-a", "node-b", "node-c"]
+            assert (nodes["node-a"].gpus, nodes["node-a"].gpu_memory_mib) == (4, 81920)
+            assert nodes["node-b"].gpu_model == "NVIDIA-A100-PCIE-40GB"
+            assert (nodes["node-c"].gpus, nodes["node-c"].gpu_memory_mib) == (8, 16384)
+            assert inventory.uuid("node-a", 3) == "GPU-unreserved-node-a-3"
+            fake.set_node_ready("node-d", True)
+            await eventually(lambda: len(made.inventory().nodes) == 4, what="node-d Ready")
+            fake.remove_node("node-c")
+            await eventually(lambda: len(made.inventory().nodes) == 3, what="node-c gone")
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+# --- training jobs ----------------------------------------------------------------------------
+
+
+def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
+    cluster: Cluster, backend: Any
+) -> None:
+    fake = cluster.require_fake("finishes the pod")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            handle = await made.start(make_job(1, [("node-a", [1], 0.5)]))
+            assert handle["jobs"] == ["frachub-1-0"]
+            job = cluster.jobs(f"{o.WORKLOAD}=1")[0]
+            assert job["spec"]["suspend"] is False  # admitted
+            assert job["spec"]["template"]["spec"]["nodeSelector"] == {o.HOSTNAME: "node-a"}
+            assert job["spec"]["completionMode"] == "Indexed"
+            labels = job["metadata"]["labels"]
+            assert labels[o.USER] == "alice-example.org" and labels[o.PROJECT] == "vision"
+            assert job["metadata"]["annotations"][o.USER] == "alice@example.org"
+
+            reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
+            assert reservation["metadata"]["name"] == "frachub-gpu-node-a-1"
+            assert limits_of(reservation) == {o.GPU: "1"}
+            uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
+            assert made.inventory().uuid("node-a", 1) == uuid
+
+            (pod,) = await pods_of(cluster, 1)
+            env = env_of(pod)
+            assert env["NVIDIA_VISIBLE_DEVICES"] == uuid == env["FRACHUB_GPU_UUIDS"]
+            assert env["FRACHUB_GPU_FRACTION"] == "0.5"
+            assert env["FRACHUB_GPU_MEMORY_MIB"] == "40960"
+            assert env["FRACHUB_RESTART_COUNT"] == "0"
+            assert env["EPOCHS"] == "3" and env["HOME"] == "/home/jovyan"
+            assert "RANK" not in env and "MASTER_ADDR" not in env
+            assert limits_of(pod) == {}  # the reservation pod holds the GPU
+            assert pod["spec"]["containers"][0]["workingDir"] == "/home/jovyan/work"
+            assert pod["spec"]["terminationGracePeriodSeconds"] == 2
+
+            assert await made.poll() == []
+            fake.finish_pod("default", pod["metadata"]["name"], 0)
+            assert await exits_of(made) == [Exit(1, 0, "exited with code 0")]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_hami_mode_requests_gpu_memory_and_no_reservation(cluster: Cluster, backend: Any) -> None:
+    async def scenario() -> None:
+        made = await backend(sharing_mode="hami")
+        try:
+            await made.start(make_job(2, [("node-a", [0], 0.25)], memory_mib=20480))
+            (pod,) = await pods_of(cluster, 2)
+            assert limits_of(pod) == {o.GPU: "1", o.GPUMEM: "20480"}
+            assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod)  # HAMi picks the device
+            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_whole_gpus_are_requested_from_the_device_plugin(cluster: Cluster, backend: Any) -> None:
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(3, [("node-b", [0, 1], 1.0)]))
+            (pod,) = await pods_of(cluster, 3)
+            assert limits_of(pod) == {o.GPU: "2"}
+            assert pod["spec"]["nodeName"] == "node-b"
+            assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod)
+            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["success", "failure"])
+def test_exit_is_reported_once(cluster: Cluster, backend: Any, code: int) -> None:
+    fake = cluster.require_fake("finishes the pod with a chosen code")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(4, [("node-a", [2], 1.0)]))
+            (pod,) = await pods_of(cluster, 4)
+            fake.finish_pod("default", pod["metadata"]["name"], code)
+            exits = await exits_of(made)
+            assert exits == [Exit(4, code, f"exited with code {code}")]
+            assert await made.poll() == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("a process that ignores SIGTERM")
+    fake.ignore_sigterm = True
+
+    async def scenario() -> None:
+        made = await backend(termination_grace_seconds=1)
+        try:
+            handle = await made.start(make_job(5, [("node-a", [0], 0.5)]))
+            await pods_of(cluster, 5)
+            began = asyncio.get_running_loop().time()
+            await made.stop(5, handle, 1.0)
+            job = cluster.jobs(f"{o.WORKLOAD}=5")[0]
+            assert job["spec"]["suspend"] is True
+            assert o.STOPPED in job["metadata"]["annotations"]
+            await eventually(
+                lambda: all(
+                    p["metadata"].get("deletionTimestamp") for p in cluster.pods(f"{o.WORKLOAD}=5")
+                ),
+                what="SIGTERM (deletionTimestamp)",
+            )
+            assert await made.poll() == []  # still within its grace
+            exits = await exits_of(made)
+            assert exits == [Exit(5, 137, "stopped (code 137)")]
+            assert asyncio.get_running_loop().time() - began >= 0.9
+            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=5") == [], what="job deleted")
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_preempted_job_that_honours_sigterm_ends_early_and_restarts(
+    cluster: Cluster, backend: Any
+) -> None:
+    cluster.require_fake("reads pods directly")
+
+    async def scenario() -> None:
+        made = await backend(termination_grace_seconds=30)
+        try:
+            handle = await made.start(make_job(6, [("node-a", [0], 0.5)]))
+            await pods_of(cluster, 6)
+            await made.stop(6, handle, 30.0)
+            assert await exits_of(made, timeout=5) == [Exit(6, 143, "stopped (code 143)")]
+            # requeued by the service: the next attempt is a new Job with the restart count
+            handle = await made.start(make_job(6, [("node-a", [3], 0.5)], restart_count=1))
+            assert handle["jobs"] == ["frachub-6-1"]
+            (pod,) = await pods_of(cluster, 6)
+            assert env_of(pod)["FRACHUB_RESTART_COUNT"] == "1"
+            assert env_of(pod)["FRACHUB_CHECKPOINT_DIR"] == "/home/jovyan/.frachub/checkpoints/6"
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_shorter_grace_deletes_the_pods_with_it(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("a process that ignores SIGTERM")
+    fake.ignore_sigterm = True
+
+    async def scenario() -> None:
+        made = await backend(termination_grace_seconds=30)
+        try:
+            handle = await made.start(make_job(7, [("node-a", [0], 1.0)]))
+            await pods_of(cluster, 7)
+            await made.stop(7, handle, 0)  # node lost: no grace
+            (exit_,) = await exits_of(made, timeout=5)
+            assert exit_.workload_id == 7
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+# --- gangs ------------------------------------------------------------------------------------
+
+
+def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("finishes pods")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            handle = await made.start(make_job(8, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
+            assert handle["jobs"] == ["frachub-8-0"] and handle["service"] == "frachub-8-0"
+            job = cluster.jobs(f"{o.WORKLOAD}=8")[0]
+            assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+            service = fake.get("services", "default", "frachub-8-0")
+            assert service is not None and service["spec"]["clusterIP"] == "None"
+            assert service["spec"]["selector"][o.ATTEMPT_NAME] == "frachub-8-0"
+            pods = sorted(await pods_of(cluster, 8, 2), key=lambda p: p["spec"]["hostname"])
+            assert [p["spec"]["hostname"] for p in pods] == ["frachub-8-0-0", "frachub-8-0-1"]
+            assert {p["spec"]["subdomain"] for p in pods} == {"frachub-8-0"}
+            env = env_of(pods[0])
+            assert env["MASTER_ADDR"] == "frachub-8-0-0.frachub-8-0"
+            assert (env["MASTER_PORT"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+                "29500",
+                "2",
+                "2",
+            )
+            command = pods[0]["spec"]["containers"][0]["command"]
+            assert (
+                '"$JOB_COMPLETION_INDEX"' in command[2]
+                and "1) RANK=1; LOCAL_RANK=1;;" in command[2]
+            )
+            assert command[2].endswith("python train.py")
+            for pod in pods:
+                fake.finish_pod("default", pod["metadata"]["name"], 0)
+            assert await exits_of(made) == [Exit(8, 0, "exited with code 0")]
+            await eventually(
+                lambda: fake.get("services", "default", "frachub-8-0") is None,
+                what="service deleted",
+            )
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_gang_across_nodes_is_one_indexed_job_per_node(cluster: Cluster, backend: Any) -> None:
+    cluster.require_fake("reads objects directly")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            placement = [("node-a", [0], 1.0), ("node-b", [0], 1.0), ("node-a", [1], 1.0)]
+            handle = await made.start(make_job(9, placement))
+            assert handle["jobs"] == ["frachub-9-0-g0", "frachub-9-0-g1"]
+            jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{o.WORKLOAD}=9")}
+            assert jobs["frachub-9-0-g0"]["spec"]["completions"] == 2
+            assert jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]["nodeSelector"] == {
+                o.HOSTNAME: "node-b"
+            }
+            pods = await pods_of(cluster, 9, 3)
+            assert {p["spec"]["nodeName"] for p in pods} == {"node-a", "node-b"}
+            on_b = next(p for p in pods if p["spec"]["nodeName"] == "node-b")
+            assert env_of(on_b)["MASTER_ADDR"] == "frachub-9-0-g0-0.frachub-9-0"
+            assert "0) RANK=1; LOCAL_RANK=0;;" in on_b["spec"]["containers"][0]["command"][2]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_gang_with_a_failing_replica_stops_the_rest(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("fails one pod")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(10, [("node-a", [0], 1.0), ("node-b", [0], 1.0)]))
+            pods = await pods_of(cluster, 10, 2)
+            failing = next(p for p in pods if p["spec"]["nodeName"] == "node-b")
+            fake.finish_pod("default", failing["metadata"]["name"], 2)
+            (exit_,) = await exits_of(made)
+            assert exit_.workload_id == 10 and exit_.exit_code == 2
+            assert "exited with code 2" in exit_.message
+            assert not [p for p in cluster.pods(f"{o.WORKLOAD}=10") if o.pod_live(p)]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+# --- restarts -------------------------------------------------------------------------------
+
+
+def test_restarted_backend_adopts_running_and_finished_jobs(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("finishes a pod while the scheduler is down")
+
+    async def scenario() -> None:
+        first = await backend()
+        handles = {
+            11: await first.start(make_job(11, [("node-a", [0], 0.5)])),
+            12: await first.start(make_job(12, [("node-a", [1], 1.0)])),
+            13: await first.start(make_job(13, [("node-b", [0], 1.0)])),
+        }
+        pods = {wid: (await pods_of(cluster, wid))[0] for wid in handles}
+        await first.close()  # the scheduler goes away; the jobs do not
+        fake.finish_pod("default", pods[12]["metadata"]["name"], 7)
+        fake.call(  # someone deletes job 13 while nobody watches
+            fake._delete, "jobs", "default", "frachub-13-0", {"propagationPolicy": "Background"}
+        )
+        second = await backend()
+        try:
+            assert second.adopt(11, handles[11]) is True
+            assert second.adopt(12, handles[12]) is True
+            assert second.adopt(13, handles[13]) is False  # lost: the service requeues it
+            assert second.adopt(99, {"backend": "local", "attempt": "x"}) is False
+            assert second.inventory().uuid("node-a", 0).startswith("GPU-node-a-")
+            assert await exits_of(second) == [Exit(12, 7, "exited with code 7")]
+            assert second.attempts_in_cluster() == {11: ["frachub-11-0"], 12: ["frachub-12-0"]}
+            fake.finish_pod("default", pods[11]["metadata"]["name"], 0)
+            assert await exits_of(second) == [Exit(11, 0, "exited with code 0")]
+        finally:
+            await second.close()
+
+    run(scenario)
+
+
+def test_a_retried_start_takes_over_its_job_instead_of_doubling_it(
+    cluster: Cluster, backend: Any
+) -> None:
+    cluster.require_fake("reads objects directly")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            job = make_job(14, [("node-a", [0], 1.0), ("node-a", [1], 1.0)])
+            first = await made.start(job)
+            # the service died before recording the handle, and starts the same attempt again
+            again = await made.start(job)
+            assert again["jobs"] == first["jobs"]
+            assert len(cluster.jobs(f"{o.WORKLOAD}=14")) == 1
+            assert len(await pods_of(cluster, 14, 2)) == 2
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_stopped_attempt_is_not_taken_over(cluster: Cluster, backend: Any) -> None:
+    cluster.require_fake("reads objects directly")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            job = make_job(15, [("node-a", [0], 1.0)])
+            handle = await made.start(job)
+            await pods_of(cluster, 15)
+            await made.close()
+            made = await backend()
+            await made.stop(15, handle, 30)  # stopped but not yet deleted
+            again = await made.start(job)
+            assert again["jobs"] != handle["jobs"]
+            await pods_of(cluster, 15)
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+# --- API failures ---------------------------------------------------------------------------
+
+
+def test_server_errors_and_timeouts_are_retried(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("injects API errors")
+
+    async def scenario() -> None:
+        made = await backend(request_timeout=0.5)
+        try:
+            fake.fail_next("POST", r"/jobs$", 503, times=2)
+            fake.fail_next("PATCH", r"/jobs/frachub-16-0$", 0)  # hangs: a timeout
+            handle = await made.start(make_job(16, [("node-a", [0], 1.0)]))
+            assert handle["jobs"] == ["frachub-16-0"]
+            await pods_of(cluster, 16)
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_half_created_gang_is_cleaned_up(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("injects API errors")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            fake.fail_next("POST", r"/services$", 403, reason="Forbidden")
+            with pytest.raises(BackendError, match="refused"):
+                await made.start(make_job(17, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
+            assert cluster.jobs(f"{o.WORKLOAD}=17") == []
+            assert cluster.pods(f"{o.WORKLOAD}=17") == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_start_refuses_a_placement_that_does_not_match(cluster: Cluster, backend: Any) -> None:
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            job = make_job(18, [("node-a", [0], 1.0)])
+            with pytest.raises(BackendError, match="placement"):
+                await made.start(JobSpec(**{**job.__dict__, "replicas": 2}))
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("compacts the watch history")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(19, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 19)
+            assert made.pods is not None and made.jobs is not None
+            # the watches resume from a version the server has forgotten (a long disconnect)
+            fake.compact()
+            made.pods.resource_version = made.jobs.resource_version = "1"
+            fake.drop_watches()
+            await eventually(lambda: made.jobs.relists >= 1, timeout=5, what="a relist")
+            fake.finish_pod("default", pod["metadata"]["name"], 0)
+            assert await exits_of(made) == [Exit(19, 0, "exited with code 0")]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_unused_reservations_are_released(cluster: Cluster, backend: Any) -> None:
+    fake = cluster.require_fake("finishes the pod")
+
+    async def scenario() -> None:
+        made = await backend(reservation_linger_seconds=0.2)
+        try:
+            await made.start(make_job(20, [("node-b", [1], 0.5)]))
+            (pod,) = await pods_of(cluster, 20)
+            await asyncio.sleep(0.3)
+            await made.poll()
+            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") != []  # still in use
+            fake.finish_pod("default", pod["metadata"]["name"], 0)
+            await exits_of(made)
+
+            async def released() -> bool:
+                made._last_gc = 0.0
+                await made.poll()
+                return cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+
+            await eventually(released, what="the reservation released")
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+# --- leader election ------------------------------------------------------------------------
+
+
+def test_a_second_scheduler_takes_over_when_the_lease_expires(cluster: Cluster) -> None:
+    from scheduler.backends.kubernetes.client import Kube, load_configuration
+    from scheduler.backends.kubernetes.leader import LeaseElector
+
+    async def scenario() -> None:
+        kube = Kube(await load_configuration(cluster.kubeconfig))
+        timing = {"lease_seconds": 1.0, "renew_seconds": 0.2, "retry_seconds": 0.1}
+        lost: list[str] = []
+        first = LeaseElector(kube, cluster.namespace, "frachub-test-lease", "first", **timing)
+        second = LeaseElector(
+            kube,
+            cluster.namespace,
+            "frachub-test-lease",
+            "second",
+            on_lost=lambda: lost.append("second"),
+            **timing,
+        )
+        try:
+            await first.acquire()
+            first.keep()
+            assert await second.try_acquire_or_renew() is False
+            await asyncio.sleep(1.3)  # first keeps renewing: second still waits
+            assert await second.try_acquire_or_renew() is False
+            assert first._task is not None
+            first._task.cancel()  # first dies without releasing
+            began = asyncio.get_running_loop().time()
+            await second.acquire()
+            assert asyncio.get_running_loop().time() - began >= 0.9
+            lease = await kube.call(
+                kube.coordination.read_namespaced_lease, "frachub-test-lease", cluster.namespace
+            )
+            assert lease["spec"]["holderIdentity"] == "second"
+            assert lease["spec"]["leaseTransitions"] == 1
+            # a graceful hand-back lets the next one in at once
+            second.keep()
+            await second.release()
+            third = LeaseElector(kube, cluster.namespace, "frachub-test-lease", "third", **timing)
+            await asyncio.wait_for(third.acquire(), 1.5)
+            assert lost == []
+        finally:
+            await kube.call(
+                kube.coordination.delete_namespaced_lease, "frachub-test-lease", cluster.namespace
+            )
+            await kube.close()
+
+    run(scenario)
+
+
+def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
+    from .conftest import backend_for
+
+    async def scenario() -> None:
+        timing = {"lease_seconds": 1.0, "lease_renew_seconds": 0.2, "lease_retry_seconds": 0.1}
+        first = backend_for(cluster, leader_election=True, identity="one", **timing)
+        second = backend_for(cluster, leader_election=True, identity="two", **timing)
+        await first.connect()
+        waiting = asyncio.ensure_future(second.connect())
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await first.close()  # hands the lease back
+        await asyncio.wait_for(waiting, 3)
+        assert second.elector is not None and second.elector.is_leader
+        await second.close()
+
+    run(scenario)
