@@ -206,8 +206,9 @@ class FracHubService(Application):
 
     backend_class = Type(
         LocalBackend,
+        klass=object,  # any class with the Backend protocol (scheduler/backends/base.py)
         help="""The backend that runs jobs: LocalBackend (subprocesses on this machine, the
-        default) or the Kubernetes backend.""",
+        default) or scheduler.backends.kubernetes.KubernetesBackend.""",
     ).tag(config=True)
 
     page_default_limit = Integer(50, help="List size when a request names no limit.").tag(

@@ -547,6 +547,29 @@ def test_unused_reservations_are_released(cluster: Cluster, backend: Any) -> Non
     run(scenario)
 
 
+def test_a_whole_gpu_job_releases_a_lingering_reservation(cluster: Cluster, backend: Any) -> None:
+    """A reservation kept for a notebook still holds its device: a job given that GPU whole
+    would wait for a device until the linger ended, so its start releases it."""
+    fake = cluster.require_fake("finishes the pod")
+
+    async def scenario() -> None:
+        made = await backend(reservation_linger_seconds=600)
+        try:
+            await made.start(make_job(21, [("node-b", [1], 0.5)]))
+            (pod,) = await pods_of(cluster, 21)
+            fake.finish_pod("default", pod["metadata"]["name"], 0)
+            await exits_of(made)
+            assert len(cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")) == 1  # lingering
+            await made.start(make_job(22, [("node-b", [0, 1], 1.0)]))
+            (whole,) = await pods_of(cluster, 22)
+            assert limits_of(whole) == {o.GPU: "2"}
+            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
 # --- leader election ------------------------------------------------------------------------
 
 

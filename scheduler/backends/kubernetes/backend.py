@@ -7,7 +7,8 @@ anything else: ``connect()`` loads the credentials, waits for the leader Lease (
 
 An attempt's life:
 
-- ``start``: reservation pods for its shared GPUs (reservation mode), its Indexed Jobs created
+- ``start``: reservation pods for its shared GPUs (reservation mode; idle ones on GPUs it takes
+  whole are deleted, as they hold the device), its Indexed Jobs created
   *suspended* with the environment contract, the headless Service of a gang, then each Job
   pinned to its node and resumed in one patch (Kueue's admission). A start that fails half way
   deletes what it created. A start that finds this attempt's Jobs already there (the service
@@ -386,6 +387,7 @@ class KubernetesBackend(LoggingConfigurable):
         gang = len(job.placement) > 1
         service = base if gang else None
         uuids = await self._reserve(job)
+        await self._unreserve_whole(job)
         envs = [self._environment(job, rank, uuids, base, service) for rank in range(job.replicas)]
         manifests = o.job_manifests(job, settings, envs, service, base)
         created: list[str] = []
@@ -611,6 +613,68 @@ class KubernetesBackend(LoggingConfigurable):
                 raise BackendError(f"cannot reserve GPU {index} on {node}: {error}") from error
         return uuids
 
+    async def _unreserve_whole(self, job: JobSpec) -> None:
+        """Reservation mode: a lingering reservation pod (kept for a notebook that might
+        spawn on it) still holds its device, so a GPU the engine now gives *whole* to this
+        job would leave its pod waiting for a device until the linger ended. Delete the
+        reservations of those GPUs that no live pod or attempt shares."""
+        if self.sharing_mode != "reservation":
+            return
+        kube, _, pods, _ = self._require()
+        whole = {
+            (replica.node, share.index)
+            for replica in job.placement
+            if not o.is_fractional(replica)
+            for share in replica.gpus
+        }
+        used = self._shares_in_use()
+        for pod in list(pods.objects.values()):
+            meta = pod["metadata"]
+            labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+            key = (annotations.get(o.NODE, ""), int(annotations.get(o.GPU_INDEX, -1)))
+            if (
+                labels.get(o.COMPONENT) != o.RESERVATION
+                or key not in whole
+                or key in used
+                or meta.get("deletionTimestamp")
+            ):
+                continue
+            self.log.info(
+                "workload %s takes GPU %s on %s whole: releasing its reservation %s",
+                job.workload_id,
+                key[1],
+                key[0],
+                meta["name"],
+            )
+            with contextlib.suppress(KubeError):
+                await kube.call(
+                    kube.core.delete_namespaced_pod,
+                    meta["name"],
+                    self.namespace,
+                    grace_period_seconds=0,
+                )
+
+    def _shares_in_use(self) -> set[tuple[str, int]]:
+        """(node, GPU index) of every share held by a running attempt or a live pod."""
+        _, _, pods, _ = self._require()
+        used: set[tuple[str, int]] = set()
+        for attempt in self._attempts.values():
+            used.update((node, index) for node, index, milli in attempt.shares if milli < 1000)
+        for pod in pods.objects.values():
+            meta = pod["metadata"]
+            labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+            if (
+                labels.get(o.COMPONENT) != o.RESERVATION
+                and o.pod_live(pod)
+                and not meta.get("deletionTimestamp")
+            ):
+                used.update(
+                    (node, index)
+                    for node, index, milli in o.parse_shares(annotations.get(o.SHARES, ""))
+                    if milli < 1000
+                )
+        return used
+
     def _environment(
         self,
         job: JobSpec,
@@ -727,21 +791,12 @@ class KubernetesBackend(LoggingConfigurable):
             return
         self._last_gc = now
         kube, _, pods, _ = self._require()
-        used: set[tuple[str, int]] = set()
-        for attempt in self._attempts.values():
-            used.update((node, index) for node, index, milli in attempt.shares if milli < 1000)
-        reservations = []
-        for pod in pods.objects.values():
-            meta = pod["metadata"]
-            labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-            if labels.get(o.COMPONENT) == o.RESERVATION:
-                reservations.append(pod)
-            elif o.pod_live(pod) and not meta.get("deletionTimestamp"):
-                used.update(
-                    (node, index)
-                    for node, index, milli in o.parse_shares(annotations.get(o.SHARES, ""))
-                    if milli < 1000
-                )
+        used = self._shares_in_use()
+        reservations = [
+            pod
+            for pod in pods.objects.values()
+            if (pod["metadata"].get("labels") or {}).get(o.COMPONENT) == o.RESERVATION
+        ]
         wall = time.time()
         for pod in reservations:
             annotations = pod["metadata"].get("annotations") or {}

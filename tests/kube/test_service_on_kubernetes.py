@@ -1,0 +1,442 @@
+"""The issue-5 acceptance tests on Kubernetes: the real ``frachub service`` subprocess with
+``backend_class = KubernetesBackend``, behind a real JupyterHub, against the fake API server.
+
+The same scheduling behaviour as the local backend's service tests (tests/service/), seen
+through the REST API with user tokens and in the cluster's objects: a notebook's share at
+once, over-quota training suspended and restarted as a new Job, gangs all-or-nothing with
+their rendezvous, exit codes reported once, and a SIGKILLed scheduler that adopts what runs.
+
+One hub, one fake cluster (node-a: 2 x A100 80GB) and one service for the module; tests
+leave no workload active. The restart test comes last: it kills and restarts that service.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from service_client import checked, submit, wait_for, wait_state, workload
+
+from scheduler.backends.kubernetes import objects as o
+
+from .conftest import report_reserved_gpu
+from .fakeapi import FakeKube
+
+NAMESPACE = "default"
+NODE = "node-a"
+
+CONFIG = """
+c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
+c.FracHubService.queues = [
+    {{"name": "vision", "deserved_gpus": 1}},
+    {{"name": "nlp", "deserved_gpus": 1}},
+]
+# pods get this long between SIGTERM and SIGKILL (the backend's termination_grace_seconds)
+c.FracHubService.grace_period = 5
+c.FracHubService.poll_interval = 0.1
+c.FracHubService.cycle_interval = 1
+c.FracHubService.idle_check_interval = 0  # allocations here have no server behind them
+c.KubernetesBackend.kubeconfig = {kubeconfig!r}
+c.KubernetesBackend.namespace = {namespace!r}
+c.KubernetesBackend.image = "busybox:1.36"
+c.KubernetesBackend.home_volumes = []
+c.KubernetesBackend.home_volume_mounts = []
+c.KubernetesBackend.reservation_timeout = 10.0
+# leader election stays on, as deployed; short, so a restart after SIGKILL waits little
+c.KubernetesBackend.lease_seconds = 3.0
+c.KubernetesBackend.lease_renew_seconds = 0.5
+c.KubernetesBackend.lease_retry_seconds = 0.2
+"""
+
+
+# --- fixtures: one hub, one fake cluster, one service -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    if not os.environ.get("CI"):
+        if importlib.util.find_spec("jupyterhub") is None:
+            pytest.skip("jupyterhub is not installed")
+        if find_proxy() is None:
+            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
+    with Hub(tmp_path_factory.mktemp("hub")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeKube]:
+    cluster = FakeKube().start()
+    cluster.on_running.append(report_reserved_gpu)
+    cluster.add_node(NODE, gpus=2, memory_mib=81920)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def service(
+    hub: Hub, fake: FakeKube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServiceProcess]:
+    workdir = tmp_path_factory.mktemp("kube-service")
+    kubeconfig = fake.kubeconfig(str(workdir / "kubeconfig"), NAMESPACE)
+    config = CONFIG.format(kubeconfig=kubeconfig, namespace=NAMESPACE)
+    process = ServiceProcess(hub, config, workdir, env={"KUBECONFIG": kubeconfig}).start()
+    yield process
+    process.stop()
+
+
+_serial = itertools.count(1)
+
+
+@pytest.fixture
+def client(
+    hub: Hub, service: ServiceProcess, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., httpx.Client]]:
+    """client(group=None, admin=False, name=None) -> an API client (a token of all the user's
+    permissions) for a new user in that group; the name is made up unless given."""
+    stem = request.node.name.removeprefix("test_").replace("_", "-")[:24]
+    made: list[httpx.Client] = []
+
+    def make(group: str | None = None, admin: bool = False, name: str = "") -> httpx.Client:
+        name = name or f"k-{stem}-{next(_serial)}"
+        hub.create_user(name, admin=admin, groups=[group] if group else [])
+        c = httpx.Client(
+            base_url=hub.service_url(API_PATH),
+            headers={"Authorization": f"token {hub.token_for(name)}"},
+            timeout=30,
+        )
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:  # a failed test may leave work behind: cancel it
+        active = c.get("workloads?active")
+        for item in active.json() if active.is_success else []:
+            c.delete(f"workloads/{item['id']}")
+        c.close()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(fake: FakeKube, service: ServiceProcess) -> Iterator[None]:
+    """Every test ends with no training pod alive: finished Jobs stay until their TTL (with
+    their pods' logs), stopped ones are deleted."""
+    yield
+    fake.ignore_sigterm = False
+    wait_for(
+        lambda: not [p for p in training(fake, "pods") if o.pod_live(p)], 20, "no live pod left"
+    )
+
+
+# --- reading the cluster ------------------------------------------------------------------------
+
+
+def training(fake: FakeKube, plural: str, workload_id: int | None = None) -> list[dict[str, Any]]:
+    selector = f"{o.COMPONENT}={o.TRAINING}"
+    if workload_id is not None:
+        selector += f",{o.WORKLOAD}={workload_id}"
+    return fake.objects(plural, NAMESPACE, selector)
+
+
+def running_pods(fake: FakeKube, workload_id: int, count: int = 1) -> list[dict[str, Any]]:
+    def found() -> list[dict[str, Any]] | None:
+        pods = [
+            pod
+            for pod in training(fake, "pods", workload_id)
+            if o.pod_phase(pod) == "Running" and not pod["metadata"].get("deletionTimestamp")
+        ]
+        return pods if len(pods) == count else None
+
+    try:
+        return wait_for(found, 20, f"{count} running pod(s) of workload {workload_id}")
+    except AssertionError as error:
+        seen = [
+            (p["metadata"]["name"], o.pod_phase(p), p["spec"].get("nodeName"))
+            for p in fake.objects("pods", NAMESPACE, o.MANAGED_SELECTOR)
+        ]
+        raise AssertionError(f"{error}; FracHub's pods: {seen}") from None
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    container = pod["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def finish(fake: FakeKube, pod: dict[str, Any], code: int) -> None:
+    fake.finish_pod(NAMESPACE, pod["metadata"]["name"], code)
+
+
+def event_types(c: httpx.Client, workload_id: int) -> list[str]:
+    return [event["type"] for event in workload(c, workload_id)["events"]]
+
+
+def drain(c: httpx.Client) -> None:
+    for item in checked(c.get("workloads?active")).json():
+        c.delete(f"workloads/{item['id']}")
+    wait_for(lambda: not checked(c.get("workloads?active")).json(), 20, "drained")
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_a_notebook_gets_a_fraction_of_a_cluster_gpu_at_once(client, fake) -> None:
+    """The spawner's request (an admin token, on the user's behalf) is placed at once on a
+    GPU of the fake's node, described by its GPU feature discovery labels."""
+    spawner, alice = client(admin=True), client("vision", name="k-notebook-alice")
+    created = checked(
+        spawner.post(
+            "allocations", json={"user": "k-notebook-alice", "gpus": 0.5, "server_name": "gpu"}
+        )
+    )
+    assert created.status_code == 201, created.text
+    allocation = created.json()
+    ready = checked(
+        spawner.get(f"allocations/{allocation['id']}?wait=10&version={allocation['version']}")
+    ).json()
+    assert ready["state"] == "running" and ready["kind"] == "interactive", ready
+    assert (ready["user"], ready["project"]) == ("k-notebook-alice", "vision")
+    [replica] = ready["placement"]
+    [gpu] = replica["gpus"]
+    assert replica["node"] == NODE and gpu["index"] in (0, 1)
+    assert gpu["share"] == 0.5
+    assert gpu["memory_mib"] == 81920  # nvidia.com/gpu.memory
+    # no reservation pod holds it yet (FracKubeSpawner makes one): the placeholder UUID
+    assert gpu["uuid"] == f"GPU-unreserved-{NODE}-{gpu['index']}"
+    nodes = checked(alice.get("nodes")).json()
+    assert [(n["name"], len(n["gpus"])) for n in nodes] == [(NODE, 2)]
+    assert sum(g["used"] for g in nodes[0]["gpus"]) == 0.5
+    # the user sees it as theirs; nothing was created in the cluster for it
+    assert [a["id"] for a in checked(alice.get("allocations")).json()] == [allocation["id"]]
+    assert not training(fake, "jobs")
+    released = checked(spawner.delete(f"allocations/{allocation['id']}")).json()
+    assert released["state"] == "released"
+
+
+def test_over_quota_training_is_suspended_requeued_and_restarted(client, fake) -> None:
+    """vision borrows nlp's idle GPU; nlp submits; vision's borrowing Job is suspended (its
+    pod gets SIGTERM and exits), the workload waits at the head of vision's queue and, when
+    nlp's job ends, restarts as a new Job with FRACHUB_RESTART_COUNT=1."""
+    alice, bob = client("vision"), client("nlp")
+    fake.ignore_sigterm = True  # pods end only when the test says they handled SIGTERM
+    first = submit(alice, command="sleep 600", gpus=1)
+    wait_state(alice, first["id"], "running")
+    second = submit(alice, command="python train.py", gpus=1)
+    wait_state(alice, second["id"], "running")
+    [pod] = running_pods(fake, second["id"])
+    [job] = training(fake, "jobs", second["id"])
+    assert job["metadata"]["name"] == o.attempt_name(second["id"], 0)
+    assert job["spec"]["suspend"] is False  # admitted
+    assert pod["spec"]["nodeName"] == NODE
+    assert env_of(pod)["FRACHUB_RESTART_COUNT"] == "0"
+    later = submit(alice, command="python later.py", gpus=1)
+
+    claim = submit(bob, command="python claim.py", gpus=1)
+    evicted = wait_state(alice, second["id"], "preempting")
+    assert evicted["preemptions"] == 1
+    wait_for(
+        lambda: (fake.get("jobs", NAMESPACE, job["metadata"]["name"]) or {})["spec"]["suspend"],
+        10,
+        "the Job suspended",
+    )
+    terminating = wait_for(
+        lambda: (
+            (p := fake.get("pods", NAMESPACE, pod["metadata"]["name"]))
+            and p["metadata"].get("deletionTimestamp")
+            and p
+        ),
+        10,
+        "SIGTERM to the pod",
+    )
+    assert terminating["status"]["phase"] == "Running"  # in its grace period
+    assert workload(alice, second["id"])["state"] == "preempting"
+    fake.exit_on_sigterm(NAMESPACE, pod["metadata"]["name"])
+
+    requeued = wait_for(
+        lambda: (
+            (w := workload(alice, second["id"]))["state"] == "pending"
+            and w["queue_position"] is not None
+            and w
+        ),
+        15,
+        "the preempted job back in the queue",
+    )
+    assert requeued["preemptions"] == 1 and requeued["restart_count"] == 1
+    assert requeued["queue_position"] == 1, requeued  # ahead of `later`, submitted after it
+    assert workload(alice, later["id"])["queue_position"] == 2
+    # the stopped attempt's Job goes away; nlp's job runs on the GPU it freed
+    wait_for(
+        lambda: fake.get("jobs", NAMESPACE, job["metadata"]["name"]) is None, 10, "old Job deleted"
+    )
+    wait_state(bob, claim["id"], "running")
+    [claimed] = running_pods(fake, claim["id"])
+    assert event_types(alice, second["id"]) == ["submitted", "started", "preempting", "requeued"]
+
+    finish(fake, claimed, 0)
+    assert wait_state(bob, claim["id"], "succeeded", "failed")["exit_code"] == 0
+    restarted = wait_state(alice, second["id"], "running", timeout=30)
+    assert restarted["restart_count"] == 1 and restarted["preemptions"] == 1
+    [new_pod] = running_pods(fake, second["id"])
+    [new_job] = training(fake, "jobs", second["id"])
+    assert new_job["metadata"]["name"] == o.attempt_name(second["id"], 1)
+    assert env_of(new_pod)["FRACHUB_RESTART_COUNT"] == "1"
+    assert env_of(new_pod)["FRACHUB_WORKLOAD_ID"] == str(second["id"])
+    assert event_types(alice, second["id"]) == [
+        "submitted",
+        "started",
+        "preempting",
+        "requeued",
+        "started",
+    ]
+    assert workload(alice, first["id"])["preemptions"] == 0
+    assert workload(alice, later["id"])["state"] == "pending"
+    fake.ignore_sigterm = False
+    drain(alice)
+
+
+def test_a_gang_starts_all_or_nothing_with_its_rendezvous(client, fake) -> None:
+    """Two replicas need two GPUs: with one free the gang waits and nothing is created;
+    when the other frees, both replicas start together as one Indexed Job."""
+    alice, bob = client("vision"), client("nlp")
+    blocker = submit(bob, command="sleep 600", gpus=1)
+    wait_state(bob, blocker["id"], "running")
+    [blocking_pod] = running_pods(fake, blocker["id"])
+    gang = submit(alice, command="python -m torch.distributed.run train.py", gpus=1, replicas=2)
+    wait_for(
+        lambda: workload(alice, gang["id"])["queue_position"] is not None,
+        10,
+        "the gang to be queued",
+    )
+    time.sleep(2.5)  # two scheduling cycles: still nothing started
+    waiting = workload(alice, gang["id"])
+    assert waiting["state"] == "pending" and waiting["placement"] in (None, []), waiting
+    assert not training(fake, "jobs", gang["id"]) and not training(fake, "pods", gang["id"])
+    assert workload(bob, blocker["id"])["preemptions"] == 0  # in nlp's quota: not touched
+
+    finish(fake, blocking_pod, 0)
+    started = wait_state(alice, gang["id"], "running")
+    assert [r["node"] for r in started["placement"]] == [NODE, NODE]
+    assert sorted(r["gpus"][0]["index"] for r in started["placement"]) == [0, 1]
+    [job] = training(fake, "jobs", gang["id"])
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    pods = sorted(running_pods(fake, gang["id"], 2), key=lambda p: p["spec"]["hostname"])
+    envs = [env_of(pod) for pod in pods]
+    master = f"{pods[0]['spec']['hostname']}.{job['metadata']['name']}"
+    for rank, env in enumerate(envs):
+        assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == master, env
+        assert env["MASTER_PORT"] == "29500"
+        assert env["JOB_COMPLETION_INDEX"] == str(rank)  # RANK is set from it at start
+    command = pods[0]["spec"]["containers"][0]["command"][2]
+    assert "0) RANK=0;" in command and "1) RANK=1;" in command, command
+    assert fake.get("services", NAMESPACE, job["metadata"]["name"]) is not None  # headless DNS
+    assert event_types(alice, gang["id"]) == ["submitted", "started"]
+    drain(alice)
+    wait_for(
+        lambda: fake.get("services", NAMESPACE, job["metadata"]["name"]) is None,
+        10,
+        "the gang's Service deleted",
+    )
+
+
+def test_an_exit_code_is_reported_once(client, fake) -> None:
+    """A fraction runs on a reserved GPU; its pod exits 3: failed with code 3, one event,
+    no second attempt."""
+    alice = client("vision")
+    job = submit(alice, command="python train.py", gpus=0.5)
+    running = wait_state(alice, job["id"], "running")
+    [pod] = running_pods(fake, job["id"])
+    [gpu] = running["placement"][0]["gpus"]
+    # the reservation pod reported the device plugin's UUID; the job's pod sees only it
+    reserved = f"GPU-{NODE}-"
+    assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"].startswith(reserved), env_of(pod)
+    # the API shows that UUID once the next cycle has read the inventory again
+    wait_for(
+        lambda: (
+            workload(alice, job["id"])["placement"][0]["gpus"][0]["uuid"]
+            == env_of(pod)["NVIDIA_VISIBLE_DEVICES"]
+        ),
+        5,
+        "the reserved UUID in the placement",
+    )
+    assert gpu["share"] == 0.5 and env_of(pod)["FRACHUB_GPU_FRACTION"] == "0.5"
+
+    finish(fake, pod, 3)
+    done = wait_state(alice, job["id"], "failed", "succeeded")
+    assert done["state"] == "failed" and done["exit_code"] == 3, done
+    assert "exited with code 3" in done["message"]
+    time.sleep(1.0)  # ten polls later: still one end, no restart
+    after = workload(alice, job["id"])
+    assert [e["type"] for e in after["events"]] == ["submitted", "started", "failed"]
+    assert after["restart_count"] == 0 and after["exit_code"] == 3
+    assert fake.get("jobs", NAMESPACE, o.attempt_name(job["id"], 1)) is None
+    assert len(training(fake, "pods", job["id"])) == 1
+
+
+def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
+    client, fake, service: ServiceProcess
+) -> None:
+    """SIGKILL the service with a job running, one ending while it is down and two queued;
+    the new process adopts the running Job (same start, same pod), reports the ended one's
+    code, keeps the queue, and counts every GPU once."""
+    alice, bob = client("vision"), client("nlp")
+    survivor = submit(alice, command="sleep 600", gpus=1, name="survivor")
+    finisher = submit(bob, command="python train.py", gpus=1, name="finisher")
+    for c, item in ((alice, survivor), (bob, finisher)):
+        wait_state(c, item["id"], "running")
+    waiting = [submit(alice, command="sleep 600", gpus=2, name=f"queued-{i}") for i in range(2)]
+    positions = wait_for(
+        lambda: (
+            (p := [workload(alice, w["id"])["queue_position"] for w in waiting]) and all(p) and p
+        ),
+        10,
+        "queue positions",
+    )
+    assert positions == [1, 2]
+    before = workload(alice, survivor["id"])
+    [survivor_pod] = running_pods(fake, survivor["id"])
+    [finisher_pod] = running_pods(fake, finisher["id"])
+    jobs_before = sorted(j["metadata"]["name"] for j in training(fake, "jobs"))
+
+    service.kill(signal.SIGKILL)
+    finish(fake, finisher_pod, 7)  # ends while nobody watches
+    wait_for(
+        lambda: o.job_condition(
+            fake.get("jobs", NAMESPACE, o.attempt_name(finisher["id"], 0)), "Failed"
+        ),
+        5,
+        "the finisher's Job failed",
+    )
+    service.start()
+
+    done = wait_state(bob, finisher["id"], "failed", "succeeded")
+    assert done["exit_code"] == 7, done
+    kept = workload(alice, survivor["id"])
+    assert kept["state"] == "running" and kept["restart_count"] == 0
+    assert kept["started_at"] == before["started_at"]  # adopted, not restarted
+    assert [e["type"] for e in kept["events"]] == ["submitted", "started"]
+    [job] = training(fake, "jobs", survivor["id"])
+    assert job["metadata"]["name"] == o.attempt_name(survivor["id"], 0)
+    [pod] = training(fake, "pods", survivor["id"])
+    assert pod["metadata"]["uid"] == survivor_pod["metadata"]["uid"]
+    after = [workload(alice, w["id"]) for w in waiting]
+    assert [w["state"] for w in after] == ["pending", "pending"]
+    assert [w["queue_position"] for w in after] == positions
+    time.sleep(1.0)  # more cycles: the finisher is reported once, nothing new is created
+    assert [e["type"] for e in workload(bob, finisher["id"])["events"]] == [
+        "submitted",
+        "started",
+        "failed",
+    ]
+    # the failed Job stays (its pod's logs) until its TTL; nothing was created twice
+    assert sorted(j["metadata"]["name"] for j in training(fake, "jobs")) == jobs_before
+    assert len(training(fake, "pods", survivor["id"])) == 1
+    used = [gpu["used"] for node in checked(alice.get("nodes")).json() for gpu in node["gpus"]]
+    assert sorted(used) == [0.0, 1.0], used  # the survivor's GPU, counted once
+    drain(alice)
