@@ -9,7 +9,9 @@ exit status 2, never a traceback.
     frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py)
     frachub scenario run FILE                        scheduling scenarios (scheduler/scenario)
     frachub simulate openb ...                       trace replay (scheduler/openb)
+    frachub simulate fleet ...                       days of a shared cluster (scheduler/fleet)
     frachub service ...                              the scheduler service (its own options)
+    frachub helm-values [--check]                    the Helm values, from helm/frachub.yaml
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 
 from hub_ext import jobs_cli
 from hub_ext import up as up_command
+from scheduler.fleet import command as fleet_command
 from scheduler.openb import command as openb_command
 from scheduler.scenario import command as scenario_command
 
@@ -60,9 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     openb = simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
     openb_command.add_arguments(openb)
     openb.set_defaults(run=openb_command.run)
+    fleet = simulate_sub.add_parser(
+        "fleet", help="simulated days of a multi-tenant cluster: FracHub against static quotas"
+    )
+    fleet_command.add_arguments(fleet)
+    fleet.set_defaults(run=fleet_command.run)
     commands.add_parser(
         "service",
         help="run the scheduler service (--help-all lists its settings)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "helm-values",
+        help="write (or --check) the frachub chart's and the z2jh hub's values from "
+        "helm/frachub.yaml",
         add_help=False,
     )
     return parser
@@ -80,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["service"]:
         return _run_service(argv[1:])
+    if argv[:1] == ["helm-values"]:  # its own argparse, like the service's traitlets
+        from hub_ext.helm_values import main as helm_values
+
+        return helm_values(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

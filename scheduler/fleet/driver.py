@@ -1,0 +1,256 @@
+"""Drive the real engine through simulated days, once per variant, and record what happened.
+
+``FleetRunner`` *is* the scenario runner (``scheduler.scenario.runner.Runner``): the same
+instants, the same cycles-until-settled, the same grace periods, claimant links and
+requeues. It adds only what a fleet needs, through the runner's own hooks:
+
+* arrivals are admitted when their time comes, and finished work is forgotten, so each
+  instant costs what is active, not what the whole run ever held;
+* a training job's run is its *remaining* work, so a preempted job that checkpointed
+  resumes from its last checkpoint (without checkpointing it starts over);
+* a notebook whose user gave up waiting (``patience_minutes``) is cancelled;
+* after each settled instant the allocation, demand and fair shares are sampled. The state
+  only changes at instants, so the samples are an exact step function of time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from scheduler.engine import Kind, Placement
+from scheduler.engine.fairshare import deserved_quotas, fair_shares
+from scheduler.engine.model import MILLI, EvictReason
+from scheduler.fleet.description import DAY, Description
+from scheduler.fleet.variants import Variant, variant_gpus, variant_queues, variant_spec
+from scheduler.fleet.workload import Job
+from scheduler.scenario.runner import Runner, _Life  # _Life: the runner's record of a workload
+from scheduler.scenario.spec import Scenario
+
+Progress = Callable[[int, int], None]
+"""Called with (simulated day, days) as each simulated day begins."""
+
+
+@dataclass
+class JobRecord:
+    """One arrival's life under one variant."""
+
+    job: Job
+    held: float
+    """GPU units it holds while running under this variant (fractions rounded up or not)."""
+    in_quota: bool = False
+    """Notebooks: the project's notebooks, running or waiting, fit its quota with this one."""
+    first_start: float | None = None
+    ended: float | None = None
+    abandoned: bool = False
+    evictions: list[tuple[float, str, float]] = field(default_factory=list)
+    """(time, reason, GPU-seconds of work lost) for each eviction."""
+    progress: float = 0.0
+    """Training work (seconds) kept by checkpoints across evictions."""
+    run_started: float | None = None
+
+
+@dataclass
+class Timeline:
+    """Samples after each settled instant; each holds until the next sample (or ``end``)."""
+
+    projects: tuple[str, ...]
+    times: list[float] = field(default_factory=list)
+    held: list[float] = field(default_factory=list)
+    """GPU units held (running and releasing work)."""
+    asked: list[float] = field(default_factory=list)
+    """GPU units the running work asked for (a 0.5-GPU notebook on a whole GPU counts 0.5)."""
+    demand: list[float] = field(default_factory=list)
+    """GPU units held or waited for (running, releasing and pending)."""
+    project_held: list[tuple[float, ...]] = field(default_factory=list)
+    project_fair: list[tuple[float, ...]] = field(default_factory=list)
+
+
+@dataclass
+class FleetRun:
+    variant: str
+    capacity: int
+    end: float
+    checkpointing: bool
+    records: tuple[JobRecord, ...]
+    timeline: Timeline
+
+
+class FleetRunner(Runner):
+    def __init__(
+        self,
+        description: Description,
+        jobs: Sequence[Job],
+        variant: Variant,
+        days: int,
+        *,
+        checkpointing: bool = True,
+        progress: Progress | None = None,
+    ) -> None:
+        end = days * DAY
+        super().__init__(
+            Scenario(
+                nodes=description.nodes,
+                queues=variant_queues(variant, description.queues, description.capacity),
+                workloads=(),
+                run_until=end,
+                placement=description.placement,
+                grace_seconds=description.grace_seconds,
+            )
+        )
+        if not variant.consolidate:
+            self.policy = replace(self.policy, consolidate=False)
+        self.variant = variant
+        self.days = days
+        self.checkpointing = checkpointing
+        self.progress = progress
+        self.arrivals = [job for job in jobs if job.at < end]
+        self.admitted = 0
+        self.records = {
+            job.name: JobRecord(job, variant_gpus(variant, job.gpus) * job.replicas)
+            for job in self.arrivals
+        }
+        self.deadlines: list[tuple[float, str]] = []
+        self.org_queues = description.queues
+        self.deserved = deserved_quotas(description.queues)
+        parents = {queue.parent for queue in description.queues}
+        self.projects = tuple(q.name for q in description.queues if q.name not in parents)
+        self.notebook_units = dict.fromkeys(self.projects, 0.0)
+        self.capacity = description.capacity
+        self.timeline = Timeline(self.projects)
+        self.day = -1
+
+    def simulate(self) -> FleetRun:
+        self.run()
+        return FleetRun(
+            variant=self.variant.name,
+            capacity=self.capacity,
+            end=self.days * DAY,
+            checkpointing=self.checkpointing,
+            records=tuple(self.records[job.name] for job in self.arrivals),
+            timeline=self.timeline,
+        )
+
+    # -- the runner's hooks -------------------------------------------------------------------
+
+    def _instant(self, now: float) -> None:
+        day = int(now // DAY)
+        if day != self.day:
+            self.day = day
+            if self.progress is not None:
+                self.progress(day + 1, self.days)
+        self._admit(now)
+        self._give_up(now)
+        super()._instant(now)
+        self._sample(now)
+        for name in [
+            n for n, life in self.lives.items() if life.state in ("succeeded", "cancelled")
+        ]:
+            del self.lives[name]
+
+    def _next_instant(self, now: float) -> float | None:
+        times = [super()._next_instant(now)]
+        if self.admitted < len(self.arrivals):
+            times.append(self.arrivals[self.admitted].at)
+        while self.deadlines and self.records[self.deadlines[0][1]].first_start is not None:
+            heapq.heappop(self.deadlines)  # started in time: no deadline any more
+        if self.deadlines:
+            times.append(self.deadlines[0][0])
+        return min((t for t in times if t is not None and t > now), default=None)
+
+    def _started(
+        self, name: str, life: _Life, placement: Placement, now: float, announce: bool = True
+    ) -> None:
+        super()._started(name, life, placement, now, announce)
+        record = self.records[name]
+        if record.first_start is None:
+            record.first_start = now
+        record.run_started = now
+        if record.job.kind is Kind.TRAINING:
+            life.ends_at = now + record.job.duration - record.progress
+
+    def _evicted(self, name: str, life: _Life, reason: EvictReason, now: float) -> None:
+        record = self.records[name]
+        ran = now - (record.run_started if record.run_started is not None else now)
+        every = record.job.checkpoint_seconds if self.checkpointing else None
+        saved = math.floor(ran / every) * every if every else 0.0
+        record.progress += saved
+        record.evictions.append((now, reason.value, (ran - saved) * record.held))
+        record.run_started = None
+        super()._evicted(name, life, reason, now)
+
+    def _end(self, name: str, life: _Life, state: str, now: float) -> None:
+        super()._end(name, life, state, now)
+        record = self.records[name]
+        record.ended = now
+        record.abandoned = state == "cancelled"
+        if record.job.kind is Kind.INTERACTIVE:
+            self.notebook_units[record.job.project] -= record.held
+
+    # -- the fleet's additions ----------------------------------------------------------------
+
+    def _admit(self, now: float) -> None:
+        while self.admitted < len(self.arrivals) and self.arrivals[self.admitted].at <= now:
+            job = self.arrivals[self.admitted]
+            self.lives[job.name] = _Life(variant_spec(self.variant, job), self.admitted)
+            self.admitted += 1
+            record = self.records[job.name]
+            if job.kind is Kind.INTERACTIVE:
+                units = self.notebook_units[job.project] + record.held
+                record.in_quota = units * MILLI <= self.deserved[job.project] + 1e-6
+                self.notebook_units[job.project] = units
+                if job.patience_seconds is not None:
+                    heapq.heappush(self.deadlines, (job.at + job.patience_seconds, job.name))
+
+    def _give_up(self, now: float) -> None:
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, name = heapq.heappop(self.deadlines)
+            life = self.lives.get(name)
+            if life is not None and life.state == "pending":
+                self._end(name, life, "cancelled", now)
+
+    def _sample(self, now: float) -> None:
+        index = {name: i for i, name in enumerate(self.projects)}
+        held = [0.0] * len(self.projects)
+        demand = [0.0] * len(self.projects)
+        asked = 0.0
+        for name, life in self.lives.items():
+            record = self.records[name]
+            i = index[record.job.project]
+            if life.state in ("running", "releasing"):
+                held[i] += record.held
+                if life.state == "running":
+                    asked += record.job.size
+            if life.state in ("running", "releasing", "pending"):
+                demand[i] += record.held
+        fair = fair_shares(
+            self.org_queues,
+            self.deserved,
+            {name: demand[i] * MILLI for name, i in index.items()},
+            self.capacity * MILLI,
+        )
+        timeline = self.timeline
+        timeline.times.append(now)
+        timeline.held.append(sum(held))
+        timeline.asked.append(asked)
+        timeline.demand.append(sum(demand))
+        timeline.project_held.append(tuple(held))
+        timeline.project_fair.append(tuple(fair[name] / MILLI for name in self.projects))
+
+
+def simulate(
+    description: Description,
+    jobs: Sequence[Job],
+    variant: Variant,
+    days: int,
+    *,
+    checkpointing: bool = True,
+    progress: Progress | None = None,
+) -> FleetRun:
+    """Run one variant over ``days`` simulated days of ``jobs``."""
+    runner = FleetRunner(
+        description, jobs, variant, days, checkpointing=checkpointing, progress=progress
+    )
+    return runner.simulate()
