@@ -52,7 +52,11 @@ def decide(session: Session) -> CycleResult:
     failures = Failures()
     candidates: Candidates | None = None
     outcomes: dict[str, Outcome] = {}
+    yielded: list[Workload] = []
     for workload in order:
+        if workload.name in session.yielding:
+            yielded.append(workload)  # after its claimant has had its turn: see below
+            continue
         claim = session.open_claim(workload.name)
         if claim:
             # work was evicted for this one: it takes that capacity or waits for it, and never
@@ -78,6 +82,13 @@ def decide(session: Session) -> CycleResult:
                 continue
             outcome.reason += suffix
         outcomes[workload.name] = outcome
+    # Work evicted for a claimant that still waits goes last, and only onto idle capacity:
+    # served in its usual order it could take back the GPUs its eviction freed (its queue is
+    # often the more starved one) and be evicted again, every grace period.
+    for workload in yielded:
+        outcome = try_start(session, workload, failures)
+        if outcome is not None:
+            outcomes[workload.name] = outcome
     return _result(session, outcomes)
 
 

@@ -146,8 +146,10 @@ class Workload:
     started_at: float | None = None
     start_seq: int = 0
     claimant: str | None = None
-    """For releasing work: the workload its eviction made room for. That workload alone may
-    be placed on the capacity it still holds; everyone else sees it as taken."""
+    """The workload its eviction made room for. While it releases: that workload alone may be
+    placed on the capacity it still holds; everyone else sees it as taken. Once requeued and
+    while that workload still waits: it yields to it, trying only after it in each cycle, so
+    it does not take back the capacity it was evicted from (a reclaim ping-pong)."""
 
 
 @dataclass(frozen=True)

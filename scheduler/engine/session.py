@@ -134,9 +134,13 @@ class Session:
         demand = dict.fromkeys(self.queues, 0)
         allocated = dict.fromkeys(self.queues, 0)
         non_preemptible = dict.fromkeys(self.queues, 0)
+        self.yielding: set[str] = set()
+        """Requeued victims whose claimant still waits: served after everyone else."""
         for workload in snapshot.workloads:
             if workload.state is State.PENDING:
                 self.pending.append(workload)
+                if workload.claimant in pending_names:
+                    self.yielding.add(workload.name)
                 demand[workload.queue] += self.request_size(workload)
                 continue
             on_known_nodes = all(replica.node in nodes for replica in workload.placement)
@@ -161,8 +165,10 @@ class Session:
         self.ledger = Ledger(
             snapshot.nodes,
             [
-                *((w.placement, w.request.cpu_milli, w.request.memory_mib)
-                  for w in self.running.values()),
+                *(
+                    (w.placement, w.request.cpu_milli, w.request.memory_mib)
+                    for w in self.running.values()
+                ),
                 *((placement, 0, 0) for placement in claimed),
             ],
         )

@@ -219,6 +219,7 @@ class Runner:
     ) -> None:
         self.start_counter += 1
         life.state = "running"
+        life.claimant = None
         life.placement = placement
         life.started_at = now
         life.start_seq = self.start_counter
@@ -253,8 +254,7 @@ class Runner:
         life.placement = ()
         life.started_at = None
         life.ends_at = None
-        life.released_at = None
-        life.claimant = None
+        life.released_at = None  # the claimant stays: a requeued victim yields to it
 
     def _end(self, name: str, life: _Life, state: str, now: float) -> None:
         life.state = state
@@ -302,7 +302,7 @@ class Runner:
                     placement=life.placement,
                     started_at=life.started_at,
                     start_seq=life.start_seq,
-                    claimant=life.claimant if state is State.RELEASING else None,
+                    claimant=life.claimant if state in (State.RELEASING, State.PENDING) else None,
                 )
             )
         return Snapshot(tuple(self.nodes), self.scenario.queues, tuple(workloads))

@@ -308,7 +308,8 @@ class SchedulingLoop:
                     start_seq=record.start_seq,
                     claimant=(
                         str(record.claimant_id)
-                        if state is State.RELEASING and record.claimant_id is not None
+                        if state in (State.RELEASING, State.PENDING)
+                        and record.claimant_id is not None
                         else None
                     ),
                 )
@@ -352,6 +353,7 @@ class SchedulingLoop:
         record.start_seq = self._start_seq
         record.handle = None
         record.stop_reason = None
+        record.claimant_id = None
         where = describe_placement(placement)
         self.store.event(record, now, "started" if not record.is_allocation else "allocated", where)
         self.store.open_usage(record, held_gpus(placement), now)
@@ -485,8 +487,7 @@ class SchedulingLoop:
         record.placement = ()
         record.started_at = None
         record.handle = None
-        record.stop_reason = None
-        record.claimant_id = None
+        record.stop_reason = None  # claimant_id stays: a requeued victim yields to it
         if count_restart:
             record.restart_count += 1
 
@@ -521,4 +522,3 @@ class SchedulingLoop:
         """Return after the next cycle or exit, or after ``timeout`` seconds."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
-

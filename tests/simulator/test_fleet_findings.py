@@ -1,7 +1,7 @@
-"""Engine behaviour the fleet simulation found, kept as strict expected failures until the
-engine is fixed (then they pass, xfail strict fails, and the marker should go).
+"""Engine behaviour the fleet simulation found, kept as regression tests.
 
-Reclaim ping-pong at the end of a grace period: ``c`` (project a, inside its deserved quota)
+Reclaim ping-pong at the end of a grace period (fixed: a requeued victim now yields to its
+claimant, trying only after it in each cycle while the claimant waits; before the fix): ``c`` (project a, inside its deserved quota)
 reclaims ``v`` (project b, above its deserved quota). When v's grace period ends, v is
 requeued and, in the same cycle, b is served before a: b is the more starved queue, and a
 is not "inside its quota" in the service order because its head-of-line job ``h`` (a gang
@@ -44,10 +44,6 @@ PING_PONG = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a reclaim's victim retakes its GPUs when its grace period ends",
-)
 def test_a_reclaimed_workload_does_not_take_its_gpus_back_from_its_claimant():
     outcome = run_scenario(parse_scenario(PING_PONG)).to_json()
     assert outcome["workloads"]["v"]["preemptions"] == 1
