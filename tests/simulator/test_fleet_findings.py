@@ -1,13 +1,14 @@
 """Engine behaviour the fleet simulation found, kept as regression tests.
 
-Reclaim ping-pong at the end of a grace period (fixed: a requeued victim now yields to its
-claimant, trying only after it in each cycle while the claimant waits; before the fix): ``c`` (project a, inside its deserved quota)
-reclaims ``v`` (project b, above its deserved quota). When v's grace period ends, v is
-requeued and, in the same cycle, b is served before a: b is the more starved queue, and a
-is not "inside its quota" in the service order because its head-of-line job ``h`` (a gang
-that does not fit) would take it over. So v takes its own GPUs back as idle capacity, and c
-reclaims them again: every grace period, for ever. In the institute preset the whole-GPU
-reclaim baseline evicted one 8-GPU job 1,818 times in 14 simulated days this way.
+Reclaim ping-pong at the end of a grace period, fixed: a requeued victim now yields to its
+claimant, trying only after it in each cycle while the claimant waits. Before the fix, ``c``
+(project a, inside its deserved quota) reclaimed ``v`` (project b, above its deserved
+quota). When v's grace period ended, v was requeued and, in the same cycle, b was served
+before a: b is the more starved queue, and a is not "inside its quota" in the service order
+because its head-of-line job ``h`` (a gang that does not fit) would take it over. So v took
+its own GPUs back as idle capacity, and c reclaimed them again: every grace period, for
+ever. In the institute preset the whole-GPU reclaim baseline evicted one 8-GPU job 1,818
+times in 14 simulated days this way.
 """
 
 from __future__ import annotations
