@@ -324,7 +324,8 @@ def test_a_gang_starts_all_or_nothing_with_its_rendezvous(client, fake) -> None:
     started = wait_state(alice, gang["id"], "running")
     assert [r["node"] for r in started["placement"]] == [NODE, NODE]
     assert sorted(r["gpus"][0]["index"] for r in started["placement"]) == [0, 1]
-    [job] = training(fake, "jobs", gang["id"])
+    # the start is recorded before the backend creates the Job: wait for it
+    [job] = wait_for(lambda: training(fake, "jobs", gang["id"]), 10, "the gang's Job")
     assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
     pods = sorted(running_pods(fake, gang["id"], 2), key=lambda p: p["spec"]["hostname"])
     envs = [env_of(pod) for pod in pods]
