@@ -30,6 +30,7 @@ import html
 import os
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -648,15 +649,15 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-class Displayed:
+class Displayed(ABC):
     """Shown as plain text by ``str()``/``repr()`` (terminals, logs) and as HTML by Jupyter's
     ``_repr_html_`` (notebooks); subclasses give ``text()`` and ``html()``."""
 
-    def text(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def text(self) -> str: ...
 
-    def html(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def html(self) -> str: ...
 
     def __str__(self) -> str:
         return self.text()

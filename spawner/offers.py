@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from scheduler.service.access import EVERYBODY
+from scheduler.service.access import projects_of
 from spawner.profiles import GpuChoice, Profile, gpus_text
 
 EPSILON = 1e-9
@@ -52,9 +53,15 @@ class ProfileOffer:
 def user_projects(
     queues: Sequence[Mapping[str, Any]], user: str, groups: Iterable[str]
 ) -> list[ProjectUse]:
-    """The leaf queues ``user`` belongs to (by group or listed member), as the service decides
-    membership (``scheduler/service/access.py``)."""
-    groups = set(groups)
+    """The leaf queues ``user`` belongs to (by group or listed member), decided by the
+    service's own rule (``access.projects_of``) on the queue tree the service reports."""
+    parent_of = {child: q["name"] for q in queues for child in q.get("children") or ()}
+    tree = [
+        SimpleNamespace(name=q["name"], parent=q.get("parent") or parent_of.get(q["name"]))
+        for q in queues
+    ]
+    members = {queue["name"]: queue.get("members") or () for queue in queues}
+    mine = set(projects_of(user, groups, tree, members))
     return [
         ProjectUse(
             name=queue["name"],
@@ -63,8 +70,7 @@ def user_projects(
             fair_share_gpus=float(queue.get("fair_share_gpus") or 0.0),
         )
         for queue in queues
-        if not queue.get("children")
-        and (queue["name"] in groups or {user, EVERYBODY} & set(queue.get("members") or ()))
+        if queue["name"] in mine
     ]
 
 
