@@ -32,7 +32,7 @@ nothing, unless the workload is in one of the states ``ALLOWED`` lists for it):
 * ``end``: a scenario's ``finish``/``cancel`` event ends it at once, whatever it was doing.
 
 Adding a field: a request field goes into ``Request`` (the ``ask`` carries it to every
-snapshot); something the life tracks goes into ``Life`` declared with ``kept(...)``, which the
+snapshot); something the life tracks goes into ``Life`` declared with ``metadata=KEPT``, which the
 service stores under the same name (a column of that name is all it needs).
 """
 
@@ -215,14 +215,13 @@ Effect = Note | Started | Launch | Evicted | Stop | Freed | Ended
 # -- the record --------------------------------------------------------------------------------
 
 
-def kept(default: Any) -> Any:
-    """A field of the life the service stores under the same name."""
-    return field(default=default, metadata={"kept": True})
+KEPT = {"kept": True}
+"""Metadata of the fields of a life that the service stores under the same name."""
 
 
 @dataclass(eq=False)
 class Life:
-    """One workload: what it asked for (fixed) and what has happened to it (``kept`` fields)."""
+    """One workload: what it asked for (fixed) and what has happened to it (the ``KEPT`` fields)."""
 
     ask: Workload
     """As submitted; its life's fields below replace the state part in each snapshot."""
@@ -231,18 +230,18 @@ class Life:
     allocation: bool = False
     """A notebook's GPU allocation: no process; evicted means revoked, cancelled released."""
     max_runtime: float | None = None
-    state: WorkloadState = kept(WorkloadState.PENDING)
-    placement: Placement = kept(())
-    started_at: float | None = kept(None)
-    start_seq: int = kept(0)
-    claimant: str | None = kept(None)
+    state: WorkloadState = field(default=WorkloadState.PENDING, metadata=KEPT)
+    placement: Placement = field(default=(), metadata=KEPT)
+    started_at: float | None = field(default=None, metadata=KEPT)
+    start_seq: int = field(default=0, metadata=KEPT)
+    claimant: str | None = field(default=None, metadata=KEPT)
     """While preempting, and once requeued: the workload its eviction made room for."""
-    stop_reason: str | None = kept(None)
-    restart_count: int = kept(0)
-    preemptions: int = kept(0)
-    finished_at: float | None = kept(None)
-    exit_code: int | None = kept(None)
-    message: str = kept("")
+    stop_reason: str | None = field(default=None, metadata=KEPT)
+    restart_count: int = field(default=0, metadata=KEPT)
+    preemptions: int = field(default=0, metadata=KEPT)
+    finished_at: float | None = field(default=None, metadata=KEPT)
+    exit_code: int | None = field(default=None, metadata=KEPT)
+    message: str = field(default="", metadata=KEPT)
     _view: tuple[tuple, Workload] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -317,9 +316,7 @@ class Lifecycle:
         if life.name in self.lives:
             raise LifecycleError(f"can't submit workload {life.name}: it exists already")
         if life.state is not WorkloadState.PENDING or life.started_at is not None:
-            raise LifecycleError(
-                f"can't submit workload {life.name} when it is {life.state.value}"
-            )
+            raise LifecycleError(f"can't submit workload {life.name} when it is {life.state.value}")
         self.lives[life.name] = life
         return [Note(life.name, Milestone.SUBMITTED, f"to project {life.ask.queue}")]
 

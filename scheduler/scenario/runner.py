@@ -126,9 +126,7 @@ class Runner:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         immediate = scenario.grace_seconds == 0
-        self.policy = Policy(
-            scorer=scorer_named(scenario.placement), immediate_evictions=immediate
-        )
+        self.policy = Policy(scorer=scorer_named(scenario.placement), immediate_evictions=immediate)
         self.nodes: list[Node] = list(scenario.nodes)
         self.lifecycle = Lifecycle(grace_seconds=scenario.grace_seconds, immediate=immediate)
         self.specs: dict[str, WorkloadSpec] = {}
@@ -158,7 +156,9 @@ class Runner:
                 break
             now = upcoming
         final = until if until is not None else now
-        lives = {s.name: self.lives[s.name] for s in self.scenario.workloads if s.name in self.lives}
+        lives = {
+            s.name: self.lives[s.name] for s in self.scenario.workloads if s.name in self.lives
+        }
         return Outcome(final, lives, self.result, self.events)
 
     def next_instant(self, now: float) -> float | None:
@@ -272,7 +272,12 @@ class Runner:
             elif isinstance(effect, Evicted):
                 self.ends_at.pop(name, None)
                 self.events.append(
-                    {"time": now, "type": "evicted", "workload": name, "reason": effect.reason.value}
+                    {
+                        "time": now,
+                        "type": "evicted",
+                        "workload": name,
+                        "reason": effect.reason.value,
+                    }
                 )
             elif isinstance(effect, Stop):
                 if self.lives[name].state.releasing:
