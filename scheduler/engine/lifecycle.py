@@ -57,7 +57,17 @@ from scheduler.engine.model import (
 )
 
 
-class WorkloadState(str, Enum):
+class _Words(str, Enum):
+    """A str-Enum that prints as its value everywhere (``enum.StrEnum`` once 3.10 is gone)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class WorkloadState(_Words):
     """Every state a workload is in, as the API, the store, the panel and the CLI spell it."""
 
     PENDING = "pending"
@@ -124,7 +134,7 @@ _ENGINE = {
 }
 
 
-class Milestone(str, Enum):
+class Milestone(_Words):
     """History lines that are not states (those that are use the state's own name)."""
 
     SUBMITTED = "submitted"
@@ -146,6 +156,20 @@ ALLOWED: dict[str, frozenset[WorkloadState]] = {
     "end": frozenset(ACTIVE_STATES),
 }
 """Rule 1: the states each transition may start from; everything else is refused."""
+CANCELLABLE = tuple(state for state in WorkloadState if state in ALLOWED["cancel"])
+"""What an owner may cancel (an allocation is never preempting: it is revoked at once)."""
+
+
+def vocabulary() -> dict[str, Any]:
+    """The states and their groups as JSON, for code that cannot import this module: the
+    panel's JavaScript reads them from the page (``data-states``)."""
+    return {
+        "names": {state.name: state.value for state in WorkloadState},
+        "active": [state.value for state in ACTIVE_STATES],
+        "final": [state.value for state in FINAL_STATES],
+        "holding": [state.value for state in HOLDING_STATES],
+        "cancellable": [state.value for state in CANCELLABLE],
+    }
 
 
 class LifecycleError(Exception):

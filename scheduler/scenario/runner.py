@@ -35,6 +35,7 @@ from scheduler.engine.lifecycle import (
     Launch,
     Life,
     Lifecycle,
+    Milestone,
     Started,
     Stop,
     WorkloadState,
@@ -256,7 +257,7 @@ class Runner:
                 nodes = list(dict.fromkeys(replica.node for replica in effect.placement))
                 event: dict[str, Any] = {
                     "time": now,
-                    "type": "started",
+                    "type": Milestone.STARTED.value,
                     "workload": name,
                     "node": nodes[0] if nodes else None,
                 }

@@ -15,15 +15,26 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from scheduler.engine import GpuShare, Kind, Placement, Queue, ReplicaPlacement, Request, Workload
-from scheduler.engine.lifecycle import ACTIVE_STATES, FINAL_STATES, KEPT_FIELDS, Life, WorkloadState
+from scheduler.engine import (
+    GpuShare,
+    Kind,
+    Placement,
+    Queue,
+    ReplicaPlacement,
+    Request,
+    Workload,
+    lifecycle,
+)
+from scheduler.engine.lifecycle import KEPT_FIELDS, Life, WorkloadState
 
 
 class Base(DeclarativeBase):
     pass
 
 
-__all__ = ["ACTIVE_STATES", "FINAL_STATES"]  # the lifecycle's, kept here for the store's callers
+ACTIVE_STATES = tuple(state.value for state in lifecycle.ACTIVE_STATES)
+"""States the scheduler still acts on, as stored; every other state is final."""
+FINAL_STATES = tuple(state.value for state in lifecycle.FINAL_STATES)
 
 
 class WorkloadRecord(Base):
