@@ -32,6 +32,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from hub.upharness import Up  # noqa: E402
 
+from scheduler.engine.lifecycle import WorkloadState  # noqa: E402
+
 GRANT = re.compile(
     r"\[I (\S+ \S+) JupyterHub mixin:\d+\] (\w+): (Asking FracHub|GPU share granted)"
 )
@@ -85,7 +87,7 @@ def main() -> int:
             up.start_server("bob", {"profile": "gpu", "gpus": 0.5})
             wait(lambda: (up.server("bob") or {}).get("ready"))
             up.start_server("alice", {"profile": "gpu", "gpus": 0.5}, name="second")
-            wait(lambda: up.allocations("alice", ["pending"]) != [])
+            wait(lambda: up.allocations("alice", [WorkloadState.PENDING]) != [])
             freed = time.monotonic()
             up.stop_server("bob")
             wait(lambda: (up.server("alice", "second") or {}).get("ready"))
@@ -93,7 +95,7 @@ def main() -> int:
 
             started = time.monotonic()
             up.stop_server("alice")
-            wait(lambda: len(up.allocations("alice", ["running"])) == 1)
+            wait(lambda: len(up.allocations("alice", [WorkloadState.RUNNING])) == 1)
             stop.append(time.monotonic() - started)
             up.stop_server("alice", "second")
         frachub = frachub_part(up.log_text(), "alice")

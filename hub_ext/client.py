@@ -41,6 +41,13 @@ import httpx
 
 from hub_ext.scopes import API_PATH, SERVICE_PREFIX
 from scheduler import __version__
+from scheduler.engine.lifecycle import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    HOLDING_STATES,
+    RELEASING_STATES,
+    WorkloadState,
+)
 
 URL_ENV = "FRACHUB_URL"
 TOKEN_ENV = "FRACHUB_TOKEN"
@@ -48,10 +55,6 @@ SERVER_TOKEN_ENV = "JUPYTERHUB_API_TOKEN"  # a notebook server's own token
 PROJECT_ENV = "FRACHUB_PROJECT"
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
-ACTIVE_STATES = ("pending", "running", "preempting", "cancelling", "stopping")
-FINAL_STATES = ("succeeded", "failed", "cancelled", "released", "revoked")
-# states in which a workload holds GPUs (every active state but pending)
-HOLDING_STATES = ("running", "preempting", "cancelling", "stopping")
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -421,9 +424,10 @@ class FracHubClient:
             report(workload)
             if workload["state"] not in ACTIVE_STATES:
                 break
-            if workload["state"] != "pending" and self.logs(workload_id, tail=1, replica=replica):
+            pending = workload["state"] == WorkloadState.PENDING
+            if not pending and self.logs(workload_id, tail=1, replica=replica):
                 break
-            time.sleep(poll if workload["state"] == "pending" else min(poll, 0.2))
+            time.sleep(poll if pending else min(poll, 0.2))
         params = {**_log_params(tail, replica), "follow": "1"}
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
         try:
@@ -565,10 +569,10 @@ def format_state(workload: Mapping[str, Any]) -> str:
     """The state with what matters most about it: the queue position while pending, the
     exit code of a failed job."""
     state = workload["state"]
-    if state == "pending" and workload.get("queue_position"):
-        return f"pending #{workload['queue_position']}"
-    if state == "failed" and workload.get("exit_code") is not None:
-        return f"failed ({workload['exit_code']})"
+    if state == WorkloadState.PENDING and workload.get("queue_position"):
+        return f"{state} #{workload['queue_position']}"
+    if state == WorkloadState.FAILED and workload.get("exit_code") is not None:
+        return f"{state} ({workload['exit_code']})"
     return state
 
 
@@ -617,9 +621,9 @@ def format_command(command: str | Sequence[str] | None) -> str:
 def info_text(workload: Mapping[str, Any]) -> str:
     """One short line of what a reader wants to know next: why it waits, why it ended."""
     state = workload["state"]
-    if state == "pending":
+    if state == WorkloadState.PENDING:
         return workload.get("pending_reason") or ""
-    if state in FINAL_STATES or state in ("preempting", "cancelling", "stopping"):
+    if state in FINAL_STATES or state in RELEASING_STATES:
         return workload.get("message") or ""
     return ""
 
@@ -632,16 +636,16 @@ def now_utc() -> datetime:
 # --- display objects ----------------------------------------------------------------------------
 
 _STATE_COLOURS = {
-    "running": "#1a7f37",
-    "succeeded": "#1a7f37",
-    "pending": "#9a6700",
-    "preempting": "#9a6700",
-    "cancelling": "#9a6700",
-    "stopping": "#9a6700",
-    "failed": "#cf222e",
-    "revoked": "#cf222e",
-    "cancelled": "#57606a",
-    "released": "#57606a",
+    WorkloadState.RUNNING: "#1a7f37",
+    WorkloadState.SUCCEEDED: "#1a7f37",
+    WorkloadState.PENDING: "#9a6700",
+    WorkloadState.PREEMPTING: "#9a6700",
+    WorkloadState.CANCELLING: "#9a6700",
+    WorkloadState.STOPPING: "#9a6700",
+    WorkloadState.FAILED: "#cf222e",
+    WorkloadState.REVOKED: "#cf222e",
+    WorkloadState.CANCELLED: "#57606a",
+    WorkloadState.RELEASED: "#57606a",
 }
 
 
@@ -804,7 +808,7 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
     """Everything about one workload: request, state, placement and history."""
     w = workload
     state = format_state(w)
-    if w["state"] == "pending" and w.get("pending_reason"):
+    if w["state"] == WorkloadState.PENDING and w.get("pending_reason"):
         state += f": {w['pending_reason']}"
     fields: list[tuple[str, str]] = [
         ("State", state),
@@ -931,14 +935,14 @@ def state_line(workload: Mapping[str, Any]) -> str:
     w = workload
     head = f"job {w['id']} ({w['name']})"
     state = w["state"]
-    if state == "pending":
+    if state == WorkloadState.PENDING:
         where = f"#{w['queue_position']} in queue {w['project']}" if w.get("queue_position") else ""
         reason = w.get("pending_reason") or ""
         detail = "; ".join(part for part in (where, reason) if part)
         return f"{head} is pending" + (f": {detail}" if detail else "")
-    if state in ("running", "preempting", "cancelling", "stopping"):
+    if state in HOLDING_STATES:
         return f"{head} is {state} on {format_placement(w)}"
-    if state == "failed":
+    if state == WorkloadState.FAILED:
         ending = f"{head} failed"
         if w.get("exit_code") is not None:
             ending += f" with exit code {w['exit_code']}"

@@ -33,6 +33,7 @@ from hub_ext.client import (
     FracHubError,
     NotConfigured,
     Table,
+    WorkloadState,
     connect,
     describe_report,
     jobs_table,
@@ -272,7 +273,7 @@ def jobs_view(
 
 def cancelled_text(workload: dict[str, Any]) -> str:
     head = f"job {workload['id']} ({workload['name']})"
-    if workload["state"] == "cancelling":
+    if workload["state"] == WorkloadState.CANCELLING:
         return (
             f"Cancelling {head}: it was asked to stop (SIGTERM, then SIGKILL after the grace "
             "period)"

@@ -37,12 +37,12 @@ from hub_ext.paths import TEMPLATES_DIR
 from hub_ext.scopes import SERVER_TOKEN_SCOPES
 from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
+from scheduler.engine.lifecycle import FINAL_STATES, WorkloadState
 from scheduler.engine.model import GpuShare, ReplicaPlacement
 from spawner.offers import offers, user_projects
 from spawner.profiles import InvalidOption, Profile, Selection, parse_profiles, resolve
 from spawner.service_api import FracHubAPI, ServiceError
 
-ENDED = ("succeeded", "failed", "cancelled", "released", "revoked")
 RELEASE_RETRY_SECONDS = 600.0
 RETRIES: set[asyncio.Future] = set()  # background releases, kept referenced until done
 WAIT_STEP = 30.0  # seconds per long-poll; the hub's start_timeout bounds the whole wait
@@ -322,7 +322,7 @@ class FracSpawnerMixin(Configurable):
 
     async def _frachub_wait(self, allocation: dict[str, Any]) -> dict[str, Any]:
         last_key = None
-        while allocation["state"] == "pending":
+        while allocation["state"] == WorkloadState.PENDING:
             key = (allocation.get("queue_position"), allocation.get("pending_reason"))
             if key != last_key:
                 last_key = key
@@ -352,7 +352,7 @@ class FracSpawnerMixin(Configurable):
                     continue
                 raise self._refusal(error) from None
             self.allocation = allocation
-        if allocation["state"] != "running":
+        if allocation["state"] != WorkloadState.RUNNING:
             raise SpawnException(
                 f"the GPU allocation ended before the server started: {allocation['state']}"
                 + (f" ({allocation['message']})" if allocation.get("message") else ""),
@@ -439,7 +439,7 @@ class FracSpawnerMixin(Configurable):
                 self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]
             return status
         self.allocation = allocation
-        if allocation["state"] not in ENDED:
+        if allocation["state"] not in FINAL_STATES:
             return status
         self.log.info(  # type: ignore[attr-defined]
             "stopping %s: its GPU allocation %s is %s%s",

@@ -1,8 +1,9 @@
 """Drive the real engine through simulated days, once per variant, and record what happened.
 
-``FleetRunner`` *is* the scenario runner (``scheduler.scenario.runner.Runner``): the same
-instants, the same cycles-until-settled, the same grace periods, claimant links and
-requeues. It adds only what a fleet needs, through the runner's own hooks:
+``FleetRunner`` *is* the scenario runner (``scheduler.scenario.runner.Runner``), and so the
+product's own lifecycle (``scheduler.engine.lifecycle``): the same instants, the same
+cycles-until-settled, the same grace periods, claimant links and requeues. It adds only
+what a fleet needs, through the runner's public hooks:
 
 * arrivals are admitted when their time comes, and finished work is forgotten, so each
   instant costs what is active, not what the whole run ever held;
@@ -20,13 +21,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from scheduler.engine import Kind, Placement
+from scheduler.engine import Kind
 from scheduler.engine.fairshare import deserved_quotas, fair_shares
-from scheduler.engine.model import MILLI, EvictReason
+from scheduler.engine.lifecycle import Effect, Ended, Evicted, Started, WorkloadState
+from scheduler.engine.model import MILLI
 from scheduler.fleet.description import DAY, Description
 from scheduler.fleet.variants import Variant, variant_gpus, variant_queues, variant_spec
 from scheduler.fleet.workload import Job
-from scheduler.scenario.runner import Runner, _Life  # _Life: the runner's record of a workload
+from scheduler.scenario.runner import Runner
 from scheduler.scenario.spec import Scenario
 
 Progress = Callable[[int, int], None]
@@ -135,7 +137,7 @@ class FleetRunner(Runner):
 
     # -- the runner's hooks -------------------------------------------------------------------
 
-    def _instant(self, now: float) -> None:
+    def before_instant(self, now: float) -> None:
         day = int(now // DAY)
         if day != self.day:
             self.day = day
@@ -143,15 +145,15 @@ class FleetRunner(Runner):
                 self.progress(day + 1, self.days)
         self._admit(now)
         self._give_up(now)
-        super()._instant(now)
-        self._sample(now)
-        for name in [
-            n for n, life in self.lives.items() if life.state in ("succeeded", "cancelled")
-        ]:
-            del self.lives[name]
 
-    def _next_instant(self, now: float) -> float | None:
-        times = [super()._next_instant(now)]
+    def after_instant(self, now: float) -> None:
+        self._sample(now)
+        for name in [name for name, life in self.lives.items() if life.state.final]:
+            self.lifecycle.forget(name)
+            del self.specs[name]
+
+    def next_instant(self, now: float) -> float | None:
+        times = [super().next_instant(now)]
         if self.admitted < len(self.arrivals):
             times.append(self.arrivals[self.admitted].at)
         while self.deadlines and self.records[self.deadlines[0][1]].first_start is not None:
@@ -160,42 +162,37 @@ class FleetRunner(Runner):
             times.append(self.deadlines[0][0])
         return min((t for t in times if t is not None and t > now), default=None)
 
-    def _started(
-        self, name: str, life: _Life, placement: Placement, now: float, announce: bool = True
-    ) -> None:
-        super()._started(name, life, placement, now, announce)
+    def run_time(self, name: str, now: float) -> float | None:
+        """Training runs its remaining work: what its checkpoints kept is not done again."""
         record = self.records[name]
-        if record.first_start is None:
-            record.first_start = now
-        record.run_started = now
         if record.job.kind is Kind.TRAINING:
-            life.ends_at = now + record.job.duration - record.progress
+            return record.job.duration - record.progress
+        return super().run_time(name, now)
 
-    def _evicted(self, name: str, life: _Life, reason: EvictReason, now: float) -> None:
-        record = self.records[name]
-        ran = now - (record.run_started if record.run_started is not None else now)
-        every = record.job.checkpoint_seconds if self.checkpointing else None
-        saved = math.floor(ran / every) * every if every else 0.0
-        record.progress += saved
-        record.evictions.append((now, reason.value, (ran - saved) * record.held))
-        record.run_started = None
-        super()._evicted(name, life, reason, now)
-
-    def _end(self, name: str, life: _Life, state: str, now: float) -> None:
-        super()._end(name, life, state, now)
-        record = self.records[name]
-        record.ended = now
-        record.abandoned = state == "cancelled"
-        if record.job.kind is Kind.INTERACTIVE:
-            self.notebook_units[record.job.project] -= record.held
+    def on_effect(self, effect: Effect, now: float) -> None:
+        record = self.records[effect.name]
+        if isinstance(effect, Started):
+            if record.first_start is None:
+                record.first_start = now
+            record.run_started = now
+        elif isinstance(effect, Evicted):
+            ran = now - (record.run_started if record.run_started is not None else now)
+            every = record.job.checkpoint_seconds if self.checkpointing else None
+            saved = math.floor(ran / every) * every if every else 0.0
+            record.progress += saved
+            record.evictions.append((now, effect.reason.value, (ran - saved) * record.held))
+            record.run_started = None
+        elif isinstance(effect, Ended):
+            record.ended = now
+            record.abandoned = effect.state is WorkloadState.CANCELLED
+            if record.job.kind is Kind.INTERACTIVE:
+                self.notebook_units[record.job.project] -= record.held
 
     # -- the fleet's additions ----------------------------------------------------------------
 
     def _admit(self, now: float) -> None:
         while self.admitted < len(self.arrivals) and self.arrivals[self.admitted].at <= now:
             job = self.arrivals[self.admitted]
-            self.lives[job.name] = _Life(variant_spec(self.variant, job), self.admitted)
-            self.admitted += 1
             record = self.records[job.name]
             if job.kind is Kind.INTERACTIVE:
                 units = self.notebook_units[job.project] + record.held
@@ -203,13 +200,15 @@ class FleetRunner(Runner):
                 self.notebook_units[job.project] = units
                 if job.patience_seconds is not None:
                     heapq.heappush(self.deadlines, (job.at + job.patience_seconds, job.name))
+            self.submit(self.admitted, variant_spec(self.variant, job), now)
+            self.admitted += 1
 
     def _give_up(self, now: float) -> None:
         while self.deadlines and self.deadlines[0][0] <= now:
             _, name = heapq.heappop(self.deadlines)
             life = self.lives.get(name)
-            if life is not None and life.state == "pending":
-                self._end(name, life, "cancelled", now)
+            if life is not None and life.state is WorkloadState.PENDING:
+                self._carry_out(self.lifecycle.cancel(name, now), now)
 
     def _sample(self, now: float) -> None:
         index = {name: i for i, name in enumerate(self.projects)}
@@ -219,11 +218,11 @@ class FleetRunner(Runner):
         for name, life in self.lives.items():
             record = self.records[name]
             i = index[record.job.project]
-            if life.state in ("running", "releasing"):
+            if life.state.holding:
                 held[i] += record.held
-                if life.state == "running":
+                if life.state is WorkloadState.RUNNING:
                     asked += record.job.size
-            if life.state in ("running", "releasing", "pending"):
+            if life.state.active:
                 demand[i] += record.held
         fair = fair_shares(
             self.org_queues,

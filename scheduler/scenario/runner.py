@@ -1,11 +1,15 @@
 """Drive the engine through a scenario's simulated time.
 
-The runner plays the part the service plays in production: it owns the
-workloads' lifecycle (submit, finish, cancel, requeue after eviction, grace
-periods, lost nodes), builds a snapshot at each instant, calls ``run_cycle``
-until a cycle decides nothing, and applies the decisions. Time jumps from one
-instant where something can change to the next: a submission, an event, a
-workload's end, a grace period's end, or a min_runtime protection ending.
+The runner plays the part the service plays in production, through the same lifecycle
+(``scheduler.engine.lifecycle``): it submits workloads when their time comes, runs cycles
+until one decides nothing, and carries out the lifecycle's effects in simulated time: a
+launched process ends after its duration, a stopped one releases its GPUs after the grace
+period. Time jumps from one instant where something can change to the next: a submission,
+an event, a workload's end, a grace period's end, or a min_runtime protection ending.
+
+Subclasses (the fleet simulator, the property tests' observer) extend it through the public
+hooks ``before_instant``, ``after_instant``, ``after_cycle``, ``on_effect``, ``run_time`` and
+``next_instant``.
 """
 
 from __future__ import annotations
@@ -15,23 +19,30 @@ from typing import Any
 
 from scheduler.engine import (
     CycleResult,
-    Evict,
-    EvictReason,
-    Move,
     Node,
     Placement,
     Policy,
     Snapshot,
-    Start,
-    State,
     Workload,
     run_cycle,
     scorer_named,
 )
 from scheduler.engine.ledger import Ledger
+from scheduler.engine.lifecycle import (
+    Effect,
+    Ended,
+    Evicted,
+    Launch,
+    Life,
+    Lifecycle,
+    Milestone,
+    Started,
+    Stop,
+    WorkloadState,
+)
 from scheduler.engine.model import MILLI
 from scheduler.engine.placement import place
-from scheduler.scenario.spec import Scenario, WorkloadSpec
+from scheduler.scenario.spec import EventSpec, Scenario, WorkloadSpec
 
 MAX_CYCLES_PER_INSTANT = 1000
 """Rule 8 says cycles settle; a runaway loop is an engine bug and is reported as one."""
@@ -42,49 +53,34 @@ class Unsettled(RuntimeError):
 
 
 @dataclass
-class _Life:
-    """One workload's life in the scenario."""
-
-    spec: WorkloadSpec
-    seq: int
-    state: str = "waiting"  # not yet submitted
-    placement: Placement = ()
-    started_at: float | None = None
-    start_seq: int = 0
-    ends_at: float | None = None
-    released_at: float | None = None
-    claimant: str | None = None
-    preemptions: int = 0
-    reason: str | None = None
-    position: int | None = None
-
-
-@dataclass
 class Outcome:
     """What ``run`` returns; ``to_json`` gives the documented output."""
 
     time: float
-    lives: dict[str, _Life]
+    lives: dict[str, Life]
     result: CycleResult | None
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        pending = self.result.pending if self.result is not None else {}
         workloads: dict[str, Any] = {}
         for name, life in self.lives.items():
-            if life.state == "waiting":
-                continue
-            state = "running" if life.state == "releasing" else life.state
+            # a workload giving its GPUs back still holds them: the scenario shows it running
+            state = WorkloadState.RUNNING if life.state.releasing else life.state
             entry: dict[str, Any] = {
-                "state": state,
-                "queue": life.spec.queue,
+                "state": state.value,
+                "queue": life.ask.queue,
                 "preemptions": life.preemptions,
-                "placement": _placement_json(life.placement) if state == "running" else [],
+                "placement": (
+                    _placement_json(life.placement) if state is WorkloadState.RUNNING else []
+                ),
             }
-            if state == "running":
+            if state is WorkloadState.RUNNING:
                 entry["started_at"] = life.started_at
-            if state == "pending":
-                entry["pending_reason"] = life.reason
-                entry["queue_position"] = life.position
+            if state is WorkloadState.PENDING:
+                waiting = pending.get(name)
+                entry["pending_reason"] = waiting.reason if waiting else None
+                entry["queue_position"] = waiting.position if waiting else None
             workloads[name] = entry
         queues = {}
         if self.result is not None:
@@ -110,202 +106,204 @@ def _placement_json(placement: Placement) -> list[dict[str, Any]]:
     ]
 
 
+def life_of(spec: WorkloadSpec, seq: int) -> Life:
+    """A scenario workload as the lifecycle keeps it; ``seq`` is its submission order."""
+    ask = Workload(
+        name=spec.name,
+        queue=spec.queue,
+        kind=spec.kind,
+        request=spec.request,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        submitted_at=spec.at,
+        seq=seq,
+        min_runtime=spec.min_runtime,
+        user=spec.user,
+    )
+    return Life(ask, title=spec.name)
+
+
 class Runner:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.policy = Policy(
-            scorer=scorer_named(scenario.placement), immediate_evictions=scenario.grace_seconds == 0
-        )
+        immediate = scenario.grace_seconds == 0
+        self.policy = Policy(scorer=scorer_named(scenario.placement), immediate_evictions=immediate)
         self.nodes: list[Node] = list(scenario.nodes)
-        self.lives = {spec.name: _Life(spec, seq) for seq, spec in enumerate(scenario.workloads)}
+        self.lifecycle = Lifecycle(grace_seconds=scenario.grace_seconds, immediate=immediate)
+        self.specs: dict[str, WorkloadSpec] = {}
+        """Every submitted workload's spec (its duration is simulated here)."""
+        self.unsubmitted = list(enumerate(scenario.workloads))
+        self.ends_at: dict[str, float] = {}
+        """Running work whose process ends by itself: when."""
+        self.released_at: dict[str, float] = {}
+        """Preempting work: when its grace period ends and it gives its GPUs back."""
         self.events: list[dict[str, Any]] = []
-        self.start_counter = 0
         self.result: CycleResult | None = None
+
+    @property
+    def lives(self) -> dict[str, Life]:
+        return self.lifecycle.lives
 
     # -- the timeline ---------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        self._begin_running()
+        self.begin_running()
         until = self.scenario.run_until
         now = 0.0
         while True:
-            self._instant(now)
-            upcoming = self._next_instant(now)
+            self.instant(now)
+            upcoming = self.next_instant(now)
             if upcoming is None or (until is not None and upcoming > until):
                 break
             now = upcoming
         final = until if until is not None else now
-        return Outcome(final, self.lives, self.result, self.events)
+        lives = {
+            s.name: self.lives[s.name] for s in self.scenario.workloads if s.name in self.lives
+        }
+        return Outcome(final, lives, self.result, self.events)
 
-    def _next_instant(self, now: float) -> float | None:
-        times = [spec.at for spec in self.scenario.workloads if spec.at > now]
+    def next_instant(self, now: float) -> float | None:
+        """The next time something can change after ``now``, if any."""
+        times = [spec.at for _, spec in self.unsubmitted if spec.at > now]
         times += [event.at for event in self.scenario.events if event.at > now]
-        for life in self.lives.values():
-            if life.state == "running" and life.ends_at is not None:
-                times.append(life.ends_at)
-            if life.state == "releasing" and life.released_at is not None:
-                times.append(life.released_at)
+        times += self.ends_at.values()
+        times += self.released_at.values()
         if self.result is not None and self.result.next_wakeup is not None:
             times.append(self.result.next_wakeup)
         later = [t for t in times if t > now]
         return min(later, default=None)
 
-    def _instant(self, now: float) -> None:
-        for life in self.lives.values():
-            if (
-                life.state == "releasing"
-                and life.released_at is not None
-                and life.released_at <= now
-            ):
-                self._requeue(life)
-        for name, life in self.lives.items():
-            if life.state == "running" and life.ends_at is not None and life.ends_at <= now:
-                self._end(name, life, "succeeded", now)
+    def instant(self, now: float) -> None:
+        """Everything that happens at ``now``, then cycles until the engine settles."""
+        self.before_instant(now)
+        for name in self._due(self.released_at, now):
+            self._carry_out(self.lifecycle.exited(name, now), now)
+        for name in self._due(self.ends_at, now):
+            self._carry_out(self.lifecycle.exited(name, now, exit_code=0), now)
         for event in self.scenario.events:
             if event.at == now:
                 self._apply_event(event, now)
-        for life in self.lives.values():
-            if life.state == "waiting" and life.spec.at <= now:
-                life.state = "pending"
+        due = [item for item in self.unsubmitted if item[1].at <= now]
+        if due:
+            self.unsubmitted = [item for item in self.unsubmitted if item[1].at > now]
+            for seq, spec in due:
+                self.submit(seq, spec, now)
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            self.result = run_cycle(self._snapshot(), now, self.policy)
+            snapshot = self.snapshot()
+            self.result = run_cycle(snapshot, now, self.policy)
             if not self.result.decisions:
                 break
-            self._apply(self.result, now)
+            self._carry_out(self.lifecycle.apply(self.result, now), now)
+            self.after_cycle(snapshot, self.result, now)
         else:
             raise Unsettled(f"the engine did not settle at t={now:g}s")
-        for name, life in self.lives.items():
-            pending = self.result.pending.get(name)
-            life.reason = pending.reason if pending else None
-            life.position = pending.position if pending else None
+        self.after_instant(now)
 
-    def _begin_running(self) -> None:
+    def _due(self, times: dict[str, float], now: float) -> list[str]:
+        """Names whose time has come (taken out of ``times``), in submission order."""
+        due = [name for name, at in times.items() if at <= now]
+        for name in due:
+            del times[name]
+        return sorted(due, key=lambda name: self.lives[name].ask.seq)
+
+    def submit(self, seq: int, spec: WorkloadSpec, now: float) -> None:
+        """``spec`` joins the back of its queue; ``seq`` orders it among the others."""
+        self.specs[spec.name] = spec
+        self._carry_out(self.lifecycle.submit(life_of(spec, seq), now), now)
+
+    def snapshot(self) -> Snapshot:
+        return self.lifecycle.snapshot(tuple(self.nodes), self.scenario.queues)
+
+    def begin_running(self) -> None:
         """Workloads that begin running are started at time 0 in file order."""
         ledger = Ledger(self.nodes)
         scorer = scorer_named(self.scenario.placement)
-        for life in self.lives.values():
-            if life.spec.running and life.spec.placement:
-                ledger.take(
-                    life.spec.placement, life.spec.request.cpu_milli, life.spec.request.memory_mib
+        for _, spec in self.unsubmitted:
+            if spec.running and spec.placement:
+                ledger.take(spec.placement, spec.request.cpu_milli, spec.request.memory_mib)
+        for seq, spec in list(self.unsubmitted):
+            if not spec.running:
+                continue
+            self.unsubmitted.remove((seq, spec))
+            self.submit(seq, spec, 0.0)
+            placement = spec.placement or place(ledger, spec.request, scorer)
+            if placement is not None:  # else it does not fit: it waits like any other
+                self._carry_out(self.lifecycle.start(spec.name, placement, 0.0), 0.0, False)
+
+    # -- hooks for subclasses -------------------------------------------------------------
+
+    def before_instant(self, now: float) -> None:
+        """Called first at each instant, before anything the scenario itself does."""
+
+    def after_instant(self, now: float) -> None:
+        """Called once the engine has settled at ``now``."""
+
+    def after_cycle(self, snapshot: Snapshot, result: CycleResult, now: float) -> None:
+        """Called after each cycle that decided something, once its decisions are applied."""
+
+    def on_effect(self, effect: Effect, now: float) -> None:
+        """Called for every effect of the lifecycle, after the runner has carried it out."""
+
+    def run_time(self, name: str, now: float) -> float | None:
+        """How long a process launched now runs until it ends by itself (None: never)."""
+        return self.specs[name].duration
+
+    # -- carrying out ---------------------------------------------------------------------
+
+    def _carry_out(self, effects: list[Effect], now: float, announce: bool = True) -> None:
+        for effect in effects:
+            name = effect.name
+            if isinstance(effect, Started) and announce:
+                nodes = list(dict.fromkeys(replica.node for replica in effect.placement))
+                event: dict[str, Any] = {
+                    "time": now,
+                    "type": Milestone.STARTED.value,
+                    "workload": name,
+                    "node": nodes[0] if nodes else None,
+                }
+                if len(nodes) > 1:
+                    event["nodes"] = nodes
+                self.events.append(event)
+            elif isinstance(effect, Launch):
+                run = self.run_time(name, now)
+                if run is None:
+                    self.ends_at.pop(name, None)
+                else:
+                    self.ends_at[name] = now + run
+            elif isinstance(effect, Evicted):
+                self.ends_at.pop(name, None)
+                self.events.append(
+                    {
+                        "time": now,
+                        "type": "evicted",
+                        "workload": name,
+                        "reason": effect.reason.value,
+                    }
                 )
-        for name, life in self.lives.items():
-            if not life.spec.running:
-                continue
-            placement = life.spec.placement or place(ledger, life.spec.request, scorer)
-            if placement is None:
-                life.state = "pending"  # does not fit: it waits like any other
-                continue
-            self._started(name, life, placement, 0.0, announce=False)
+            elif isinstance(effect, Stop):
+                if self.lives[name].state.releasing:
+                    self.released_at[name] = now + effect.grace
+            elif isinstance(effect, Ended):
+                self.ends_at.pop(name, None)
+                self.released_at.pop(name, None)
+                self.events.append({"time": now, "type": effect.state.value, "workload": name})
+            self.on_effect(effect, now)
 
-    # -- applying -------------------------------------------------------------------------
-
-    def _apply(self, result: CycleResult, now: float) -> None:
-        for decision in result.decisions:
-            life = self.lives[decision.workload]
-            if isinstance(decision, Start):
-                if life.state == "pending":
-                    self._started(decision.workload, life, decision.placement, now)
-            elif isinstance(decision, Evict):
-                self._evicted(decision.workload, life, decision.reason, now)
-                life.claimant = decision.claimant
-            elif isinstance(decision, Move):
-                self._evicted(decision.workload, life, EvictReason.CONSOLIDATE, now)
-                life.claimant = decision.claimant
-                if life.state == "pending":
-                    self._started(decision.workload, life, decision.placement, now)
-
-    def _started(
-        self, name: str, life: _Life, placement: Placement, now: float, announce: bool = True
-    ) -> None:
-        self.start_counter += 1
-        life.state = "running"
-        life.claimant = None
-        life.placement = placement
-        life.started_at = now
-        life.start_seq = self.start_counter
-        duration = life.spec.duration
-        life.ends_at = None if duration is None else now + duration
-        if announce:
-            nodes = list(dict.fromkeys(replica.node for replica in placement))
-            event: dict[str, Any] = {
-                "time": now,
-                "type": "started",
-                "workload": name,
-                "node": nodes[0] if nodes else None,
-            }
-            if len(nodes) > 1:
-                event["nodes"] = nodes
-            self.events.append(event)
-
-    def _evicted(self, name: str, life: _Life, reason: EvictReason, now: float) -> None:
-        life.preemptions += 1
-        self.events.append(
-            {"time": now, "type": "evicted", "workload": name, "reason": reason.value}
-        )
-        node_gone = reason is EvictReason.NODE_LOST
-        if self.scenario.grace_seconds > 0 and not node_gone:
-            life.state = "releasing"
-            life.released_at = now + self.scenario.grace_seconds
-        else:
-            self._requeue(life)
-
-    def _requeue(self, life: _Life) -> None:
-        life.state = "pending"
-        life.placement = ()
-        life.started_at = None
-        life.ends_at = None
-        life.released_at = None  # the claimant stays: a requeued victim yields to it
-
-    def _end(self, name: str, life: _Life, state: str, now: float) -> None:
-        life.state = state
-        life.placement = ()
-        life.ends_at = None
-        self.events.append({"time": now, "type": state, "workload": name})
-
-    def _apply_event(self, event, now: float) -> None:
+    def _apply_event(self, event: EventSpec, now: float) -> None:
         if event.action == "add_node":
+            assert event.node is not None
             self.nodes.append(event.node)
         elif event.action == "remove_node":
             self.nodes = [node for node in self.nodes if node.name != event.target]
         else:
-            life = self.lives[event.target]
-            if life.state in ("succeeded", "cancelled", "failed"):
+            if event.target not in self.lives:  # ended before its time came: never submitted
+                seq, spec = next(item for item in self.unsubmitted if item[1].name == event.target)
+                self.unsubmitted.remove((seq, spec))
+                self.submit(seq, spec, now)
+            if self.lives[event.target].state.final:
                 return
-            self._end(
-                event.target, life, "succeeded" if event.action == "finish" else "cancelled", now
-            )
-
-    def _snapshot(self) -> Snapshot:
-        workloads = []
-        for name, life in self.lives.items():
-            state = {
-                "pending": State.PENDING,
-                "running": State.RUNNING,
-                "releasing": State.RELEASING,
-            }.get(life.state)
-            if state is None:
-                continue
-            spec = life.spec
-            workloads.append(
-                Workload(
-                    name=name,
-                    queue=spec.queue,
-                    kind=spec.kind,
-                    request=spec.request,
-                    priority=spec.priority,
-                    preemptible=spec.preemptible,
-                    submitted_at=spec.at,
-                    seq=life.seq,
-                    min_runtime=spec.min_runtime,
-                    user=spec.user,
-                    state=state,
-                    placement=life.placement,
-                    started_at=life.started_at,
-                    start_seq=life.start_seq,
-                    claimant=life.claimant if state in (State.RELEASING, State.PENDING) else None,
-                )
-            )
-        return Snapshot(tuple(self.nodes), self.scenario.queues, tuple(workloads))
+            state = WorkloadState.SUCCEEDED if event.action == "finish" else WorkloadState.CANCELLED
+            self._carry_out(self.lifecycle.end(event.target, now, state), now)
 
 
 def run_scenario(scenario: Scenario) -> Outcome:

@@ -26,6 +26,7 @@ from scheduler.engine import (
     Request,
     default_priority,
 )
+from scheduler.engine.lifecycle import WorkloadState
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     InvalidSpec,
@@ -256,14 +257,15 @@ def _workloads(
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
         state = entry.get("state")
-        if state not in (None, "pending", "running"):
+        if state not in (None, WorkloadState.PENDING, WorkloadState.RUNNING):
             raise InvalidSpec(f"{where}.state", f"must be running, pending or null, got {state!r}")
+        running = state == WorkloadState.RUNNING
         at = number_field(entry, "at", where, 0)
-        if state == "running" and at != 0:
+        if running and at != 0:
             raise InvalidSpec(f"{where}.at", "a workload that begins running must have at: 0")
         placement = None
         if entry.get("placement") is not None:
-            if state != "running":
+            if not running:
                 raise InvalidSpec(f"{where}.placement", "only a running workload has a placement")
             placement = _placement(entry["placement"], f"{where}.placement", request, node_index)
         user = entry.get("user")
@@ -282,7 +284,7 @@ def _workloads(
                 duration=number_field(
                     entry, "duration", where, None, optional=True, strictly_positive=True
                 ),
-                running=state == "running",
+                running=running,
                 placement=placement,
                 user=user,
             )

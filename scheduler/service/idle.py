@@ -37,6 +37,7 @@ from urllib.parse import quote, urlencode
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
 from scheduler.engine import reasons
+from scheduler.engine.lifecycle import WorkloadState
 from scheduler.service.idle_policy import (
     DEFAULT_WARNING_FRACTION,
     GivenWarning,
@@ -159,7 +160,7 @@ def server_words(record: WorkloadRecord) -> str:
 
 def held(record: WorkloadRecord) -> bool:
     """A running allocation: its server must exist, whatever its idle limit."""
-    return record.is_allocation and record.state == "running"
+    return record.is_allocation and record.state == WorkloadState.RUNNING
 
 
 def watched(record: WorkloadRecord) -> bool:
@@ -292,7 +293,7 @@ class IdlePoller:
 
     async def _release(self, record: WorkloadRecord) -> None:
         """Release an allocation whose server the hub no longer has."""
-        if record.state != "running":
+        if record.state != WorkloadState.RUNNING:
             return  # the spawner released it meanwhile
         now = self.clock()
         why = f"the hub no longer has {server_words(record)}"

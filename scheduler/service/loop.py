@@ -6,10 +6,13 @@ the scenario runner does. Cycles run when something changes (submit, cancel, an 
 edit), coalesced so a burst of submissions costs a few cycles rather than one each, and on a
 timer for min_runtime protections and max runtimes.
 
-Write first, act second: a start is committed before the process is launched, so a crash in
-between leaves a "running" workload without a handle, which ``recover`` requeues. Evicted work
-holds its GPUs ("preempting") until the backend reports its exit, so the engine never hands a
-GPU to two workloads at once (the policy is built with ``immediate_evictions=False``).
+The workloads' life (states, transitions, the snapshot, the decisions) is the lifecycle's
+(``scheduler.engine.lifecycle``), shared with the scenario runner and the fleet simulator; the
+loop carries out its effects. Write first, act second: a start is committed before the
+process is launched, so a crash in between leaves a running workload without a handle, which
+``recover`` requeues. Evicted work holds its GPUs (preempting) until the backend reports its
+exit, so the engine never hands a GPU to two workloads at once (the policy is built with
+``immediate_evictions=False``).
 """
 
 from __future__ import annotations
@@ -21,40 +24,36 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from scheduler.backends.base import Backend, BackendError, Exit, Inventory, JobSpec
+from scheduler.backends.base import Backend, BackendError, Inventory, JobSpec
 from scheduler.engine import (
     MILLI,
     CycleResult,
-    Evict,
-    EvictReason,
-    Kind,
-    Move,
     Pending,
     Placement,
     Policy,
     Queue,
     QueueStatus,
-    Request,
     Snapshot,
-    Start,
-    State,
-    Workload,
     run_cycle,
+)
+from scheduler.engine.lifecycle import (
+    Effect,
+    Evicted,
+    Freed,
+    Launch,
+    Lifecycle,
+    LifecycleError,
+    Milestone,
+    Note,
+    Started,
+    Stop,
+    WorkloadState,
 )
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import Store
 
 MAX_CYCLES_PER_RUN = 100
-
-ENGINE_STATE = {
-    "pending": State.PENDING,
-    "running": State.RUNNING,
-    "preempting": State.RELEASING,
-    "cancelling": State.RELEASING,
-    "stopping": State.RELEASING,
-}
-RELEASING = ("preempting", "cancelling", "stopping")
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,8 @@ class SchedulingLoop:
         self.metrics = metrics
         self.clock = clock
         self.log = log or logging.getLogger("frachub")
+        self.lifecycle = Lifecycle(grace_seconds=settings.grace_seconds)
+        """The workloads' lives; ``records`` are their rows, kept in step with them."""
         self.records: dict[int, WorkloadRecord] = {}
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
@@ -114,7 +115,6 @@ class SchedulingLoop:
         self.version = 0
         """Bumped whenever something a waiting client may care about changed."""
         self._changed = asyncio.Event()
-        self._start_seq = 0
         self._cycle_requested = False
         self._cycle_task: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
@@ -131,34 +131,33 @@ class SchedulingLoop:
         """Rebuild the in-memory state from the store and reality after a (re)start."""
         now = self.clock()
         self.load_queues()
-        self._start_seq = self.store.max_start_seq()
+        self.lifecycle.start_seq = self.store.max_start_seq()
         for record in self.store.active_workloads():
             self.records[record.id] = record
+            self.lifecycle.restore(record.as_life())
+        effects: list[Effect] = []
         to_stop: list[WorkloadRecord] = []
         for record in list(self.records.values()):
-            if record.is_allocation or record.state == "pending":
+            life = self.lifecycle[str(record.id)]
+            if record.is_allocation or life.state is WorkloadState.PENDING:
                 continue
             if record.handle is None:
-                self.store.event(record, now, "requeued", "the service stopped before it started")
-                self._requeue(record, now, count_restart=False)
+                effects += self.lifecycle.not_launched(life.name, now)
             elif not self.backend.adopt(record.id, record.handle):
-                if record.state == "running":
-                    self.store.event(
-                        record, now, "lost", "its process was gone when the service restarted"
-                    )
-                    self._requeue(record, now, count_restart=True)
-                else:
-                    self._finish_stopped(record, None, now)
-            elif record.state in RELEASING:
+                gone = "its process was gone when the service restarted"
+                effects += self.lifecycle.exited(life.name, now, None, gone)
+            elif life.state.releasing:
                 to_stop.append(record)
+        self._record(effects, now)
         self.store.commit()
         for record in to_stop:
             await self.backend.stop(record.id, record.handle or {}, self.settings.grace_seconds)
+        states = [life.state for life in self.lifecycle.lives.values()]
         self.log.info(
             "recovered %d active workloads (%d running, %d pending)",
             len(self.records),
-            sum(r.state == "running" for r in self.records.values()),
-            sum(r.state == "pending" for r in self.records.values()),
+            states.count(WorkloadState.RUNNING),
+            states.count(WorkloadState.PENDING),
         )
 
     def start(self) -> None:
@@ -191,20 +190,15 @@ class SchedulingLoop:
         """Store a validated new workload at the back of its queue and schedule. The caller
         fills in what was asked for; the life it has not had yet starts here."""
         now = self.clock()
-        record.state = "pending"
+        record.state = WorkloadState.PENDING.value  # the row needs one before it has an id
         record.submitted_at = now
-        record.start_seq = 0
-        record.placement = ()
-        record.restart_count = 0
-        record.preemptions = 0
-        record.message = ""
         self.store.add(record)
         self.store.flush()
         if not record.name:
             record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
-        self.store.event(record, now, "submitted", f"to project {record.project}")
-        self.store.commit()
         self.records[record.id] = record
+        self._record(self.lifecycle.submit(record.as_life(new=True), now), now)
+        self.store.commit()
         self.metrics.submitted(record.kind)
         self.request_cycle()
         return record
@@ -212,26 +206,13 @@ class SchedulingLoop:
     async def cancel(self, record: WorkloadRecord) -> None:
         """Cancel a job or release an allocation; a running job gets its grace period."""
         now = self.clock()
-        if record.state == "preempting":
-            record.state = "cancelling"  # its stop is under way; it ends cancelled, not requeued
-            record.stop_reason = "cancel"
-            self.store.event(record, now, "cancelling", "cancelled by its owner while preempted")
-            self.store.commit()
-            self._notify()
-            return
-        if record.state not in ("pending", "running"):
-            return
-        if record.state == "pending" or record.is_allocation:
-            final = "released" if record.is_allocation else "cancelled"
-            self._finish(record, final, now, message=f"{final} by its owner")
-            self.store.commit()
-        else:
-            record.state = "cancelling"
-            record.stop_reason = "cancel"
-            self.store.event(record, now, "cancelling", "stopping at its owner's request")
-            self.store.commit()
-            if record.handle is not None:  # else it is being launched: _launch stops it
-                await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
+        try:
+            effects = self.lifecycle.cancel(str(record.id), now)
+        except LifecycleError:
+            return  # it ended or is already stopping meanwhile; the handlers said so
+        stops, _ = self._record(effects, now)
+        self.store.commit()
+        await self._stop(stops)
         self._notify()
         self.request_cycle()
 
@@ -256,9 +237,15 @@ class SchedulingLoop:
                 await self.run_cycles()
             except Exception:
                 self.store.rollback()
+                self._reload()
                 self.log.exception("scheduling cycle failed; will try again")
                 await asyncio.sleep(1.0)
                 self._cycle_requested = True
+
+    def _reload(self) -> None:
+        """After a rollback: the lives as the store has them again."""
+        for record in self.records.values():
+            self.lifecycle.restore(record.as_life())
 
     async def run_cycles(self) -> CycleResult:
         """Cycle until the engine decides nothing, applying each cycle's decisions."""
@@ -270,7 +257,7 @@ class SchedulingLoop:
             result = run_cycle(self.snapshot(), now, self.policy)
             if not result.decisions:
                 break
-            await self._apply(result, now)
+            await self._carry_out(self.lifecycle.apply(result, now), now)
         else:
             self.log.error("the engine did not settle in %d cycles", MAX_CYCLES_PER_RUN)
         assert result is not None
@@ -283,106 +270,62 @@ class SchedulingLoop:
         return result
 
     def snapshot(self) -> Snapshot:
-        workloads = []
-        for record in self.records.values():
-            state = ENGINE_STATE[record.state]
-            workloads.append(
-                Workload(
-                    name=str(record.id),
-                    queue=record.project,
-                    kind=Kind(record.kind),
-                    request=Request(
-                        gpus=record.gpus or 0.0,
-                        gpu_memory_mib=record.gpu_memory_mib,
-                        replicas=record.replicas,
-                    ),
-                    priority=record.priority,
-                    preemptible=record.preemptible,
-                    submitted_at=record.submitted_at,
-                    seq=record.id,
-                    min_runtime=record.min_runtime,
-                    user=record.user,
-                    state=state,
-                    placement=record.placement if state is not State.PENDING else (),
-                    started_at=record.started_at,
-                    start_seq=record.start_seq,
-                    claimant=(
-                        str(record.claimant_id)
-                        if state in (State.RELEASING, State.PENDING)
-                        and record.claimant_id is not None
-                        else None
-                    ),
-                )
-            )
-        return Snapshot(self.inventory.nodes, self.queues, tuple(workloads))
+        return self.lifecycle.snapshot(self.inventory.nodes, self.queues)
 
-    async def _apply(self, result: CycleResult, now: float) -> None:
-        to_start: list[WorkloadRecord] = []
-        to_stop: list[WorkloadRecord] = []
-        for decision in result.decisions:
-            record = self.records.get(int(decision.workload))
-            if record is None:
-                continue
-            if isinstance(decision, Start):
-                if record.state == "pending":
-                    self._started(record, decision.placement, now)
-                    if not record.is_allocation:
-                        to_start.append(record)
-            elif isinstance(decision, Evict | Move) and record.state == "running":
-                reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
-                if self._evicted(record, reason, decision.claimant, now):
-                    to_stop.append(record)
+    # -- carrying out the lifecycle's effects: the store first, the backend second ---------
+
+    async def _carry_out(self, effects: list[Effect], now: float) -> None:
+        stops, launches = self._record(effects, now)
         self.store.commit()
-        for record in to_stop:
-            if record.handle is None:
-                continue  # still being launched: _launch stops it once it has a handle
-            grace = 0.0 if record.stop_reason == EvictReason.NODE_LOST.value else None
-            await self.backend.stop(
-                record.id, record.handle or {}, self.settings.grace_seconds if grace is None else 0
-            )
-        if to_start:
-            for record in to_start:
+        await self._stop(stops)
+        if launches:
+            for record in launches:
                 await self._launch(record, now)
             self.store.commit()
 
-    def _started(self, record: WorkloadRecord, placement: Placement, now: float) -> None:
-        self._start_seq += 1
-        record.state = "running"
-        record.placement = placement
-        record.started_at = now
-        record.start_seq = self._start_seq
-        record.handle = None
-        record.stop_reason = None
-        record.claimant_id = None
-        where = describe_placement(placement)
-        self.store.event(record, now, "started" if not record.is_allocation else "allocated", where)
-        self.store.open_usage(record, held_gpus(placement), now)
-        self.metrics.started(record.kind, now - record.submitted_at)
+    def _record(
+        self, effects: list[Effect], now: float
+    ) -> tuple[list[tuple[WorkloadRecord, dict | None, float]], list[WorkloadRecord]]:
+        """Write the effects to the store (not committed) and the records; return the
+        processes to stop (with the handle they had) and the jobs to launch."""
+        stops: list[tuple[WorkloadRecord, dict | None, float]] = []
+        launches: list[WorkloadRecord] = []
+        touched: dict[str, WorkloadRecord] = {}
+        for effect in effects:
+            record = self.records[int(effect.name)]
+            touched[effect.name] = record
+            if isinstance(effect, Note):
+                self.store.event(record, now, effect.type.value, effect.message)
+            elif isinstance(effect, Started):
+                record.handle = None
+                milestone = Milestone.ALLOCATED if record.is_allocation else Milestone.STARTED
+                where = describe_placement(effect.placement)
+                self.store.event(record, now, milestone.value, where)
+                self.store.open_usage(record, held_gpus(effect.placement), now)
+                self.metrics.started(record.kind, now - record.submitted_at)
+            elif isinstance(effect, Launch):
+                launches.append(record)
+            elif isinstance(effect, Evicted):
+                self.metrics.preempted(effect.reason.value)
+            elif isinstance(effect, Stop):
+                stops.append((record, record.handle, effect.grace))
+            elif isinstance(effect, Freed):
+                self.store.close_usage(record, now)
+        for name, record in touched.items():
+            life = self.lifecycle[name]
+            record.keep(life)
+            if not life.state.holding:
+                record.handle = None  # its attempt is over; a stop above kept the handle
+            if life.state.final:
+                self.lifecycle.forget(name)
+                self.records.pop(record.id, None)
+                self.pending.pop(record.id, None)
+        return stops, launches
 
-    def _evicted(
-        self, record: WorkloadRecord, reason: EvictReason, claimant: str | None, now: float
-    ) -> bool:
-        """Record an eviction; True when a process must be stopped."""
-        record.preemptions += 1
-        self.metrics.preempted(reason.value)
-        claim = self.records.get(int(claimant)) if claimant else None
-        why = f"{reason.value}" + (f" for {claim.project}/{claim.name}" if claim else "")
-        if record.is_allocation:
-            self._finish(record, "revoked", now, message=f"preempted ({why})")
-            return False
-        if reason is EvictReason.NODE_LOST:
-            self.store.event(record, now, "requeued", f"its node is gone ({why})")
-            handle = record.handle
-            self._requeue(record, now, count_restart=True)
-            record.handle = handle  # kept until the stop below is sent
-            return True
-        record.state = "preempting"
-        record.stop_reason = reason.value
-        record.claimant_id = int(claimant) if claimant else None
-        self.store.event(
-            record, now, "preempting", f"{why}; grace {self.settings.grace_seconds:g}s"
-        )
-        return True
+    async def _stop(self, stops: list[tuple[WorkloadRecord, dict | None, float]]) -> None:
+        for record, handle, grace in stops:
+            if handle is not None:  # else it is being launched: _launch stops it
+                await self.backend.stop(record.id, handle, grace)
 
     async def _launch(self, record: WorkloadRecord, now: float) -> None:
         node_memory = {node.name: node.gpu_memory_mib for node in self.inventory.nodes}
@@ -405,15 +348,22 @@ class SchedulingLoop:
         )
         try:
             record.handle = await self.backend.start(job)
-            if record.state in ("cancelling", "preempting"):
-                # cancelled or evicted while the backend was starting it: stop it now that
-                # there is a handle to stop (the stop sent meanwhile had none)
+            life = self.lifecycle.get(str(record.id))
+            if life is not None and life.state.releasing:
+                # cancelled, evicted or overdue while the backend was starting it: stop it now
+                # that there is a handle to stop (the stop sent meanwhile had none)
                 await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
         except BackendError as error:
-            self._finish(record, "failed", now, message=str(error))
+            self._launch_failed(record, now, str(error))
         except Exception as error:
             self.log.exception("starting workload %d failed", record.id)
-            self._finish(record, "failed", now, message=f"could not start: {error}")
+            self._launch_failed(record, now, f"could not start: {error}")
+
+    def _launch_failed(self, record: WorkloadRecord, now: float, message: str) -> None:
+        try:
+            self._record(self.lifecycle.launch_failed(str(record.id), now, message), now)
+        except LifecycleError:
+            self.log.warning("workload %d ended while it was launched: %s", record.id, message)
 
     # -- reality ----------------------------------------------------------------------------
 
@@ -422,96 +372,28 @@ class SchedulingLoop:
         if not exits:
             return
         now = self.clock()
+        effects: list[Effect] = []
         for exit_ in exits:
-            self._exited(exit_, now)
+            life = self.lifecycle.get(str(exit_.workload_id))
+            if life is None or not life.state.holding:
+                continue  # an attempt already accounted for (requeued at once, or cancelled)
+            effects += self.lifecycle.exited(life.name, now, exit_.exit_code, exit_.message)
+        self._record(effects, now)
         self.store.commit()
         self._notify()
         self.request_cycle()
 
-    def _exited(self, exit_: Exit, now: float) -> None:
-        record = self.records.get(exit_.workload_id)
-        if record is None or record.state not in ("running", *RELEASING):
-            return  # an attempt already accounted for (requeued at once, or cancelled)
-        if record.state == "running":
-            if exit_.exit_code is None:
-                self.store.event(record, now, "lost", exit_.message or "its process vanished")
-                self._requeue(record, now, count_restart=True)
-            elif exit_.exit_code == 0:
-                self._finish(record, "succeeded", now, exit_code=0)
-            else:
-                message = exit_.message or f"exited with code {exit_.exit_code}"
-                self._finish(record, "failed", now, exit_code=exit_.exit_code, message=message)
-        else:
-            self._finish_stopped(record, exit_.exit_code, now)
-
-    def _finish_stopped(self, record: WorkloadRecord, code: int | None, now: float) -> None:
-        if record.state == "preempting":
-            self.store.event(record, now, "requeued", "back in its original place in the queue")
-            self._requeue(record, now, count_restart=True)
-        elif record.state == "cancelling":
-            self._finish(record, "cancelled", now, exit_code=code, message="cancelled by its owner")
-        else:
-            limit = f"{record.max_runtime:g}s" if record.max_runtime else "its limit"
-            self._finish(
-                record, "failed", now, exit_code=code, message=f"stopped: ran longer than {limit}"
-            )
-
     async def tick(self) -> None:
         """Timer duties: max runtimes, and a cycle for min_runtime ends and changed nodes."""
         now = self.clock()
-        overdue = [
-            record
-            for record in self.records.values()
-            if record.state == "running"
-            and record.max_runtime is not None
-            and record.started_at is not None
-            and now - record.started_at > record.max_runtime
-            and not record.is_allocation
-        ]
-        for record in overdue:
-            record.state = "stopping"
-            record.stop_reason = "max-runtime"
-            self.store.event(record, now, "stopping", f"ran longer than {record.max_runtime:g}s")
-        if overdue:
+        effects = self.lifecycle.stop_overdue(now)
+        if effects:
+            stops, _ = self._record(effects, now)
             self.store.commit()
-            for record in overdue:
-                await self.backend.stop(record.id, record.handle or {}, self.settings.grace_seconds)
+            await self._stop(stops)
         self.request_cycle()
 
     # -- bookkeeping ------------------------------------------------------------------------
-
-    def _requeue(self, record: WorkloadRecord, now: float, *, count_restart: bool) -> None:
-        if record.started_at is not None:
-            self.store.close_usage(record, now)
-        record.state = "pending"
-        record.placement = ()
-        record.started_at = None
-        record.handle = None
-        record.stop_reason = None  # claimant_id stays: a requeued victim yields to it
-        if count_restart:
-            record.restart_count += 1
-
-    def _finish(
-        self,
-        record: WorkloadRecord,
-        state: str,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        message: str = "",
-    ) -> None:
-        if record.started_at is not None:
-            self.store.close_usage(record, now)
-        record.state = state
-        record.finished_at = now
-        record.exit_code = exit_code
-        record.handle = None
-        record.claimant_id = None
-        if message:
-            record.message = message
-        self.store.event(record, now, state, message)
-        self.records.pop(record.id, None)
-        self.pending.pop(record.id, None)
 
     def _notify(self) -> None:
         self.version += 1

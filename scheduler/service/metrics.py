@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from scheduler.engine import CycleResult
+from scheduler.engine.lifecycle import ACTIVE_STATES
 
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
 CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -90,9 +91,7 @@ class Metrics:
             self.allocated.labels(name).set(status.allocated_gpus)
             self.deserved.labels(name).set(status.deserved_gpus)
             self.fair_share.labels(name).set(status.fair_share_gpus)
-        counts: dict[str, int] = dict.fromkeys(
-            ("pending", "running", "preempting", "cancelling", "stopping"), 0
-        )
+        counts: dict[str, int] = dict.fromkeys((state.value for state in ACTIVE_STATES), 0)
         for record in records:
             counts[record.state] = counts.get(record.state, 0) + 1
         for state, count in counts.items():

@@ -15,17 +15,26 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from scheduler.engine import GpuShare, Placement, Queue, ReplicaPlacement
+from scheduler.engine import (
+    GpuShare,
+    Kind,
+    Placement,
+    Queue,
+    ReplicaPlacement,
+    Request,
+    Workload,
+    lifecycle,
+)
+from scheduler.engine.lifecycle import KEPT_FIELDS, Life, WorkloadState
 
 
 class Base(DeclarativeBase):
     pass
 
 
-ACTIVE_STATES = ("pending", "running", "preempting", "cancelling", "stopping")
-"""States the scheduler still acts on; every other state is final."""
-
-FINAL_STATES = ("succeeded", "failed", "cancelled", "released", "revoked")
+ACTIVE_STATES = tuple(state.value for state in lifecycle.ACTIVE_STATES)
+"""States the scheduler still acts on, as stored; every other state is final."""
+FINAL_STATES = tuple(state.value for state in lifecycle.FINAL_STATES)
 
 
 class WorkloadRecord(Base):
@@ -83,6 +92,52 @@ class WorkloadRecord(Base):
     @property
     def is_allocation(self) -> bool:
         return self.command is None
+
+    @property
+    def claimant(self) -> str | None:
+        """``claimant_id`` as the engine names workloads."""
+        return None if self.claimant_id is None else str(self.claimant_id)
+
+    @claimant.setter
+    def claimant(self, value: str | None) -> None:
+        self.claimant_id = None if value is None else int(value)
+
+    def as_workload(self) -> Workload:
+        """What it asked for, as the engine sees it (named by its id, ordered by it)."""
+        return Workload(
+            name=str(self.id),
+            queue=self.project,
+            kind=Kind(self.kind),
+            request=Request(
+                gpus=self.gpus or 0.0, gpu_memory_mib=self.gpu_memory_mib, replicas=self.replicas
+            ),
+            priority=self.priority,
+            preemptible=self.preemptible,
+            submitted_at=self.submitted_at,
+            seq=self.id,
+            min_runtime=self.min_runtime,
+            user=self.user,
+        )
+
+    def as_life(self, *, new: bool = False) -> Life:
+        """Its life as the lifecycle keeps it: the ask and every ``kept`` field (their
+        defaults for a ``new`` workload, which has had no life yet)."""
+        kept: dict[str, Any] = {}
+        if not new:
+            kept = {name: getattr(self, name) for name in KEPT_FIELDS}
+            kept["state"] = WorkloadState(self.state)
+        return Life(
+            self.as_workload(),
+            title=self.name,
+            allocation=self.is_allocation,
+            max_runtime=self.max_runtime,
+            **kept,
+        )
+
+    def keep(self, life: Life) -> None:
+        """Copy what happened to it from its life (the lifecycle's ``kept`` fields)."""
+        for name, value in life.kept_values().items():
+            setattr(self, name, value.value if isinstance(value, WorkloadState) else value)
 
 
 class EventRecord(Base):

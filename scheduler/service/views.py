@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler.backends.base import Inventory
 from scheduler.engine import MILLI, Placement, QueueStatus
+from scheduler.engine.lifecycle import WorkloadState
 from scheduler.service.loop import SchedulingLoop
 from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
 
@@ -46,7 +47,8 @@ def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str,
 def workload_json(
     record: WorkloadRecord, loop: SchedulingLoop, events: list[EventRecord] | None = None
 ) -> dict[str, Any]:
-    pending = loop.pending.get(record.id) if record.state == "pending" else None
+    waiting = record.state == WorkloadState.PENDING
+    pending = loop.pending.get(record.id) if waiting else None
     value: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
@@ -67,7 +69,7 @@ def workload_json(
             pending.reason
             if pending
             else "waiting for the scheduler's next cycle"
-            if record.state == "pending"
+            if waiting
             else None
         ),
         "queue_position": pending.position if pending else None,
@@ -77,7 +79,7 @@ def workload_json(
         "message": record.message or None,
     }
     if record.is_allocation:
-        watched = record.state == "running" and record.idle_timeout is not None
+        watched = record.state == WorkloadState.RUNNING and record.idle_timeout is not None
         value.update(
             server_name=record.server_name,
             idle_timeout_seconds=record.idle_timeout,
@@ -124,7 +126,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
     and share only, unless the viewer is an admin."""
     holders: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for record in loop.records.values():
-        if record.state == "pending":
+        if record.state == WorkloadState.PENDING:
             continue
         visible = admin or record.user == viewer
         for replica in record.placement:

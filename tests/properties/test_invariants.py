@@ -548,20 +548,12 @@ class ObservedRunner(Runner):
     def __init__(self, scenario, churn: bool = True) -> None:
         super().__init__(scenario)
         self.churn = churn
-        self.seen: Snapshot | None = None
         self.problems: list[str] = []
         self.cycles = 0
 
-    def _snapshot(self) -> Snapshot:
-        self.seen = super()._snapshot()
-        return self.seen
-
-    def _apply(self, result: CycleResult, now: float) -> None:
-        snapshot = self.seen
-        assert snapshot is not None
+    def after_cycle(self, snapshot: Snapshot, result: CycleResult, now: float) -> None:
         self.cycles += 1
         self.problems += check_cycle(snapshot, result, now, self.churn)
-        super()._apply(result, now)
         expected = {
             name: placement for name, (_, placement) in apply_decisions(snapshot, result).items()
         }
@@ -570,10 +562,9 @@ class ObservedRunner(Runner):
             self.problems.append(f"t={now:g}: the runner's state differs from the decisions")
         self._stop_early()
 
-    def _instant(self, now: float) -> None:
-        super()._instant(now)
+    def after_instant(self, now: float) -> None:
         self.cycles += 1
-        snapshot = self._snapshot()
+        snapshot = self.snapshot()
         settled = self.result
         assert settled is not None and not settled.decisions
         at = f"t={now:g}"
@@ -581,7 +572,7 @@ class ObservedRunner(Runner):
         again = run_cycle(snapshot, now, self.policy)  # invariant 6, same instant
         if again.decisions or again.pending != settled.pending:
             self.problems.append(f"{at}: a settled snapshot decides {again.decisions} when rerun")
-        upcoming = self._next_instant(now)
+        upcoming = self.next_instant(now)
         later = now + 10**6 if upcoming is None else upcoming - 1e-3
         if later > now:
             quiet = run_cycle(snapshot, later, self.policy)
@@ -686,11 +677,10 @@ _TWO_GPUS = {
 
 def _doctored_snapshot() -> Snapshot:
     runner = Runner(parse_scenario(copy.deepcopy(_TWO_GPUS)))
-    runner._begin_running()
-    for life in runner.lives.values():
-        if life.state == "waiting":
-            life.state = "pending"
-    return runner._snapshot()
+    runner.begin_running()
+    for seq, spec in runner.unsubmitted:
+        runner.submit(seq, spec, 0.0)
+    return runner.snapshot()
 
 
 def _result(snapshot: Snapshot, decisions, reasons: Mapping[str, str]) -> CycleResult:

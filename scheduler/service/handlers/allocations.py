@@ -22,6 +22,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.engine import Kind, default_priority
+from scheduler.engine.lifecycle import CANCELLABLE, WorkloadState
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
@@ -119,7 +120,7 @@ class AllocationHandler(AllocationAccess):
         seen = self._float_argument("version", -1)
         deadline = time.monotonic() + min(wait, MAX_WAIT)
         while (
-            record.state == "pending"
+            record.state == WorkloadState.PENDING
             and seen == self.loop.version
             and (left := deadline - time.monotonic()) > 0
         ):
@@ -129,7 +130,7 @@ class AllocationHandler(AllocationAccess):
     async def delete(self, allocation_id: str) -> None:
         self.require(SUBMIT)
         record = self.find_allocation(allocation_id)
-        if record.state not in ("pending", "running"):
+        if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"allocation {allocation_id} is already {record.state}")
         await self.loop.cancel(record)
         self.write_json(self.view(record))
@@ -164,7 +165,7 @@ class AllocationEventsHandler(AllocationAccess):
                     await self.flush()
                 except StreamClosedError:
                     return
-            if record.state != "pending":
+            if record.state != WorkloadState.PENDING:
                 break
             await self.loop.wait_for_change(15.0)
             if self.request.connection.stream.closed():  # type: ignore[union-attr]

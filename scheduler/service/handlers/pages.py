@@ -38,6 +38,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuth
 from tornado import web
 
 from hub_ext.paths import TEMPLATES_DIR
+from scheduler.engine.lifecycle import vocabulary
 from scheduler.service.access import ADMIN, READ
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -162,6 +163,7 @@ class PageRendering:
             "frachub_script": self.script,
             "frachub_admin": ADMIN in self.scopes,
             "frachub_can_read": READ in self.scopes or ADMIN in self.scopes,
+            "frachub_states": json.dumps(vocabulary()),
         }
 
     def render_page(self, template: str, **extra: Any) -> None:

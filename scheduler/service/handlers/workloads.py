@@ -9,6 +9,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.engine import default_priority
+from scheduler.engine.lifecycle import CANCELLABLE
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
 from scheduler.service.directory import HubDirectoryError
@@ -149,7 +150,7 @@ class WorkloadHandler(WorkloadAccess):
                 f"workload {workload_id} is a notebook allocation; release it through "
                 "allocations or stop the server",
             )
-        if record.state not in ("pending", "running", "preempting"):
+        if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"workload {workload_id} is already {record.state}")
         await self.loop.cancel(record)
         self.write_json(workload_json(record, self.loop))

@@ -1,6 +1,7 @@
 // The admin page: the GPU map (which share of each GPU is held by whom), the queue tree
 // with quotas, use and fair share, and every active workload with a cancel button.
 import {
+  CANCELLABLE,
   api,
   cancelButton,
   colour,
@@ -133,7 +134,7 @@ function renderActive(workloads) {
         el(
           "td",
           { class: "text-end" },
-          workload.kind !== "interactive" && ["pending", "running", "preempting"].includes(workload.state)
+          workload.kind !== "interactive" && CANCELLABLE.has(workload.state)
             ? cancelButton(workload, () => refresh())
             : null,
         ),

@@ -6,6 +6,12 @@ const root = document.getElementById("frachub");
 export const apiUrl = root.dataset.apiUrl;
 export const me = root.dataset.user;
 export const isAdmin = root.dataset.admin === "true";
+// The workload states and their groups, as the service names them (the page carries them,
+// from scheduler/engine/lifecycle.py): State.PENDING is "pending".
+const states = JSON.parse(root.dataset.states);
+export const State = Object.freeze(states.names);
+export const ACTIVE = new Set(states.active);
+export const CANCELLABLE = new Set(states.cancellable);
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -98,18 +104,17 @@ export function clearError() {
 }
 
 const STATE_STYLES = {
-  pending: "text-bg-warning",
-  running: "text-bg-success",
-  preempting: "text-bg-warning",
-  cancelling: "text-bg-secondary",
-  stopping: "text-bg-secondary",
-  succeeded: "text-bg-primary",
-  failed: "text-bg-danger",
-  cancelled: "text-bg-secondary",
-  released: "text-bg-secondary",
-  revoked: "text-bg-danger",
+  [State.PENDING]: "text-bg-warning",
+  [State.RUNNING]: "text-bg-success",
+  [State.PREEMPTING]: "text-bg-warning",
+  [State.CANCELLING]: "text-bg-secondary",
+  [State.STOPPING]: "text-bg-secondary",
+  [State.SUCCEEDED]: "text-bg-primary",
+  [State.FAILED]: "text-bg-danger",
+  [State.CANCELLED]: "text-bg-secondary",
+  [State.RELEASED]: "text-bg-secondary",
+  [State.REVOKED]: "text-bg-danger",
 };
-export const ACTIVE = new Set(["pending", "running", "preempting", "cancelling", "stopping"]);
 
 export function stateBadge(state) {
   return el("span", { class: `badge frachub-state ${STATE_STYLES[state] || "text-bg-light"}` }, state);
@@ -139,7 +144,7 @@ export function placementText(workload) {
 
 // What the "Placement / waiting for" column says for a workload in any state.
 export function whereCell(workload) {
-  if (workload.state === "pending") {
+  if (workload.state === State.PENDING) {
     return el(
       "td",
       { class: "frachub-pending" },

@@ -2,6 +2,8 @@
 // wait), one workload's details and live log, the submit form, and the user's projects.
 import {
   ACTIVE,
+  CANCELLABLE,
+  State,
   api,
   cancelButton,
   clearError,
@@ -43,7 +45,7 @@ let userInfo = null;
 async function loadWorkloads() {
   const [jobs, allocations] = await Promise.all([
     api(`workloads?user=${encodeURIComponent(me)}&limit=50`),
-    api("allocations?state=pending,running"),
+    api(`allocations?state=${State.PENDING},${State.RUNNING}`),
   ]);
   // the allocation view may carry more (idle_timeout_seconds, idle_stop_at, idle_warning)
   const byId = new Map(jobs.map((workload) => [workload.id, workload]));
@@ -112,7 +114,7 @@ function renderWorkloads() {
         el(
           "td",
           { class: "text-end" },
-          !notebook && ["pending", "running", "preempting"].includes(workload.state)
+          !notebook && CANCELLABLE.has(workload.state)
             ? cancelButton(workload, () => refresh())
             : null,
         ),
@@ -153,7 +155,7 @@ function renderDetail() {
   detail.dataset.id = workload.id;
   document.getElementById("frachub-detail-title").textContent = `#${workload.id} ${workload.name || ""}`;
   document.getElementById("frachub-detail-state").replaceChildren(stateBadge(workload.state));
-  const pending = workload.state === "pending";
+  const pending = workload.state === State.PENDING;
   document.getElementById("frachub-detail-facts").replaceChildren(
     ...fact("Command", workload.command ? el("code", {}, workload.command) : null),
     ...fact("Project", workload.project),
@@ -249,7 +251,7 @@ async function loadProjects() {
 
   const yours = {};
   for (const workload of workloads) {
-    if (!["running", "preempting"].includes(workload.state)) continue;
+    if (![State.RUNNING, State.PREEMPTING].includes(workload.state)) continue;
     const held = (workload.placement || []).reduce(
       (sum, replica) => sum + replica.gpus.reduce((total, gpu) => total + gpu.share, 0),
       0,

@@ -1,0 +1,541 @@
+"""A workload's life, once: states, transitions, the next snapshot and a cycle's decisions.
+
+The service loop, the scenario runner and the fleet simulator all drive workloads through
+the same life, so they feed this module events and carry out what it returns instead of
+keeping copies of the rules (a fix made here reaches all three). Like h11, it does no I/O
+and reads no clock: ``now`` is passed in, and every transition returns *effects* (start a
+process, stop one with a grace period, GPUs freed, a line of history in words) for the
+caller to carry out: the service writes the store first and acts on the backend second,
+the scenario runner moves simulated time.
+
+The life (every transition below is refused, raising ``LifecycleError`` and changing
+nothing, unless the workload is in one of the states ``ALLOWED`` lists for it):
+
+* ``submit``: a new workload waits, ``pending``.
+* ``start`` (a ``Start`` decision): ``pending`` -> ``running``; a job's process is launched
+  (``Launch``); a notebook allocation has no process, the spawner runs its server.
+* ``evict`` (an ``Evict`` or ``Move`` decision): ``running`` -> ``preempting``, holding its
+  GPUs while its process gets the grace period (``Stop``), then ``exited`` requeues it
+  ``pending`` in its original place (its ``seq`` and ``submitted_at`` never change). A lost
+  node, or ``immediate`` evictions (no processes to wait for), requeue it at once. Either
+  way it keeps the claimant link: a requeued victim yields to the workload it made room for
+  until that one starts, so it does not take the capacity back (a reclaim ping-pong). An
+  evicted allocation is ``revoked``.
+* ``cancel``: ``pending`` -> ``cancelled``; a running job -> ``cancelling`` (its process gets
+  the grace period), a preempting one too; an allocation -> ``released``.
+* ``stop_overdue`` / ``time_limit``: a job running past its ``max_runtime`` -> ``stopping``.
+* ``exited``: the process ended. ``running`` -> ``succeeded`` (code 0), ``failed`` (other
+  codes) or, with no code (the process was lost), ``pending`` again; ``preempting`` ->
+  ``pending`` (requeued); ``cancelling`` -> ``cancelled``; ``stopping`` -> ``failed``.
+* ``launch_failed``: the process could not be started -> ``failed``.
+* ``not_launched``: started but never launched (the service stopped in between) -> ``pending``.
+* ``end``: a scenario's ``finish``/``cancel`` event ends it at once, whatever it was doing.
+
+Adding a field: a request field goes into ``Request`` (the ``ask`` carries it to every
+snapshot); something the life tracks goes into ``Life`` declared with ``metadata=KEPT``, which the
+service stores under the same name (a column of that name is all it needs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Any
+
+from scheduler.engine.model import (
+    CycleResult,
+    Evict,
+    EvictReason,
+    Move,
+    Node,
+    Placement,
+    Queue,
+    Snapshot,
+    Start,
+    State,
+    Workload,
+)
+
+
+class _Words(str, Enum):
+    """A str-Enum that prints as its value everywhere (``enum.StrEnum`` once 3.10 is gone)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class WorkloadState(_Words):
+    """Every state a workload is in, as the API, the store, the panel and the CLI spell it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    """Evicted for another workload; holds its GPUs until its process has stopped."""
+    CANCELLING = "cancelling"
+    """Stopping at its owner's request; holds its GPUs until its process has stopped."""
+    STOPPING = "stopping"
+    """Ran past its max runtime; holds its GPUs until its process has stopped, then failed."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+    """A notebook allocation given back."""
+    REVOKED = "revoked"
+    """A notebook allocation preempted."""
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATES
+
+    @property
+    def active(self) -> bool:
+        """Not final: the scheduler still acts on it."""
+        return self in ACTIVE_STATES
+
+    @property
+    def releasing(self) -> bool:
+        """Asked to stop and still holding its GPUs until its process has."""
+        return self in RELEASING_STATES
+
+    @property
+    def holding(self) -> bool:
+        """Holds GPUs: running or releasing."""
+        return self in HOLDING_STATES
+
+    @property
+    def engine(self) -> State | None:
+        """What the engine sees; None for final states (the engine never sees those)."""
+        return _ENGINE.get(self)
+
+
+ACTIVE_STATES = (
+    WorkloadState.PENDING,
+    WorkloadState.RUNNING,
+    WorkloadState.PREEMPTING,
+    WorkloadState.CANCELLING,
+    WorkloadState.STOPPING,
+)
+FINAL_STATES = (
+    WorkloadState.SUCCEEDED,
+    WorkloadState.FAILED,
+    WorkloadState.CANCELLED,
+    WorkloadState.RELEASED,
+    WorkloadState.REVOKED,
+)
+RELEASING_STATES = (WorkloadState.PREEMPTING, WorkloadState.CANCELLING, WorkloadState.STOPPING)
+HOLDING_STATES = (WorkloadState.RUNNING, *RELEASING_STATES)
+_ENGINE = {
+    WorkloadState.PENDING: State.PENDING,
+    WorkloadState.RUNNING: State.RUNNING,
+    **dict.fromkeys(RELEASING_STATES, State.RELEASING),
+}
+
+
+class Milestone(_Words):
+    """History lines that are not states (those that are use the state's own name)."""
+
+    SUBMITTED = "submitted"
+    STARTED = "started"
+    ALLOCATED = "allocated"
+    REQUEUED = "requeued"
+    LOST = "lost"
+
+
+_P, _R = WorkloadState.PENDING, WorkloadState.RUNNING
+ALLOWED: dict[str, frozenset[WorkloadState]] = {
+    "start": frozenset({_P}),
+    "evict": frozenset({_R}),
+    "cancel": frozenset({_P, _R, WorkloadState.PREEMPTING}),
+    "time_limit": frozenset({_R}),
+    "exited": frozenset(HOLDING_STATES),
+    "launch_failed": frozenset(ACTIVE_STATES),
+    "not_launched": frozenset(HOLDING_STATES),
+    "end": frozenset(ACTIVE_STATES),
+}
+"""Rule 1: the states each transition may start from; everything else is refused."""
+CANCELLABLE = tuple(state for state in WorkloadState if state in ALLOWED["cancel"])
+"""What an owner may cancel (an allocation is never preempting: it is revoked at once)."""
+
+
+def vocabulary() -> dict[str, Any]:
+    """The states and their groups as JSON, for code that cannot import this module: the
+    panel's JavaScript reads them from the page (``data-states``)."""
+    return {
+        "names": {state.name: state.value for state in WorkloadState},
+        "active": [state.value for state in ACTIVE_STATES],
+        "final": [state.value for state in FINAL_STATES],
+        "holding": [state.value for state in HOLDING_STATES],
+        "cancellable": [state.value for state in CANCELLABLE],
+    }
+
+
+class LifecycleError(Exception):
+    """A transition the workload's state does not allow; nothing was changed."""
+
+
+# -- effects: what the caller carries out ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line of the workload's history, in words (``type`` is a state or a ``Milestone``)."""
+
+    name: str
+    type: WorkloadState | Milestone
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Started:
+    """It now holds ``placement`` (the history line is the caller's: it describes places)."""
+
+    name: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start its process (jobs only; an allocation's server is the spawner's)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Evicted:
+    name: str
+    reason: EvictReason
+    claimant: str | None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop its process: SIGTERM, then SIGKILL after ``grace`` seconds."""
+
+    name: str
+    grace: float
+
+
+@dataclass(frozen=True)
+class Freed:
+    """It no longer holds GPUs (usage accounting ends here)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """It reached a final state; the caller may ``forget`` it once recorded."""
+
+    name: str
+    state: WorkloadState
+
+
+Effect = Note | Started | Launch | Evicted | Stop | Freed | Ended
+
+
+# -- the record --------------------------------------------------------------------------------
+
+
+KEPT = {"kept": True}
+"""Metadata of the fields of a life that the service stores under the same name."""
+
+
+@dataclass(eq=False)
+class Life:
+    """One workload: what it asked for (fixed) and what has happened to it (the ``KEPT`` fields)."""
+
+    ask: Workload
+    """As submitted; its life's fields below replace the state part in each snapshot."""
+    title: str = ""
+    """Its name in words ("job-12"), for events about the workloads it displaces."""
+    allocation: bool = False
+    """A notebook's GPU allocation: no process; evicted means revoked, cancelled released."""
+    max_runtime: float | None = None
+    state: WorkloadState = field(default=WorkloadState.PENDING, metadata=KEPT)
+    placement: Placement = field(default=(), metadata=KEPT)
+    started_at: float | None = field(default=None, metadata=KEPT)
+    start_seq: int = field(default=0, metadata=KEPT)
+    claimant: str | None = field(default=None, metadata=KEPT)
+    """While preempting, and once requeued: the workload its eviction made room for."""
+    stop_reason: str | None = field(default=None, metadata=KEPT)
+    restart_count: int = field(default=0, metadata=KEPT)
+    preemptions: int = field(default=0, metadata=KEPT)
+    finished_at: float | None = field(default=None, metadata=KEPT)
+    exit_code: int | None = field(default=None, metadata=KEPT)
+    message: str = field(default="", metadata=KEPT)
+    _view: tuple[tuple, Workload] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.ask.name
+
+    def kept_values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in KEPT_FIELDS}
+
+    def workload(self) -> Workload:
+        """What the engine sees of it now (it must be active); kept until its life changes,
+        since most workloads are the same from one cycle to the next."""
+        key = (self.state, self.placement, self.started_at, self.start_seq, self.claimant)
+        if self._view is not None and self._view[0] == key:
+            return self._view[1]
+        state = self.state.engine
+        assert state is not None, f"{self.name} is {self.state.value}"
+        workload = replace(
+            self.ask,
+            state=state,
+            placement=self.placement if state is not State.PENDING else (),
+            started_at=self.started_at,
+            start_seq=self.start_seq,
+            claimant=self.claimant if state is not State.RUNNING else None,
+        )
+        self._view = (key, workload)
+        return workload
+
+
+KEPT_FIELDS = tuple(f.name for f in fields(Life) if f.metadata.get("kept"))
+
+
+# -- the lifecycle -----------------------------------------------------------------------------
+
+
+class Lifecycle:
+    """The active (and, until forgotten, finished) workloads of one scheduler.
+
+    ``grace_seconds`` is what an evicted or cancelled process gets before SIGKILL;
+    ``immediate`` says evicted work gives its GPUs back at once (a simulation without
+    processes to wait for, the engine's ``immediate_evictions``), so it is requeued at once
+    and a ``Move`` restarts it where the engine moved it.
+    """
+
+    def __init__(self, *, grace_seconds: float, immediate: bool = False) -> None:
+        self.grace_seconds = grace_seconds
+        self.immediate = immediate
+        self.lives: dict[str, Life] = {}
+        self.start_seq = 0
+        """The latest start's order; a restarted service resumes from the store's."""
+
+    def get(self, name: str) -> Life | None:
+        return self.lives.get(name)
+
+    def __getitem__(self, name: str) -> Life:
+        return self.lives[name]
+
+    def _life(self, name: str, transition: str) -> Life:
+        life = self.lives.get(name)
+        if life is None:
+            raise LifecycleError(f"can't {transition} workload {name}: there is no such workload")
+        if life.state not in ALLOWED[transition]:
+            raise LifecycleError(
+                f"can't {transition} workload {name} when it is {life.state.value}"
+            )
+        return life
+
+    # -- joining and leaving ---------------------------------------------------------------------
+
+    def submit(self, life: Life, now: float) -> list[Effect]:
+        """A new workload, waiting at the back of its queue (its ``ask`` says where)."""
+        if life.name in self.lives:
+            raise LifecycleError(f"can't submit workload {life.name}: it exists already")
+        if life.state is not WorkloadState.PENDING or life.started_at is not None:
+            raise LifecycleError(f"can't submit workload {life.name} when it is {life.state.value}")
+        self.lives[life.name] = life
+        return [Note(life.name, Milestone.SUBMITTED, f"to project {life.ask.queue}")]
+
+    def restore(self, life: Life) -> None:
+        """Take back a workload as it was (a restarted service reading its store)."""
+        self.lives[life.name] = life
+
+    def forget(self, name: str) -> None:
+        """Drop a finished workload (the caller has recorded its end)."""
+        life = self.lives.get(name)
+        if life is not None and life.state.active:
+            raise LifecycleError(f"can't forget workload {name} when it is {life.state.value}")
+        self.lives.pop(name, None)
+
+    # -- the engine ------------------------------------------------------------------------------
+
+    def snapshot(self, nodes: tuple[Node, ...], queues: tuple[Queue, ...]) -> Snapshot:
+        """The next cycle's input: every active workload, in submission order."""
+        active = [life for life in self.lives.values() if life.state.active]
+        active.sort(key=lambda life: life.ask.seq)
+        return Snapshot(tuple(nodes), tuple(queues), tuple(life.workload() for life in active))
+
+    def apply(self, result: CycleResult, now: float) -> list[Effect]:
+        """Carry out a cycle's decisions. A decision about a workload that has moved on since
+        the snapshot (cancelled, exited meanwhile) is stale and skipped."""
+        effects: list[Effect] = []
+        for decision in result.decisions:
+            life = self.lives.get(decision.workload)
+            if life is None:
+                continue
+            if isinstance(decision, Start):
+                if life.state is WorkloadState.PENDING:
+                    effects += self.start(life.name, decision.placement, now)
+            elif life.state is WorkloadState.RUNNING:
+                reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
+                effects += self.evict(life.name, reason, decision.claimant, now)
+                if isinstance(decision, Move) and life.state is WorkloadState.PENDING:
+                    effects += self.start(life.name, decision.placement, now)
+        return effects
+
+    # -- transitions -----------------------------------------------------------------------------
+
+    def start(self, name: str, placement: Placement, now: float) -> list[Effect]:
+        life = self._life(name, "start")
+        self.start_seq += 1
+        life.state = WorkloadState.RUNNING
+        life.placement = placement
+        life.started_at = now
+        life.start_seq = self.start_seq
+        life.stop_reason = None
+        life.claimant = None
+        effects: list[Effect] = [Started(name, placement)]
+        if not life.allocation:
+            effects.append(Launch(name))
+        return effects
+
+    def evict(
+        self, name: str, reason: EvictReason, claimant: str | None, now: float
+    ) -> list[Effect]:
+        life = self._life(name, "evict")
+        life.preemptions += 1
+        effects: list[Effect] = [Evicted(name, reason, claimant)]
+        claim = self.lives.get(claimant) if claimant else None
+        why = reason.value + (f" for {claim.ask.queue}/{claim.title}" if claim else "")
+        if life.allocation:
+            return effects + self._finish(life, WorkloadState.REVOKED, now, f"preempted ({why})")
+        life.claimant = claimant
+        if reason is EvictReason.NODE_LOST or self.immediate:
+            gone = reason is EvictReason.NODE_LOST
+            effects.append(Stop(name, 0.0 if gone else self.grace_seconds))
+            words = f"its node is gone ({why})" if gone else f"preempted ({why})"
+            effects.append(Note(name, Milestone.REQUEUED, words))
+            return effects + self._requeue(life, count_restart=True)
+        life.state = WorkloadState.PREEMPTING
+        life.stop_reason = reason.value
+        effects.append(
+            Note(name, WorkloadState.PREEMPTING, f"{why}; grace {self.grace_seconds:g}s")
+        )
+        effects.append(Stop(name, self.grace_seconds))
+        return effects
+
+    def cancel(self, name: str, now: float) -> list[Effect]:
+        """Its owner asked: a waiting one ends at once, a running job stops first."""
+        life = self._life(name, "cancel")
+        if life.state is WorkloadState.PREEMPTING:
+            # its stop is under way; it ends cancelled rather than requeued
+            life.state = WorkloadState.CANCELLING
+            life.stop_reason = "cancel"
+            return [Note(name, WorkloadState.CANCELLING, "cancelled by its owner while preempted")]
+        if life.state is WorkloadState.PENDING or life.allocation:
+            final = WorkloadState.RELEASED if life.allocation else WorkloadState.CANCELLED
+            return self._finish(life, final, now, f"{final.value} by its owner")
+        life.state = WorkloadState.CANCELLING
+        life.stop_reason = "cancel"
+        return [
+            Note(name, WorkloadState.CANCELLING, "stopping at its owner's request"),
+            Stop(name, self.grace_seconds),
+        ]
+
+    def overdue(self, now: float) -> list[str]:
+        """Jobs running longer than their max runtime."""
+        return [
+            life.name
+            for life in self.lives.values()
+            if life.state is WorkloadState.RUNNING
+            and not life.allocation
+            and life.max_runtime is not None
+            and life.started_at is not None
+            and now - life.started_at > life.max_runtime
+        ]
+
+    def stop_overdue(self, now: float) -> list[Effect]:
+        effects: list[Effect] = []
+        for name in self.overdue(now):
+            effects += self.time_limit(name, now)
+        return effects
+
+    def time_limit(self, name: str, now: float) -> list[Effect]:
+        life = self._life(name, "time_limit")
+        life.state = WorkloadState.STOPPING
+        life.stop_reason = "max-runtime"
+        limit = f"{life.max_runtime:g}s" if life.max_runtime is not None else "its limit"
+        return [
+            Note(name, WorkloadState.STOPPING, f"ran longer than {limit}"),
+            Stop(name, self.grace_seconds),
+        ]
+
+    def exited(
+        self, name: str, now: float, exit_code: int | None = None, message: str = ""
+    ) -> list[Effect]:
+        """Its process ended with ``exit_code`` (None: it vanished without one)."""
+        life = self._life(name, "exited")
+        if life.state is WorkloadState.RUNNING:
+            if exit_code is None:
+                note = Note(name, Milestone.LOST, message or "its process vanished")
+                return [note, *self._requeue(life, count_restart=True)]
+            if exit_code == 0:
+                return self._finish(life, WorkloadState.SUCCEEDED, now, exit_code=0)
+            message = message or f"exited with code {exit_code}"
+            return self._finish(life, WorkloadState.FAILED, now, message, exit_code=exit_code)
+        if life.state is WorkloadState.PREEMPTING:
+            note = Note(name, Milestone.REQUEUED, "back in its original place in the queue")
+            return [note, *self._requeue(life, count_restart=True)]
+        if life.state is WorkloadState.CANCELLING:
+            return self._finish(
+                life, WorkloadState.CANCELLED, now, "cancelled by its owner", exit_code=exit_code
+            )
+        limit = f"{life.max_runtime:g}s" if life.max_runtime else "its limit"
+        return self._finish(
+            life, WorkloadState.FAILED, now, f"stopped: ran longer than {limit}", exit_code
+        )
+
+    def launch_failed(self, name: str, now: float, message: str) -> list[Effect]:
+        life = self._life(name, "launch_failed")
+        return self._finish(life, WorkloadState.FAILED, now, message)
+
+    def not_launched(self, name: str, now: float) -> list[Effect]:
+        """Started, but its process was never launched: it waits again, no restart counted."""
+        life = self._life(name, "not_launched")
+        note = Note(name, Milestone.REQUEUED, "the service stopped before it started")
+        return [note, *self._requeue(life, count_restart=False)]
+
+    def end(self, name: str, now: float, state: WorkloadState) -> list[Effect]:
+        """It ends now in ``state``, whatever it was doing (a scenario's finish/cancel)."""
+        if not state.final:
+            raise LifecycleError(f"can't end workload {name} as {state.value}: not a final state")
+        life = self._life(name, "end")
+        return self._finish(life, state, now)
+
+    # -- shared steps ----------------------------------------------------------------------------
+
+    def _requeue(self, life: Life, *, count_restart: bool) -> list[Effect]:
+        """Back to its original place in its queue; the claimant link stays."""
+        effects: list[Effect] = [Freed(life.name)] if life.started_at is not None else []
+        life.state = WorkloadState.PENDING
+        life.placement = ()
+        life.started_at = None
+        life.stop_reason = None
+        if count_restart:
+            life.restart_count += 1
+        return effects
+
+    def _finish(
+        self,
+        life: Life,
+        state: WorkloadState,
+        now: float,
+        message: str = "",
+        exit_code: int | None = None,
+    ) -> list[Effect]:
+        effects: list[Effect] = [Freed(life.name)] if life.started_at is not None else []
+        life.state = state
+        life.finished_at = now
+        life.exit_code = exit_code
+        life.claimant = None
+        if message:
+            life.message = message
+        return [*effects, Note(life.name, state, message), Ended(life.name, state)]
