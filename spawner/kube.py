@@ -76,9 +76,7 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         """KubeSpawner's overrides for what ``start()`` resolved: the same profile list (a
         callable is not called a second time), the profile FracHub chose (the default open
         to the user's groups when none is named), applied by KubeSpawner's own method."""
-        selection = self.frachub_selected
-        if selection is None:  # no start() of ours before: resolve as start() does
-            selection = self.frachub_selection(await self.frachub_profiles())
+        selection = self.frachub_selected or await self.frachub_resolve()
         if selection.profile is not None:
             self.log.debug("Applying KubeSpawner override for profile %r", selection.profile.slug)
         for overrides in selection.overrides:

@@ -294,9 +294,13 @@ class FracSpawnerMixin(Configurable):
 
     # -- start, wait, stop ---------------------------------------------------------------
 
+    async def frachub_resolve(self) -> Selection:
+        """What this start asks for, from the profile list evaluated now (once per start)."""
+        self.frachub_selected = self.frachub_selection(await self.frachub_profiles())
+        return self.frachub_selected
+
     async def start(self) -> Any:
-        selection = self.frachub_selection(await self.frachub_profiles())
-        self.frachub_selected = selection
+        selection = await self.frachub_resolve()
         self.frachub_apply_profile(selection)
         self._frachub_progress: list[dict[str, Any]] = []
         self._frachub_changed = asyncio.Event()
