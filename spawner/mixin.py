@@ -161,10 +161,10 @@ class FracSpawnerMixin(Configurable):
         checked; keys nobody reads are logged and ignored."""
         try:
             raw = await evaluate(getattr(self, "profile_list", None) or [], self)
-        except Exception as error:
+        except Exception:
             self.log.exception("profile_list for %s failed", self._log_name)  # type: ignore[attr-defined]
             raise SpawnException(
-                f"the hub's profile_list callable failed: {error}",
+                "the hub's profile_list callable failed; the hub's log says why",
                 reason="frachub-config",
                 status_code=500,
             ) from None

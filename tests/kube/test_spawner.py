@@ -4,6 +4,8 @@ GPU's UUID, GPU resources per sharing mode, the priority class."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -446,3 +448,39 @@ def test_the_forms_post_kubespawners_field_names(cluster: Cluster, kube_default:
         assert 'pattern="^jupyter/.+:.+$"' in frac_form
 
     run(scenario)
+
+
+CUSTOM_FORM = """<ul id="custom">{% for profile in profile_list %}
+<li><input type="radio" name="profile" value="{{ profile.slug }}"> {{ profile.display_name }}
+{% include "frachub_gpus.html" %}</li>{% endfor %}</ul>{% include "frachub_quota.html" %}
+<script>const userOptions = {{ user_options|tojson }};</script>"""
+
+
+@pytest.mark.parametrize("where", ["profile_form_template", "additional_paths"])
+def test_a_custom_form_template_is_honoured_with_frachubs_includes(
+    tmp_path: Any, where: str
+) -> None:
+    """As in KubeSpawner, the admin's template draws the form from profile_list and
+    user_options; FracHub's GPU choices and quota line are includes it can use. The user
+    object here has no .groups: the form must not need them."""
+    spawner = local_spawner(AS_DICT)
+    if where == "profile_form_template":
+        spawner.profile_form_template = CUSTOM_FORM
+    else:
+        (tmp_path / "form.html").write_text(CUSTOM_FORM)
+        spawner.additional_profile_form_template_paths = [str(tmp_path)]
+    spawner.user_options = {"profile": "cafe-gpu", "image": "base", "gpu": "1"}
+    form = asyncio.run(spawner.get_options_form())
+    assert '<ul id="custom">' in form
+    assert re.findall(r'name="profile" value="([^"]+)"', form) == ["data-science", "cafe-gpu"]
+    gpus = re.findall(r'name="(gpu-[^"]+)"\s+value="([^"]+)"', form)
+    assert gpus == [("gpu-cafe-gpu", "0.5"), ("gpu-cafe-gpu", "1")]
+    assert "GPU availability is unknown right now" in form  # the service is not running
+    assert 'const userOptions = {"profile": "cafe-gpu", "image": "base", "gpu": "1"};' in form
+
+
+def test_without_a_custom_template_the_form_is_frachubs(tmp_path: Any) -> None:
+    spawner = local_spawner(PROFILES)
+    spawner.additional_profile_form_template_paths = [str(tmp_path)]  # holds no form.html
+    form = asyncio.run(spawner.get_options_form())
+    assert 'id="frachub-form"' in form
