@@ -8,7 +8,8 @@ reaches the server through the option's ``kubespawner_override``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hub.upharness import PASSWORD, Kernel, Up
@@ -69,6 +70,12 @@ def up_page(browser, up: Up, request: pytest.FixtureRequest) -> Iterator:
         up.stop_server(user)
 
 
+def in_a_thread(work: Callable[[], str]) -> str:
+    """Kernel runs its own asyncio loop; Playwright's sync API holds this thread's."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(work).result()
+
+
 def log_in(page, up: Up, user: str) -> None:
     page.goto(f"{up.url}/hub/login")
     page.fill("input#username_input", user)
@@ -107,7 +114,9 @@ def test_unlisted_choice_in_the_spawn_form(up: Up, up_page, shot) -> None:
     page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
     (allocation,) = up.allocations("alice", ["running"])
     assert allocation["gpus"] == 0.5
-    picked = Kernel(up, "alice").text("import os; print(os.environ['PICKED_IMAGE'])")
+    picked = in_a_thread(
+        lambda: Kernel(up, "alice").text("import os; print(os.environ['PICKED_IMAGE'])")
+    )
     assert picked.strip() == "jupyter/r-notebook:4.4"
 
     # back on the form, the saved free-text value is shown again

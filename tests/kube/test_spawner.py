@@ -445,7 +445,7 @@ def test_the_forms_post_kubespawners_field_names(cluster: Cluster, kube_default:
         assert "profile-option-cafe-gpu--image--unlisted-choice" in frac_fields
         slugs = re.compile(r'name="profile"[^>]*value="([^"]+)"', re.S)
         assert slugs.findall(frac_form) == ["data-science", "cafe-gpu"]
-        assert 'pattern="^jupyter/.+:.+$"' in frac_form
+        assert 'data-validation-regex="^jupyter/.+:.+$"' in frac_form
 
     run(scenario)
 
@@ -484,3 +484,30 @@ def test_without_a_custom_template_the_form_is_frachubs(tmp_path: Any) -> None:
     spawner.additional_profile_form_template_paths = [str(tmp_path)]  # holds no form.html
     form = asyncio.run(spawner.get_options_form())
     assert 'id="frachub-form"' in form
+
+
+def test_start_applies_the_profile_kubespawner_would(cluster: Cluster, kube_default: None) -> None:
+    """The whole start of a CPU profile from a callable list: FracHub resolves it once and
+    KubeSpawner's start, through load_user_options, builds the pod from its overrides."""
+    calls: list[str] = []
+
+    def per_user(spawner: Any) -> list[dict[str, Any]]:
+        calls.append(spawner.user.name)
+        return PROFILES
+
+    async def scenario() -> None:
+        _, frac = kube_pair(cluster, per_user)
+        frac.user_options = {"profile": "data-science", "size": "l", "old-client-key": 1}
+        frac.start_timeout = 20
+        frac.node_selector = {}  # the fake's nodes carry no "disk" or "zone" label
+        await asyncio.wait_for(frac.start(), 25)
+        pod = cluster.fake.get("pods", cluster.namespace, frac.pod_name)  # type: ignore[union-attr]
+        container = pod["spec"]["containers"][0]
+        assert float(container["resources"]["limits"]["cpu"]) == 8.0
+        assert int(container["resources"]["limits"]["memory"]) == 4 * 1024**3  # "4G"
+        assert pod["metadata"]["labels"]["team"] == "ds"
+        assert frac.allocation_id is None  # a CPU profile asks FracHub for nothing
+        assert calls == [frac.user.name]  # evaluated once for this start
+        await frac.stop(now=True)
+
+    run(scenario, timeout=40)
