@@ -281,7 +281,7 @@ class FracSpawnerMixin(Configurable):
         chosen GPU's key) and ``project``."""
         ours = {key for key in formdata if key in ("gpu", "project") or key.startswith("gpu-")}
         kube = KubeProfiles(log=self.log)  # type: ignore[attr-defined]
-        options = kube._options_from_form({k: v for k, v in formdata.items() if k not in ours})
+        options = kube.options_from_form({k: v for k, v in formdata.items() if k not in ours})
         slug = options.get("profile")
         if slug:
             gpu = (formdata.get(f"gpu-{slug}") or formdata.get("gpu") or [""])[0]

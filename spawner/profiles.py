@@ -160,6 +160,11 @@ class KubeProfiles:
     def _apply_overrides(self, spawner_override: Mapping[str, Any]) -> None:
         self.applied.append(spawner_override)
 
+    def options_from_form(self, formdata: Mapping[str, list[str]]) -> dict[str, Any]:
+        """KubeSpawner's reading of a spawn form post: ``profile``, and the chosen profile's
+        ``profile-option-{slug}--{name}`` fields (others are logged as ignored)."""
+        return self._options_from_form(formdata)
+
     def overrides(self, profile: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
         """The override dicts KubeSpawner's ``_load_profile`` applies for ``user_options`` on
         this (initialized) profile, unlisted choices' ``{value}`` filled in."""

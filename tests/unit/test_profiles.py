@@ -329,7 +329,7 @@ def test_form_fields_become_kubespawners_user_options():
         "profile-option-images--image--unlisted-choice": ["jupyter/r:4.4"],
         "profile-option-other--image": ["base"],
     }
-    assert KubeProfiles()._options_from_form(form) == {
+    assert KubeProfiles().options_from_form(form) == {
         "profile": "images",
         "image--unlisted-choice": "jupyter/r:4.4",
     }
