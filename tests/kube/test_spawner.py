@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -511,3 +512,16 @@ def test_start_applies_the_profile_kubespawner_would(cluster: Cluster, kube_defa
         await frac.stop(now=True)
 
     run(scenario, timeout=40)
+
+
+def test_a_copy_of_kubespawners_form_html_works_as_a_custom_template(tmp_path: Any) -> None:
+    import kubespawner
+
+    shipped = Path(kubespawner.__file__).parent / "templates" / "form.html"
+    (tmp_path / "form.html").write_text(shipped.read_text())
+    spawner = local_spawner(AS_DICT)
+    spawner.additional_profile_form_template_paths = [str(tmp_path)]
+    form = asyncio.run(spawner.get_options_form())
+    assert 'id="kubespawner-profiles-list"' in form
+    assert ".profile" in form.split("</style>")[0]  # its include of style.css was found
+    assert 'name="profile-option-cafe-gpu--image"' in form
