@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ def configure(
     service_url: str = "http://127.0.0.1:10101",
     managed: bool = True,
     spawner: str = "local",
-    profile_list: Sequence[dict[str, Any]] | None = None,
+    profile_list: Sequence[dict[str, Any]] | Mapping[str, Any] | Callable[..., Any] | None = None,
     admin_users: Sequence[str] = (),
     start_timeout: int = 900,
     api_token: str | None = None,
@@ -79,7 +79,8 @@ def configure(
     service_url: where the service listens (and the spawner reaches it).
     managed: the hub starts the service (True) or an operator runs it (False).
     spawner: "local" or "kubernetes", or a spawner class's import path.
-    profile_list: KubeSpawner-style profiles with FracHub GPU choices (docs/profiles.md).
+    profile_list: KubeSpawner's profile_list (a list, a dict by slug, or a callable) with
+        FracHub's GPU choices (docs/hub.md).
     admin_users: FracHub admins besides the members of the ``frachub-admins`` group.
     start_timeout: seconds a spawn may take, waiting for a GPU share included.
     api_token: the frachub service's hub token when something else keeps it (on Kubernetes,
@@ -132,8 +133,12 @@ def configure(
         # on the spawner's own section: z2jh sets c.KubeSpawner.start_timeout, which would
         # win over c.Spawner
         settings.start_timeout = start_timeout
-        if profile_list is not None:
-            settings.profile_list = list(profile_list)
+        if profile_list is not None:  # a list, a dict by slug, or a callable, as KubeSpawner's
+            settings.profile_list = (
+                profile_list
+                if callable(profile_list) or isinstance(profile_list, Mapping)
+                else list(profile_list)
+            )
     # a kernelspec written on the hub's disk reaches local servers only; notebook images on
     # Kubernetes carry FracHub and its kernelspec themselves
     c.FracLocalSpawner.frachub_jupyter_path = str(data / "jupyter")

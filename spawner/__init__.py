@@ -1,6 +1,8 @@
 """The FracHub spawners: notebooks on a GPU share that the scheduler grants.
 
 ``FracLocalSpawner`` (processes on this machine) and ``FracKubeSpawner`` (pods) share one
-mixin, ``spawner.mixin.FracSpawnerMixin``. Import them from their modules (``spawner.local``,
-``spawner.kube``) so a hub without Kubernetes never imports the Kubernetes client.
+mixin, ``spawner.mixin.FracSpawnerMixin``, and KubeSpawner's own profile code
+(``spawner.profiles``), so both import ``kubespawner`` (a dependency); only
+``FracKubeSpawner`` loads a cluster's configuration and talks to it. Import them from their
+modules (``spawner.local``, ``spawner.kube``).
 """

@@ -1,8 +1,11 @@
 """``FracKubeSpawner``: KubeSpawner with notebooks on a GPU share from FracHub.
 
-KubeSpawner keeps its own ``profile_list`` handling (``kubespawner_override``,
-``profile_options``); the mixin adds FracHub's GPU choices to the same profiles, asks the
-service for the share before the pod is created and shows the wait on the spawn page.
+KubeSpawner's ``profile_list`` in all its forms (list, dict, callable) works unchanged: the
+mixin resolves the profile, its options and their ``kubespawner_override`` dicts with
+KubeSpawner's own code (``spawner.profiles.KubeProfiles``), adds FracHub's GPU choices to
+the same profiles, asks the service for the share before the pod is created and shows the
+wait on the spawn page. ``load_user_options`` then applies those overrides with
+KubeSpawner's own ``_apply_overrides``, where KubeSpawner applies them.
 
 Once the share is granted, ``get_pod_manifest`` places the pod on it (and otherwise leaves
 KubeSpawner's pod alone):
@@ -20,6 +23,7 @@ KubeSpawner's pod alone):
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
@@ -67,6 +71,16 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
     )
 
     _frachub_reserved_uuid: str | None = None
+
+    async def load_user_options(self) -> None:
+        """KubeSpawner's overrides for what ``start()`` resolved: the same profile list (a
+        callable is not called a second time), the profile FracHub chose (the default open
+        to the user's groups when none is named), applied by KubeSpawner's own method."""
+        selection = self.frachub_selected or await self.frachub_resolve()
+        if selection.profile is not None:
+            self.log.debug("Applying KubeSpawner override for profile %r", selection.profile.slug)
+        for overrides in selection.overrides:
+            self._apply_overrides(copy.deepcopy(dict(overrides)))
 
     def _frachub_replica(self) -> ReplicaPlacement | None:
         if (

@@ -9,31 +9,53 @@ JupyterHub's ``LocalProcessSpawner`` with the FracHub mixin. Two ways to run use
   ``SimpleLocalProcessSpawner``. There is no isolation between users then: it is for one
   person's workstation, demos and tests, and the docs say so.
 
-The profile list is KubeSpawner's shape; on this spawner a profile's ``kubespawner_override``
-sets those traits that a local spawner has (``environment``, ``default_url``, ``args``,
-``cmd``, ``mem_limit``, ...), and says in the log which it skipped.
+The profile list is KubeSpawner's, in all its forms (list, dict, callable), with its
+``profile_form_template`` and ``additional_profile_form_template_paths``; on this spawner a
+profile's ``kubespawner_override`` sets, with KubeSpawner's own ``_apply_overrides`` (dicts
+merged, ``None`` deleting a key, callables called with the spawner), those traits that a
+local spawner has (``environment``, ``default_url``, ``args``, ``cmd``, ``mem_limit``, ...),
+and says in the log which it skipped.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Dict, List, Unicode, default
+from jupyterhub.traitlets import Callable
+from kubespawner.spawner import KubeSpawner
+from traitlets import Dict, List, Unicode, Union, default
 
 from spawner.mixin import FracSpawnerMixin
 from spawner.profiles import Selection
 
 
 class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
-    profile_list = List(
-        Dict(),
+    profile_list = Union(
+        [List(Dict()), Callable(), Dict()],
         config=True,
-        help="""KubeSpawner-style profiles with FracHub's GPU choices (see docs/profiles.md).
+        help="""KubeSpawner's profile_list with FracHub's GPU choices (docs/hub.md): a list of
+        profiles, a dict of them keyed by slug (shown in key order), or a callable taking the
+        spawner and returning either (may be async), called for each form and each start.
         Empty: servers hold no GPU and there is no form.""",
+    )
+
+    profile_form_template = Unicode(
+        "",
+        config=True,
+        help="""As KubeSpawner's: a literal Jinja2 template for the spawn form, given
+        profile_list, user_options and frachub (see docs/hub.md). Empty: FracHub's form.""",
+    )
+
+    additional_profile_form_template_paths = List(
+        Unicode(),
+        config=True,
+        help="""As KubeSpawner's: directories searched first for templates; a form.html in
+        one of them draws the spawn form.""",
     )
 
     home_dir_template = Unicode(
@@ -64,29 +86,16 @@ class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
     def frachub_apply_profile(self, selection: Selection) -> None:
         if selection.profile is None:
             return
-        raw = selection.profile.raw
-        overrides = [raw.get("kubespawner_override") or {}]
-        for name, option in (raw.get("profile_options") or {}).items():
-            choices = option.get("choices") or {}
-            picked = selection.options.get(name) or next(
-                (key for key, choice in choices.items() if choice.get("default")),
-                next(iter(choices), None),
-            )
-            if picked in choices:
-                overrides.append(choices[picked].get("kubespawner_override") or {})
-        for override in overrides:
-            for key, value in override.items():
-                if not self.has_trait(key):
-                    self.log.debug(
-                        "profile %s: %s applies to Kubernetes only", selection.profile.slug, key
-                    )
-                    continue
-                value = value(self) if callable(value) else value
-                current = getattr(self, key)
-                if isinstance(value, dict) and isinstance(current, dict):
-                    setattr(self, key, {**current, **value})
-                else:
-                    setattr(self, key, value)
+        for overrides in selection.overrides:
+            skipped = sorted(key for key in overrides if not self.has_trait(key))
+            if skipped:
+                self.log.info(
+                    "profile %s: %s apply to Kubernetes only",
+                    selection.profile.slug,
+                    ", ".join(skipped),
+                )
+            mine = {k: copy.deepcopy(v) for k, v in overrides.items() if self.has_trait(k)}
+            KubeSpawner._apply_overrides(self, mine)
 
     # -- hub-only users ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
@@ -39,8 +39,16 @@ from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
 from scheduler.engine.lifecycle import FINAL_STATES, WorkloadState
 from scheduler.engine.model import GpuShare, ReplicaPlacement
-from spawner.offers import offers, user_projects
-from spawner.profiles import InvalidOption, Profile, Selection, parse_profiles, resolve
+from spawner.offers import FormView, offers, user_projects
+from spawner.profiles import (
+    InvalidOption,
+    KubeProfiles,
+    Profile,
+    Selection,
+    evaluate,
+    parse_profiles,
+    resolve,
+)
 from spawner.service_api import FracHubAPI, ServiceError
 
 RELEASE_RETRY_SECONDS = 600.0
@@ -105,6 +113,7 @@ class FracSpawnerMixin(Configurable):
 
     allocation_id: int | None = None
     allocation: dict[str, Any] | None = None
+    frachub_selected: Selection | None = None  # what the last start() resolved
     _frachub_stopping = False  # poll() is stopping a server whose share was revoked
 
     def get_state(self) -> dict[str, Any]:
@@ -146,18 +155,21 @@ class FracSpawnerMixin(Configurable):
             self.frachub_api_url, self.frachub_api_token, self.frachub_request_timeout
         )
 
-    def frachub_profiles(self) -> list[Profile]:
-        """The configured profiles, checked. A callable profile_list (KubeSpawner allows one)
-        is not supported: FracHub must know the choices to show their availability."""
-        raw = getattr(self, "profile_list", None) or []
-        if callable(raw):
+    async def frachub_profiles(self) -> list[Profile]:
+        """The profile list as KubeSpawner would read it for this user now (a dict in its
+        order, a callable evaluated with this spawner, as for every form and every start),
+        checked; keys nobody reads are logged and ignored."""
+        try:
+            raw = await evaluate(getattr(self, "profile_list", None) or [], self)
+        except Exception:
+            self.log.exception("profile_list for %s failed", self._log_name)  # type: ignore[attr-defined]
             raise SpawnException(
-                "FracHub needs profile_list as a list, not a callable",
+                "the hub's profile_list callable failed; the hub's log says why",
                 reason="frachub-config",
                 status_code=500,
-            )
+            ) from None
         try:
-            return parse_profiles(raw)
+            return parse_profiles(raw, warn=self.log.warning)  # type: ignore[attr-defined]
         except InvalidOption as error:
             raise SpawnException(
                 f"the hub's profile list is invalid: {error.message}",
@@ -166,15 +178,24 @@ class FracSpawnerMixin(Configurable):
             ) from None
 
     def user_groups(self) -> list[str]:
-        return [group.name for group in self.user.groups]  # type: ignore[attr-defined]
+        """The user's group names (none for a user object without groups)."""
+        groups = getattr(self.user, "groups", None) or ()  # type: ignore[attr-defined]
+        return [group.name for group in groups]
 
-    def frachub_selection(self) -> Selection:
+    def frachub_selection(self, profiles: list[Profile]) -> Selection:
         try:
-            return resolve(self.frachub_profiles(), self.user_options or {}, self.user_groups())
+            selection = resolve(profiles, self.user_options or {}, self.user_groups())
         except InvalidOption as error:
             raise SpawnException(
                 error.message, reason="frachub-option", status_code=error.status
             ) from None
+        if selection.ignored:
+            self.log.warning(  # type: ignore[attr-defined]
+                "Ignoring unrecognized user_options for %s: %s",
+                self._log_name,  # type: ignore[attr-defined]
+                ", ".join(selection.ignored),
+            )
+        return selection
 
     # -- the spawn form ------------------------------------------------------------------
 
@@ -186,8 +207,13 @@ class FracSpawnerMixin(Configurable):
 
     async def frachub_options_form(self, spawner: Any = None) -> str:
         """The form, with each GPU choice's availability and the user's project quota, as
-        the service sees them now. (The hub calls a callable form with the spawner.)"""
-        profiles = self.frachub_profiles()
+        the service sees them now. (The hub calls a callable form with the spawner.)
+
+        Drawn from the admin's ``profile_form_template`` or a ``form.html`` in
+        ``additional_profile_form_template_paths`` when there is one (as KubeSpawner does,
+        with its variables ``profile_list`` and ``user_options``, plus ``frachub`` and the
+        includes ``frachub_quota.html`` and ``frachub_gpus.html``), else FracHub's own."""
+        profiles = await self.frachub_profiles()
         groups = self.user_groups()
         try:
             client = self.frachub_client
@@ -196,46 +222,71 @@ class FracSpawnerMixin(Configurable):
         except ServiceError as error:
             queues, nodes, unreachable = [], [], error.message
         projects = user_projects(queues, self.user.name, groups)  # type: ignore[attr-defined]
-        wanted = (self.user_options or {}).get("project")
-        project = next((p for p in projects if p.name == wanted), projects[0] if projects else None)
-        environment = Environment(
-            loader=FileSystemLoader(str(TEMPLATES_DIR)), autoescape=select_autoescape()
-        )
+        user_options = dict(self.user_options or {})
         selection: Selection | None
         try:
-            selection = resolve(profiles, self.user_options or {}, groups)
-        except InvalidOption:
+            selection = resolve(profiles, user_options, groups)
+        except InvalidOption as error:
+            self.log.warning(  # type: ignore[attr-defined]
+                "Not pre-selecting saved user_options on the spawn form: %s", error.message
+            )
+            user_options = {}
             selection = (
                 resolve(profiles, {}, groups) if any(p.allows(groups) for p in profiles) else None
             )
-        return environment.get_template("spawn_form.html").render(
-            offers=offers(profiles, groups, project, nodes)
-            if not unreachable
-            else offers(profiles, groups, None, []),
+        wanted = user_options.get("project")
+        project = next((p for p in projects if p.name == wanted), projects[0] if projects else None)
+        view = FormView(
+            offers=offers(profiles, groups, None if unreachable else project, nodes),
             projects=projects,
             project=project,
             selection=selection,
             unreachable=unreachable,
         )
+        environment = Environment(
+            loader=ChoiceLoader(
+                [
+                    FileSystemLoader(self._frachub_template_paths()),
+                    FileSystemLoader(str(TEMPLATES_DIR)),
+                    PackageLoader("kubespawner", "templates"),  # its style.css, for copies
+                ]
+            )
+        )
+        # as KubeSpawner: the admin's profile order survives |tojson
+        environment.policies["json.dumps_kwargs"] = {"sort_keys": False}
+        custom = getattr(self, "profile_form_template", "")
+        if custom:
+            template = environment.from_string(custom)
+        elif any((Path(path) / "form.html").is_file() for path in self._frachub_template_paths()):
+            template = environment.get_template("form.html")
+        else:
+            template = environment.get_template("spawn_form.html")
+        return template.render(
+            profile_list=[dict(profile.raw) for profile in profiles],
+            user_options=user_options,
+            frachub=view,
+        )
+
+    def _frachub_template_paths(self) -> list[str]:
+        return [str(path) for path in getattr(self, "additional_profile_form_template_paths", [])]
 
     @default("options_from_form")
     def _default_options_from_form(self) -> Any:
         return self.frachub_options_from_form
 
     def frachub_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        """Form fields to user_options: ``profile``, ``gpu`` (the choice's key), ``project``,
-        and the profile's own options posted as ``profile-option-{slug}--{name}``."""
-        options: dict[str, Any] = {}
-        slug = (formdata.get("profile") or [""])[0]
+        """KubeSpawner's own reading of the form (``profile``, and the profile's options
+        posted as ``profile-option-{slug}--{name}``, an unlisted value as
+        ``...--{name}--unlisted-choice``), plus FracHub's fields: ``gpu-{slug}`` (the
+        chosen GPU's key) and ``project``."""
+        ours = {key for key in formdata if key in ("gpu", "project") or key.startswith("gpu-")}
+        kube = KubeProfiles(log=self.log)  # type: ignore[attr-defined]
+        options = kube.options_from_form({k: v for k, v in formdata.items() if k not in ours})
+        slug = options.get("profile")
         if slug:
-            options["profile"] = slug
             gpu = (formdata.get(f"gpu-{slug}") or formdata.get("gpu") or [""])[0]
             if gpu:
                 options["gpu"] = gpu
-            prefix = f"profile-option-{slug}--"
-            for key, values in formdata.items():
-                if key.startswith(prefix) and values:
-                    options[key[len(prefix) :]] = values[0]
         project = (formdata.get("project") or [""])[0]
         if project:
             options["project"] = project
@@ -243,8 +294,13 @@ class FracSpawnerMixin(Configurable):
 
     # -- start, wait, stop ---------------------------------------------------------------
 
+    async def frachub_resolve(self) -> Selection:
+        """What this start asks for, from the profile list evaluated now (once per start)."""
+        self.frachub_selected = self.frachub_selection(await self.frachub_profiles())
+        return self.frachub_selected
+
     async def start(self) -> Any:
-        selection = self.frachub_selection()
+        selection = await self.frachub_resolve()
         self.frachub_apply_profile(selection)
         self._frachub_progress: list[dict[str, Any]] = []
         self._frachub_changed = asyncio.Event()
@@ -267,7 +323,8 @@ class FracSpawnerMixin(Configurable):
             raise
 
     def frachub_apply_profile(self, selection: Selection) -> None:
-        """Apply the profile's overrides to the spawner; each spawner knows its own traits."""
+        """Apply the selection's ``kubespawner_override`` dicts (``selection.overrides``);
+        each spawner knows its own traits and when KubeSpawner would apply them."""
 
     async def _frachub_acquire(self, selection: Selection) -> None:
         assert selection.gpu is not None and selection.profile is not None

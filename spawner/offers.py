@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from scheduler.service.access import projects_of
-from spawner.profiles import GpuChoice, Profile, gpus_text
+from spawner.profiles import GpuChoice, Profile, Selection, gpus_text
 
 EPSILON = 1e-9
 
@@ -142,3 +142,25 @@ def offers(
         disabled = bool(choices) and all(offer.disabled for offer in choices)
         result.append(ProfileOffer(profile, disabled, "", tuple(choices)))
     return result
+
+
+@dataclass(frozen=True)
+class FormView:
+    """What the spawn form's templates read, as the ``frachub`` variable (a custom
+    ``profile_form_template`` gets it too, beside KubeSpawner's ``profile_list``)."""
+
+    offers: Sequence[ProfileOffer]
+    projects: Sequence[ProjectUse]
+    project: ProjectUse | None
+    selection: Selection | None  # what the form pre-selects
+    unreachable: str | None  # why GPU availability is unknown, if it is
+
+    @property
+    def by_slug(self) -> dict[str, ProfileOffer]:
+        found: dict[str, ProfileOffer] = {}
+        for offer in self.offers:
+            found.setdefault(offer.profile.slug, offer)
+        return found
+
+    def offer(self, slug: str) -> ProfileOffer | None:
+        return self.by_slug.get(slug)

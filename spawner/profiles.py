@@ -1,8 +1,8 @@
 """Profiles: what an admin offers, and what a user's ``user_options`` select from it.
 
-The shape is KubeSpawner's ``profile_list`` (``display_name``, ``slug``, ``description``,
-``default``, ``kubespawner_override``, ``profile_options`` with ``choices``), so a Zero to
-JupyterHub ``singleuser.profileList`` carries over unchanged. FracHub adds one key per
+The shape is KubeSpawner's ``profile_list`` in any of its three forms (a list of profiles, a
+dict of them keyed by slug, or a callable returning either, evaluated per user), so a Zero
+to JupyterHub ``singleuser.profileList`` carries over unchanged. FracHub adds one key per
 profile, ``frachub``::
 
     {"display_name": "GPU notebook", "slug": "gpu",
@@ -14,20 +14,27 @@ profile, ``frachub``::
          "idle_timeout_seconds": 3600,                # stop the server when idle this long
      }}
 
-A profile without ``gpu_choices`` holds no GPU. Everything here is pure: the spawner passes
-the user's groups in and turns ``InvalidOption`` into a ``SpawnException``; the same checks
-run for the spawn form and for ``user_options`` posted to the hub's REST API, so the two
-cannot disagree.
+A profile without ``gpu_choices`` holds no GPU. Wherever FracHub adds no meaning, KubeSpawner's
+own code decides, called here rather than copied (``KubeProfiles``): a profile's slug, the
+defaults it fills in, the order of a dict's profiles, which overrides a choice applies and
+how form fields become ``user_options``. Everything here is pure: the spawner passes the
+evaluated list and the user's groups in, logs what ``Selection.ignored`` names, and turns
+``InvalidOption`` into a ``SpawnException``; the same checks run for the spawn form and for
+``user_options`` posted to the hub's REST API, so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from jupyterhub.utils import maybe_future
+from kubespawner.spawner import KubeSpawner
 
 from scheduler.engine import reasons
 from scheduler.engine.model import MILLI
@@ -48,7 +55,10 @@ FRACHUB_KEYS = frozenset(
 )
 # user_options FracHub reads itself; a profile's options (KubeSpawner's) are the others
 OPTION_KEYS = ("profile", "gpu", "gpus", "gpu_memory_gib", "project")
+GPU_KEYS = ("gpu", "gpus", "gpu_memory_gib")
+UNLISTED = "--unlisted-choice"  # KubeSpawner's suffix for an option's free-text value
 MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|G|GB)\s*$", re.IGNORECASE)
+ProfileList = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
 
 
 def gpus_text(value: float) -> str:
@@ -116,17 +126,67 @@ class Profile:
 
 @dataclass(frozen=True)
 class Selection:
-    """What a spawn asks for: a profile, maybe a GPU choice, and the profile's options."""
+    """What a spawn asks for: a profile, maybe a GPU choice, the profile's options, and the
+    ``kubespawner_override`` dicts they apply, in KubeSpawner's order."""
 
     profile: Profile | None  # None: no profiles are configured
     gpu: GpuChoice | None
     project: str | None
     options: Mapping[str, str]  # the profile's own options (KubeSpawner's profile_options)
+    overrides: tuple[Mapping[str, Any], ...] = ()
+    ignored: tuple[str, ...] = ()  # user_options keys nobody reads (KubeSpawner ignores them)
 
 
-def slugify(name: str) -> str:
-    """KubeSpawner's rule, so a profile without a slug gets the same one in both spawners."""
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "profile"
+class KubeProfiles:
+    """KubeSpawner's own profile methods, on an object that holds only what they read
+    (``user_options`` and a log), so FracHub runs KubeSpawner's code rather than a copy of
+    it, without a spawner or a cluster. ``_apply_overrides`` records instead of setting
+    traits: the spawner applies the record (``Selection.overrides``) itself."""
+
+    _sorted_dict_values = KubeSpawner._sorted_dict_values
+    _get_initialized_profile_list = KubeSpawner._get_initialized_profile_list
+    _validate_user_options = KubeSpawner._validate_user_options
+    _get_profile = KubeSpawner._get_profile
+    _load_profile = KubeSpawner._load_profile
+    _options_from_form = KubeSpawner._options_from_form
+
+    def __init__(
+        self, user_options: Mapping[str, Any] | None = None, log: logging.Logger | None = None
+    ) -> None:
+        self.user_options = dict(user_options or {})
+        self.log = log or logging.getLogger(__name__)
+        self.applied: list[Mapping[str, Any]] = []
+
+    def _apply_overrides(self, spawner_override: Mapping[str, Any]) -> None:
+        self.applied.append(spawner_override)
+
+    def options_from_form(self, formdata: Mapping[str, list[str]]) -> dict[str, Any]:
+        """KubeSpawner's reading of a spawn form post: ``profile``, and the chosen profile's
+        ``profile-option-{slug}--{name}`` fields (others are logged as ignored)."""
+        return self._options_from_form(formdata)
+
+    def overrides(self, profile: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+        """The override dicts KubeSpawner's ``_load_profile`` applies for ``user_options`` on
+        this (initialized) profile, unlisted choices' ``{value}`` filled in."""
+        self.applied = []
+        self._load_profile(profile["slug"], [copy.deepcopy(dict(profile))])
+        return tuple(self.applied)
+
+
+def ordered(profile_list: Any) -> Any:
+    """KubeSpawner's order: a dict's profiles sorted by key; a list or a callable as it is."""
+    return KubeProfiles()._sorted_dict_values(profile_list)
+
+
+async def evaluate(profile_list: Any, spawner: Any) -> Any:
+    """The profile list as KubeSpawner reads it for this spawner now: a callable (the z2jh
+    ``extraConfig`` pattern) is called with the spawner and awaited if it returns a future,
+    and a dict (what it returns, or what is configured) is put in KubeSpawner's order."""
+    profile_list = ordered(profile_list)
+    if callable(profile_list):
+        result: Callable[..., Any] | Awaitable[Any] = profile_list(spawner)
+        profile_list = ordered(await maybe_future(result))
+    return profile_list or []
 
 
 def parse_gpu_choice(value: Any, where: str) -> GpuChoice:
@@ -154,26 +214,31 @@ def parse_gpu_choice(value: Any, where: str) -> GpuChoice:
     return GpuChoice(key=f"{value:g}", gpus=float(value), gpu_memory_gib=None)
 
 
-def parse_profiles(profile_list: Sequence[Mapping[str, Any]]) -> list[Profile]:
-    """Check an admin's profile_list once, at start-up, so a typo fails loudly then and not
-    on a user's spawn."""
-    if not isinstance(profile_list, (list, tuple)):
-        raise InvalidOption("profile_list", "must be a list of profiles")
+def parse_profiles(
+    profile_list: ProfileList, warn: Callable[[str], None] | None = None
+) -> list[Profile]:
+    """Check an (evaluated) profile_list, list or dict, and fill it in with KubeSpawner's own
+    initialisation (slugs, default profile, default choices). Our ``frachub`` key and the
+    shapes KubeSpawner's code would crash on are errors naming the key; a key neither
+    KubeSpawner nor FracHub reads is passed to ``warn`` and ignored, as KubeSpawner ignores
+    it."""
+    warn = warn or logging.getLogger(__name__).warning
+    if isinstance(profile_list, Mapping):
+        entries = [(f"profile_list[{key!r}]", profile_list[key]) for key in sorted(profile_list)]
+    elif isinstance(profile_list, (list, tuple)):
+        entries = [(f"profile_list[{index}]", raw) for index, raw in enumerate(profile_list)]
+    else:
+        raise InvalidOption(
+            "profile_list", "must be a list or a dict of profiles, or a callable returning one"
+        )
+    for where, raw in entries:
+        _check_profile(where, raw, warn)
+    initialized = KubeProfiles()._get_initialized_profile_list([raw for _, raw in entries])
     profiles: list[Profile] = []
-    for index, raw in enumerate(profile_list):
-        where = f"profile_list[{index}]"
-        if not isinstance(raw, Mapping):
-            raise InvalidOption(where, "must be a dict")
-        unknown = sorted(set(raw) - PROFILE_KEYS)
-        if unknown:
-            raise InvalidOption(
-                f"{where}.{unknown[0]}",
-                f"unknown key; profiles have {', '.join(sorted(PROFILE_KEYS))}",
-            )
-        name = raw.get("display_name")
-        if not isinstance(name, str) or not name:
-            raise InvalidOption(f"{where}.display_name", "is required")
-        slug = raw.get("slug") or slugify(name)
+    for (where, _), raw in zip(entries, initialized, strict=True):
+        slug = raw["slug"]
+        if not isinstance(slug, str) or not slug:
+            raise InvalidOption(f"{where}.slug", "must be a non-empty string")
         extra = raw.get("frachub") or {}
         if not isinstance(extra, Mapping):
             raise InvalidOption(f"{where}.frachub", "must be a dict")
@@ -214,7 +279,7 @@ def parse_profiles(profile_list: Sequence[Mapping[str, Any]]) -> list[Profile]:
         profiles.append(
             Profile(
                 slug=slug,
-                display_name=name,
+                display_name=raw["display_name"],
                 description=str(raw.get("description") or ""),
                 default=bool(raw.get("default")),
                 gpu_choices=choices,
@@ -222,18 +287,70 @@ def parse_profiles(profile_list: Sequence[Mapping[str, Any]]) -> list[Profile]:
                 allowed_groups=None if groups is None else frozenset(groups),
                 preemptible=bool(extra.get("preemptible", False)),
                 idle_timeout_seconds=None if idle is None else float(idle),
-                raw=copy.deepcopy(dict(raw)),
+                raw=raw,
             )
         )
-    slugs = [profile.slug for profile in profiles]
-    duplicate = next((slug for slug in slugs if slugs.count(slug) > 1), None)
-    if duplicate:
-        raise InvalidOption("profile_list", f"two profiles have the slug {duplicate!r}")
+    first: dict[str, str] = {}
+    for (where, _), profile in zip(entries, profiles, strict=True):
+        if profile.slug in first:
+            warn(
+                f"{where}: slug {profile.slug!r} is also {first[profile.slug]}'s; "
+                "a spawn asking for it gets the first (as in KubeSpawner)"
+            )
+        first.setdefault(profile.slug, where)
     return profiles
 
 
+def _check_profile(where: str, raw: Any, warn: Callable[[str], None]) -> None:
+    """What KubeSpawner's code needs of a profile to run without a TypeError or KeyError."""
+    if not isinstance(raw, Mapping):
+        raise InvalidOption(where, "must be a dict")
+    for key in sorted(set(raw) - PROFILE_KEYS, key=str):
+        warn(f"{where}.{key}: unknown key, ignored (KubeSpawner ignores it too)")
+    name = raw.get("display_name")
+    if not isinstance(name, str) or not name:
+        raise InvalidOption(f"{where}.display_name", "is required")
+    override = raw.get("kubespawner_override")
+    if override is not None and not isinstance(override, Mapping):
+        raise InvalidOption(f"{where}.kubespawner_override", "must be a dict")
+    options = raw.get("profile_options")
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise InvalidOption(f"{where}.profile_options", "must be a dict of options")
+    for name, option in options.items():
+        at = f"{where}.profile_options.{name}"
+        if not isinstance(option, Mapping):
+            raise InvalidOption(at, "must be a dict")
+        choices = option.get("choices")
+        if choices is not None and (
+            not isinstance(choices, Mapping)
+            or not all(isinstance(choice, Mapping) for choice in choices.values())
+        ):
+            raise InvalidOption(f"{at}.choices", "must be a dict of choices, each a dict")
+        unlisted = option.get("unlisted_choice")
+        if unlisted is None:
+            if not choices:
+                raise InvalidOption(at, "has neither choices nor an enabled unlisted_choice")
+            continue
+        if not isinstance(unlisted, Mapping):
+            raise InvalidOption(f"{at}.unlisted_choice", "must be a dict")
+        if not choices and not unlisted.get("enabled"):
+            raise InvalidOption(at, "has neither choices nor an enabled unlisted_choice")
+        regex = unlisted.get("validation_regex")
+        if regex is not None:
+            try:
+                re.compile(regex)
+            except (re.error, TypeError) as error:
+                raise InvalidOption(
+                    f"{at}.unlisted_choice.validation_regex",
+                    f"is not a regular expression: {error}",
+                ) from None
+
+
 def default_profile(profiles: Sequence[Profile], groups: Iterable[str]) -> Profile | None:
-    """The admin's default if this user may use it, else the first profile they may use."""
+    """KubeSpawner's default (the first marked ``default``) if this user may use it, else the
+    first profile they may use."""
     groups = set(groups)
     allowed = [profile for profile in profiles if profile.allows(groups)]
     return next((p for p in allowed if p.default), allowed[0] if allowed else None)
@@ -243,7 +360,8 @@ def resolve(
     profiles: Sequence[Profile], user_options: Mapping[str, Any], groups: Iterable[str]
 ) -> Selection:
     """What ``user_options`` (from the spawn form or the REST API) select, or InvalidOption
-    naming the offending option."""
+    naming the offending option. FracHub's own keys and the chosen profile's options are
+    checked; any other key is ignored (``Selection.ignored``), as KubeSpawner ignores it."""
     if not isinstance(user_options, Mapping):
         raise InvalidOption("user_options", "must be a JSON object")
     groups = set(groups)
@@ -252,12 +370,13 @@ def resolve(
         raise InvalidOption("user_options.project", "must be a project name")
     slug = user_options.get("profile")
     if not profiles:
-        extra = sorted(set(user_options) - {"project"})
-        if extra:
+        asked = [key for key in GPU_KEYS if user_options.get(key) is not None]
+        if asked:
             raise InvalidOption(
-                f"user_options.{extra[0]}", "no profiles are configured on this hub"
+                f"user_options.{asked[0]}", "no profiles are configured on this hub"
             )
-        return Selection(profile=None, gpu=None, project=project, options={})
+        ignored = tuple(sorted(str(key) for key in set(user_options) - {"project"}))
+        return Selection(profile=None, gpu=None, project=project, options={}, ignored=ignored)
     if slug in (None, ""):
         profile = default_profile(profiles, groups)
         if profile is None:
@@ -278,18 +397,67 @@ def resolve(
                 f"{', '.join(sorted(profile.allowed_groups or ()))} only",
                 status=403,
             )
-    option_names = set((profile.raw.get("profile_options") or {}).keys())
-    unknown = sorted(set(user_options) - set(OPTION_KEYS) - option_names)
-    unknown = [key for key in unknown if not key.endswith("--unlisted-choice")]
-    if unknown:
-        raise InvalidOption(
-            f"user_options.{unknown[0]}",
-            f"unknown option; profile {profile.slug!r} takes "
-            + ", ".join([*OPTION_KEYS, *sorted(option_names)]),
-        )
+    options = _options_of(profile, user_options)
     gpu = _gpu_of(profile, user_options)
-    options = {key: str(value) for key, value in user_options.items() if key not in OPTION_KEYS}
-    return Selection(profile=profile, gpu=gpu, project=project, options=options)
+    kube = KubeProfiles({**user_options, "profile": profile.slug})
+    try:
+        kube._validate_user_options([profile.raw])  # KubeSpawner's own word, after ours
+        overrides = kube.overrides(profile.raw)
+    except (ValueError, KeyError, StopIteration) as error:
+        raise InvalidOption("user_options", str(error)) from None
+    known = {*OPTION_KEYS, *options}
+    ignored = tuple(sorted(str(key) for key in user_options if key not in known))
+    return Selection(
+        profile=profile,
+        gpu=gpu,
+        project=project,
+        options=options,
+        overrides=overrides,
+        ignored=ignored,
+    )
+
+
+def _options_of(profile: Profile, user_options: Mapping[str, Any]) -> dict[str, str]:
+    """The profile's own options in ``user_options``, checked as KubeSpawner's
+    ``_load_profile`` will use them: a listed choice, or an unlisted value (which wins, as in
+    KubeSpawner) matching the option's ``validation_regex``."""
+    chosen: dict[str, str] = {}
+    for name, option in (profile.raw.get("profile_options") or {}).items():
+        choices = option.get("choices") or {}
+        unlisted = option.get("unlisted_choice") or {}
+        free = user_options.get(f"{name}{UNLISTED}")
+        value = user_options.get(name)
+        if free not in (None, ""):
+            where = f"user_options.{name}{UNLISTED}"
+            if not isinstance(free, str):
+                raise InvalidOption(where, f"must be a string, got {free!r}")
+            if not unlisted.get("enabled"):
+                raise InvalidOption(
+                    where, f"profile {profile.slug!r} takes no unlisted choice for {name}"
+                )
+            regex = unlisted.get("validation_regex")
+            if regex and not re.match(regex, free):
+                hint = unlisted.get("validation_message") or f"must match {regex}"
+                raise InvalidOption(where, f"{free!r} is not accepted: {hint}")
+            chosen[f"{name}{UNLISTED}"] = free
+            if value not in (None, ""):
+                chosen[name] = str(value)
+            continue
+        if value in (None, ""):
+            if not choices:
+                raise InvalidOption(
+                    f"user_options.{name}{UNLISTED}",
+                    f"profile {profile.slug!r} needs a value for {name} (it lists no choices)",
+                )
+            continue
+        if not isinstance(value, str) or value not in choices:
+            raise InvalidOption(
+                f"user_options.{name}",
+                f"no such choice {value!r} for {name}; one of {', '.join(choices)}"
+                + (f", or {name}{UNLISTED}" if unlisted.get("enabled") else ""),
+            )
+        chosen[name] = value
+    return chosen
 
 
 def _gpu_of(profile: Profile, user_options: Mapping[str, Any]) -> GpuChoice | None:

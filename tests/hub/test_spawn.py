@@ -65,7 +65,7 @@ def test_server_token_acts_as_the_user_with_submit_scope(up: Up, kernel) -> None
         ({"profile": "gpu", "gpus": 0.3}, 400, "user_options.gpus"),
         ({"profile": "nope"}, 400, "user_options.profile"),
         ({"profile": "gpu", "gpus": 0.5, "gpu": "1"}, 400, "user_options.gpus"),
-        ({"profile": "gpu", "colour": "red"}, 400, "user_options.colour"),
+        ({"profile": "gpu", "gpus": True, "colour": "red"}, 400, "user_options.gpus"),
         ({"profile": "cpu", "gpus": 1}, 400, "user_options.gpus"),
         ({"profile": "gpu", "project": "nlp"}, 403, "not a member of project nlp"),
         # vision deserves 1 GPU and notebooks never borrow: it can never start
@@ -80,6 +80,14 @@ def test_bad_requests_fail_fast_and_allocate_nothing(up: Up, options, status, na
     assert time.monotonic() - started < 10  # refused, not timed out
     assert up.server("alice") is None or not up.server("alice").get("ready")
     assert up.allocations("alice", ["pending", "running"]) == []
+
+
+def test_unknown_user_options_are_ignored_with_a_log_line_as_kubespawner_does(up: Up) -> None:
+    # an existing REST client sending a key FracHub does not read still gets its server
+    response = up.start_server("bob", {"profile": "cpu", "from-an-old-client": "x"})
+    assert response.status_code in (201, 202), response.text
+    up.wait_ready("bob")
+    assert "Ignoring unrecognized user_options for bob: from-an-old-client" in up.log_text()
 
 
 def test_over_quota_notebook_waits_with_its_queue_position(up: Up) -> None:

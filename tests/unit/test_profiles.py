@@ -46,7 +46,24 @@ def test_parse_profiles_fills_slugs_and_defaults(profiles):
     ("profile_list", "where"),
     [
         ([{"slug": "x"}], "profile_list[0].display_name"),
-        ([{"display_name": "A", "colour": 1}], "profile_list[0].colour"),
+        ([{"display_name": "A", "profile_options": {"x": {}}}], "profile_options.x"),
+        (
+            [{"display_name": "A", "profile_options": {"x": {"choices": {"a": 1}}}}],
+            "profile_options.x.choices",
+        ),
+        (
+            [
+                {
+                    "display_name": "A",
+                    "profile_options": {
+                        "x": {"unlisted_choice": {"enabled": True, "validation_regex": "("}}
+                    },
+                }
+            ],
+            "profile_options.x.unlisted_choice.validation_regex",
+        ),
+        ({"a": {"display_name": "A", "frachub": {"gpu_choices": [3.5]}}}, "['a'].frachub"),
+        ("not a list", "profile_list"),
         ([{"display_name": "A", "frachub": {"gpu": [1]}}], "profile_list[0].frachub.gpu"),
         ([{"display_name": "A", "frachub": {"gpu_choices": [1.5]}}], "gpu_choices[0]"),
         ([{"display_name": "A", "frachub": {"gpu_choices": ["lots"]}}], "gpu_choices[0]"),
@@ -55,7 +72,6 @@ def test_parse_profiles_fills_slugs_and_defaults(profiles):
             [{"display_name": "A", "frachub": {"gpu_choices": [1], "default_gpu": 2}}],
             "default_gpu",
         ),
-        ([{"display_name": "A"}, {"display_name": "a"}], "profile_list"),
         (
             [{"display_name": "A", "frachub": {"idle_timeout_seconds": -1}}],
             "idle_timeout_seconds",
@@ -105,14 +121,14 @@ def test_rest_api_options_select_a_choice(profiles, options, gpu):
         ({"profile": "gpu", "gpus": 0.5, "gpu": "1"}, "user_options.gpus", 400),
         ({"profile": "gpu", "gpu_memory_gib": True}, "user_options.gpu_memory_gib", 400),
         ({"profile": "cpu", "gpus": 1}, "user_options.gpus", 400),
-        ({"profile": "gpu", "colour": "red"}, "user_options.colour", 400),
+        ({"profile": "big-gpus", "image": "tf"}, "user_options.image", 400),
         ({"profile": "big-gpus"}, "user_options.profile", 403),
         ({"profile": "gpu", "project": 3}, "user_options.project", 400),
     ],
 )
 def test_bad_options_name_the_option(profiles, options, where, status):
     with pytest.raises(InvalidOption) as error:
-        resolve(profiles, options, groups=["nlp"])
+        resolve(profiles, options, groups=["nlp", "vision"] if "image" in options else ["nlp"])
     assert error.value.message.startswith(where)
     assert error.value.status == status
 
@@ -177,3 +193,143 @@ def test_user_projects_by_group_member_or_everybody():
     names = [p.name for p in user_projects(queues, "bo", ["vision", "research"])]
     assert names == ["vision", "open"]
     assert [p.name for p in user_projects(queues, "ana", [])] == ["nlp", "open"]
+
+
+# -- KubeSpawner's behaviour where FracHub adds no meaning ---------------------------------
+
+IMAGE = {
+    "display_name": "Image",
+    "choices": {
+        "base": {"display_name": "Base", "kubespawner_override": {"image": "jupyter/base"}},
+        "scipy": {"display_name": "SciPy", "kubespawner_override": {"image": "jupyter/scipy"}},
+    },
+    "unlisted_choice": {
+        "enabled": True,
+        "display_name": "Other image",
+        "validation_regex": "^jupyter/.+:.+$",
+        "validation_message": "an image jupyter/<name>:<tag>",
+        "kubespawner_override": {"image": "{value}", "environment": {"IMAGE": "{value}"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [("Café GPU", "cafe-gpu"), ("Data -- Science", "data-science"), ("Über image", "uber-image")],
+)
+def test_slugs_are_kubespawners(name, slug):
+    from kubespawner.spawner import slugify
+
+    (profile,) = parse_profiles([{"display_name": name}])
+    assert profile.slug == slug == slugify(name)
+
+
+def test_dict_profile_list_is_ordered_by_key_as_kubespawner_orders_it():
+    profiles = parse_profiles(
+        {"z": {"display_name": "Last"}, "a": {"display_name": "First", "slug": "first"}}
+    )
+    assert [p.slug for p in profiles] == ["first", "last"]
+    assert profiles[0].default  # KubeSpawner's default: the first when none is marked
+
+
+def test_callable_profile_lists_are_evaluated_with_the_spawner():
+    import asyncio
+
+    from spawner.profiles import evaluate
+
+    spawner = object()
+
+    def sync(s):
+        assert s is spawner
+        return {"b": {"display_name": "B"}, "a": {"display_name": "A"}}
+
+    async def later(s):
+        return [{"display_name": "Async"}]
+
+    assert [p["display_name"] for p in asyncio.run(evaluate(sync, spawner))] == ["A", "B"]
+    assert asyncio.run(evaluate(later, spawner)) == [{"display_name": "Async"}]
+    assert asyncio.run(evaluate(None, spawner)) == []
+
+
+def test_unknown_profile_keys_are_warned_about_and_ignored():
+    warnings: list[str] = []
+    (profile,) = parse_profiles([{"display_name": "A", "colour": "red"}], warn=warnings.append)
+    assert profile.slug == "a"
+    assert warnings == ["profile_list[0].colour: unknown key, ignored (KubeSpawner ignores it too)"]
+    warnings.clear()
+    parse_profiles([{"display_name": "A"}, {"display_name": "a"}], warn=warnings.append)
+    assert "slug 'a' is also profile_list[0]'s" in warnings[0]
+
+
+def test_unknown_user_options_are_ignored_and_named(profiles):
+    selection = resolve(profiles, {"profile": "gpu", "colour": "red", "x": 1}, groups=[])
+    assert selection.ignored == ("colour", "x")
+    assert selection.gpu.key == "0.5"
+
+
+@pytest.fixture()
+def with_images():
+    return parse_profiles(
+        [
+            {
+                "display_name": "Images",
+                "kubespawner_override": {"default_url": "/lab", "environment": {"A": "1"}},
+                "profile_options": {"image": IMAGE},
+            }
+        ]
+    )
+
+
+def test_options_resolve_to_kubespawners_overrides_in_order(with_images):
+    default = resolve(with_images, {}, groups=[])
+    assert default.overrides == (
+        {"default_url": "/lab", "environment": {"A": "1"}},
+        {"image": "jupyter/base"},
+    )
+    chosen = resolve(with_images, {"profile": "images", "image": "scipy"}, groups=[])
+    assert chosen.overrides[1] == {"image": "jupyter/scipy"}
+    free = resolve(with_images, {"image--unlisted-choice": "jupyter/r:4.4"}, groups=[])
+    assert free.overrides[1] == {
+        "image": "jupyter/r:4.4",
+        "environment": {"IMAGE": "jupyter/r:4.4"},
+    }
+    assert free.options == {"image--unlisted-choice": "jupyter/r:4.4"}
+    assert with_images[0].raw["profile_options"]["image"]["unlisted_choice"][
+        "kubespawner_override"
+    ] == {"image": "{value}", "environment": {"IMAGE": "{value}"}}  # not formatted in place
+
+
+@pytest.mark.parametrize(
+    ("options", "where", "says"),
+    [
+        ({"image--unlisted-choice": "evil/image:1"}, "image--unlisted-choice", "jupyter/<name>"),
+        ({"image--unlisted-choice": 7}, "image--unlisted-choice", "must be a string"),
+        ({"image": "nope"}, "user_options.image", "one of base, scipy, or image--unlisted"),
+    ],
+)
+def test_bad_profile_options_name_the_field(with_images, options, where, says):
+    with pytest.raises(InvalidOption) as error:
+        resolve(with_images, options, groups=[])
+    assert where in error.value.message and says in error.value.message
+    assert error.value.status == 400
+
+
+def test_unlisted_choice_needs_to_be_enabled():
+    closed = {**IMAGE, "unlisted_choice": {"enabled": False}}
+    profiles = parse_profiles([{"display_name": "A", "profile_options": {"image": closed}}])
+    with pytest.raises(InvalidOption, match="takes no unlisted choice"):
+        resolve(profiles, {"image--unlisted-choice": "jupyter/x:1"}, groups=[])
+
+
+def test_form_fields_become_kubespawners_user_options():
+    from spawner.profiles import KubeProfiles
+
+    form = {
+        "profile": ["images"],
+        "profile-option-images--image--unlisted-choice": ["jupyter/r:4.4"],
+        "profile-option-other--image": ["base"],
+    }
+    assert KubeProfiles().options_from_form(form) == {
+        "profile": "images",
+        "image--unlisted-choice": "jupyter/r:4.4",
+    }
