@@ -38,11 +38,11 @@ from traitlets import (
 )
 from traitlets.config import Application
 
+from hub_ext.scopes import CUSTOM_SCOPES
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
-from scheduler.service.access import SCOPES
 from scheduler.service.directory import HubDirectory
 from scheduler.service.handlers import allocations, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
@@ -406,8 +406,8 @@ class FracHubService(Application):
 
     def start(self) -> None:
         if self.print_scopes:
-            for scope, description in SCOPES.items():
-                print(f"{scope}: {description}")
+            for scope, spec in CUSTOM_SCOPES.items():
+                print(f"{scope}: {spec['description']}")
             return
         asyncio.run(self.serve())
 
