@@ -41,6 +41,7 @@ import httpx
 
 from hub_ext.scopes import API_PATH, SERVICE_PREFIX
 from scheduler import __version__
+from scheduler.display import describe_placement, format_duration, placement_of
 
 URL_ENV = "FRACHUB_URL"
 TOKEN_ENV = "FRACHUB_TOKEN"
@@ -516,23 +517,6 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def format_duration(seconds: float | None) -> str:
-    """Two units at most, like kubectl's AGE: 45s, 3m12s, 2h05m, 3d04h; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def format_time(value: str | None, tz: tzinfo | None = None) -> str:
     """A timestamp in the reader's time zone (``tz``; default: local), to the second."""
     moment = parse_time(value)
@@ -580,13 +564,9 @@ def held_gpus(workload: Mapping[str, Any]) -> float:
 
 
 def format_placement(workload: Mapping[str, Any]) -> str:
-    """Where it runs: ``node:gpu`` per replica (``ws:0``, ``ws:0,1``), ``-`` if nowhere."""
-    replicas = workload.get("placement") or []
-    text = " ".join(
-        f"{replica['node']}:{','.join(str(gpu['index']) for gpu in replica['gpus'])}"
-        for replica in replicas
-    )
-    return text or "-"
+    """Where it runs, worded as the service's events word it (``ws GPU 0 (0.5)``,
+    ``ws GPUs 0, 1``); ``-`` if nowhere."""
+    return describe_placement(placement_of(workload.get("placement"))) or "-"
 
 
 def runtime_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:

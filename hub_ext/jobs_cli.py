@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from hub_ext.client import (
     state_line,
     submitted_text,
 )
+from scheduler.display import memory_gib
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 
@@ -76,18 +76,12 @@ def count(text: str) -> int:
     return _whole_number(text, 0, "0 or more")
 
 
-_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(g|gb|gi|gib|m|mb|mi|mib)?\s*$", re.IGNORECASE)
-
-
 def gpu_memory(text: str) -> float:
     """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
-    ``--gpu-memory 5G`` works as is). G and M are binary units, as GPU memory is."""
-    match = _MEMORY.match(text)
-    if not match:
+    ``--gpu-memory 5G`` works as is), read by the one size grammar (``scheduler/display.py``)."""
+    value = memory_gib(text, bare="G")
+    if value is None:
         raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
-    value = float(match.group(1))
-    if (match.group(2) or "g").lower().startswith("m"):
-        value /= 1024
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
     return round(value, 6)

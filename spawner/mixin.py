@@ -37,7 +37,7 @@ from hub_ext.paths import TEMPLATES_DIR
 from hub_ext.scopes import SERVER_TOKEN_SCOPES
 from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.display import describe_placement, placement_of
 from spawner.offers import offers, user_projects
 from spawner.profiles import InvalidOption, Profile, Selection, parse_profiles, resolve
 from spawner.service_api import FracHubAPI, ServiceError
@@ -292,11 +292,8 @@ class FracSpawnerMixin(Configurable):
         self.allocation = allocation
         allocation = await self._frachub_wait(allocation)
         self.allocation = allocation
-        self._frachub_note(
-            f"GPU share granted: {describe_placement(allocation)} in project "
-            f"{allocation['project']}",
-            40,
-        )
+        where = describe_placement(placement_of(allocation.get("placement"))) or "no GPU"
+        self._frachub_note(f"GPU share granted: {where} in project {allocation['project']}", 40)
 
     async def _frachub_adopt(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The allocation this server already holds (a hub restarted during a wait, a state
@@ -518,19 +515,6 @@ class FracSpawnerMixin(Configurable):
         return env
 
 
-def describe_placement(allocation: dict[str, Any]) -> str:
-    """ "0.5 of GPU 1 on node-a" or "GPUs 0, 1 on node-a"."""
-    parts = []
-    for replica in allocation.get("placement") or ():
-        gpus = replica["gpus"]
-        if len(gpus) == 1 and gpus[0]["share"] < 1:
-            parts.append(f"{gpus[0]['share']:g} of GPU {gpus[0]['index']} on {replica['node']}")
-        else:
-            indices = ", ".join(str(gpu["index"]) for gpu in gpus)
-            parts.append(f"GPU{'s' if len(gpus) > 1 else ''} {indices} on {replica['node']}")
-    return "; ".join(parts) or "no GPU"
-
-
 def notebook_contract(
     allocation: dict[str, Any], checkpoint_dir: str, device_variable: str = CUDA_VISIBLE_DEVICES
 ) -> dict[str, str]:
@@ -539,10 +523,7 @@ def notebook_contract(
     replica = allocation["placement"][0]
     gpus = replica["gpus"]
     uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in gpus}
-    placement = ReplicaPlacement(
-        node=replica["node"],
-        gpus=tuple(GpuShare(gpu["index"], round(gpu["share"] * 1000)) for gpu in gpus),
-    )
+    (placement,) = placement_of([replica])
     fraction = gpus[0]["share"] if len(gpus) == 1 else 1.0
     memory_mib = round(fraction * float(gpus[0].get("memory_mib") or 0)) if gpus else 0
     return contract_env(
