@@ -33,6 +33,7 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
+from hub_ext.client import AsyncFracHubClient, FracHubError
 from hub_ext.paths import TEMPLATES_DIR
 from hub_ext.scopes import SERVER_TOKEN_SCOPES
 from scheduler.backends.pyhook import HOOK_DIR
@@ -40,7 +41,6 @@ from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
 from scheduler.display import describe_placement, placement_of
 from spawner.offers import offers, user_projects
 from spawner.profiles import InvalidOption, Profile, Selection, parse_profiles, resolve
-from spawner.service_api import FracHubAPI, ServiceError
 
 ENDED = ("succeeded", "failed", "cancelled", "released", "revoked")
 RELEASE_RETRY_SECONDS = 600.0
@@ -134,7 +134,7 @@ class FracSpawnerMixin(Configurable):
         return list(SERVER_TOKEN_SCOPES)
 
     @property
-    def frachub_client(self) -> FracHubAPI:
+    def frachub_client(self) -> AsyncFracHubClient:
         if not self.frachub_api_url or not self.frachub_api_token:
             raise SpawnException(
                 "FracHub is not configured: set frachub_api_url and frachub_api_token "
@@ -142,8 +142,12 @@ class FracSpawnerMixin(Configurable):
                 reason="frachub-config",
                 status_code=500,
             )
-        return FracHubAPI(
-            self.frachub_api_url, self.frachub_api_token, self.frachub_request_timeout
+        return AsyncFracHubClient(
+            self.frachub_api_url,
+            self.frachub_api_token,
+            timeout=self.frachub_request_timeout,
+            token_source="frachub_api_token",
+            url_source="frachub_api_url",
         )
 
     def frachub_profiles(self) -> list[Profile]:
@@ -193,7 +197,7 @@ class FracSpawnerMixin(Configurable):
             client = self.frachub_client
             queues, nodes = await asyncio.gather(client.queues(), client.nodes())
             unreachable = None
-        except ServiceError as error:
+        except FracHubError as error:
             queues, nodes, unreachable = [], [], error.message
         projects = user_projects(queues, self.user.name, groups)  # type: ignore[attr-defined]
         wanted = (self.user_options or {}).get("project")
@@ -286,7 +290,7 @@ class FracSpawnerMixin(Configurable):
             self._frachub_note(f"Asking FracHub for {selection.gpu.label}", 5)
             try:
                 allocation = await self.frachub_client.allocate(body)
-            except ServiceError as error:
+            except FracHubError as error:
                 raise self._refusal(error) from None
         self.allocation_id = int(allocation["id"])
         self.allocation = allocation
@@ -301,7 +305,7 @@ class FracSpawnerMixin(Configurable):
         that nothing is counted twice."""
         try:
             held = await self.frachub_client.allocations_of(body["user"])
-        except ServiceError as error:
+        except FracHubError as error:
             raise self._refusal(error) from None
         for allocation in held:
             if allocation.get("server_name") != body["server_name"]:
@@ -342,7 +346,7 @@ class FracSpawnerMixin(Configurable):
                 allocation = await self.frachub_client.allocation(
                     int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")
                 )
-            except ServiceError as error:
+            except FracHubError as error:
                 if error.status == 0:  # the service restarts: keep waiting, it keeps the queue
                     self._frachub_note(f"The scheduler is not answering; retrying ({error})")
                     await asyncio.sleep(2)
@@ -358,7 +362,7 @@ class FracSpawnerMixin(Configurable):
             )
         return allocation
 
-    def _refusal(self, error: ServiceError) -> SpawnException:
+    def _refusal(self, error: FracHubError) -> SpawnException:
         if error.status == 0:
             return SpawnException(error.message, reason="frachub-unreachable", status_code=503)
         status = {409: 503, 404: 503}.get(error.status, error.status)
@@ -403,7 +407,7 @@ class FracSpawnerMixin(Configurable):
         try:
             await self.frachub_client.release(allocation_id)
             self.log.info("released FracHub allocation %s", allocation_id)  # type: ignore[attr-defined]
-        except ServiceError as error:
+        except FracHubError as error:
             if error.status in (404, 409):
                 return True
             self.log.warning(  # type: ignore[attr-defined]
@@ -431,7 +435,7 @@ class FracSpawnerMixin(Configurable):
             return status
         try:
             allocation = await self.frachub_client.allocation(self.allocation_id)
-        except ServiceError as error:
+        except FracHubError as error:
             if error.status == 404:
                 self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]
             return status
