@@ -601,16 +601,20 @@ def format_number(value: float | None) -> str:
     return "0" if text in ("", "-0") else text
 
 
-def format_gpus(workload: Mapping[str, Any]) -> str:
-    """What a workload asked for: ``0.5``, ``20GiB`` (memory), with ``2x`` for a gang."""
-    if workload.get("gpus") is not None:
-        each = format_number(workload["gpus"])
-    elif workload.get("gpu_memory_gib") is not None:
-        each = f"{format_number(workload['gpu_memory_gib'])}GiB"
+def format_gpus(workload: Mapping[str, Any], *, words: bool = False) -> str:
+    """What a workload asked for: ``0.5``, ``20GiB`` (memory), ``2x1`` for a gang; in
+    ``words``: ``0.5 GPU``, ``20 GiB of one GPU``, ``1 GPU x 2 replicas (a gang)``."""
+    gpus, memory = workload.get("gpus"), workload.get("gpu_memory_gib")
+    if gpus is not None:
+        each = f"{format_number(gpus)} GPU" if words else format_number(gpus)
+    elif memory is not None:
+        each = f"{format_number(memory)}" + (" GiB of one GPU" if words else "GiB")
     else:
         each = "-"
     replicas = workload.get("replicas") or 1
-    return f"{replicas}x{each}" if replicas > 1 else each
+    if replicas == 1:
+        return each
+    return f"{each} x {replicas} replicas (a gang)" if words else f"{replicas}x{each}"
 
 
 def format_state(workload: Mapping[str, Any]) -> str:
@@ -863,7 +867,7 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
             f"{w['kind']} (priority {w['priority']}, "
             f"{'preemptible' if w['preemptible'] else 'not preemptible'})",
         ),
-        ("GPUs", _request_text(w)),
+        ("GPUs", format_gpus(w, words=True)),
     ]
     if "command" in w:
         fields.append(("Command", format_command(w.get("command"))))
@@ -916,17 +920,6 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
     return Report(title, tuple(fields), (placement, events))
 
 
-def _request_text(w: Mapping[str, Any]) -> str:
-    if w.get("gpus") is not None:
-        each = f"{format_number(w['gpus'])} GPU"
-    elif w.get("gpu_memory_gib") is not None:
-        each = f"{format_number(w['gpu_memory_gib'])} GiB of one GPU"
-    else:
-        each = "-"
-    replicas = w.get("replicas") or 1
-    return f"{each} x {replicas} replicas (a gang)" if replicas > 1 else each
-
-
 def quota_report(quota: Quota) -> Report:
     """The caller's projects: quota, hard limit, what the project and the caller hold."""
     user = quota.user
@@ -970,7 +963,7 @@ def submitted_text(workload: Mapping[str, Any]) -> str:
     """The one line that confirms a submission and gives the id to use next."""
     return (
         f"Submitted job {workload['id']} ({workload['name']}) to project "
-        f"{workload['project']}: {_request_text(workload)}, {format_state(workload)}"
+        f"{workload['project']}: {format_gpus(workload, words=True)}, {format_state(workload)}"
     )
 
 

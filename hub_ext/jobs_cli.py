@@ -227,6 +227,28 @@ def submission(
     }
 
 
+def follow_job(
+    client: FracHubClient, args: argparse.Namespace, report: Callable[[str], None]
+) -> bool:
+    """Stream a job's output to stdout until it ends, telling ``report`` of each change (its
+    place in the queue, the start, the end) in one line; False when the user stopped
+    following with Ctrl-C (the job goes on)."""
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def progress(workload: dict[str, Any]) -> None:
+        sys.stdout.flush()
+        report(state_line(workload))
+
+    try:
+        client.follow_logs(args.id, write, tail=args.tail, replica=args.replica, on_state=progress)
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
 def command_from(words: Sequence[str]) -> str | list[str]:
     """One word is a shell command line (``"python a.py > out.txt"``), several an argv list
     run as is, as with docker's two forms of CMD."""
@@ -336,19 +358,10 @@ def run_logs(args: argparse.Namespace) -> int:
                 print(f"frachub: no output yet; {state_line(workload)}", file=sys.stderr)
             return 0
 
-        def write(text: str) -> None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        def report(line: str) -> None:
+            print(f"frachub: {line}", file=sys.stderr, flush=True)
 
-        def progress(workload: dict[str, Any]) -> None:
-            sys.stdout.flush()
-            print(f"frachub: {state_line(workload)}", file=sys.stderr, flush=True)
-
-        try:
-            client.follow_logs(
-                args.id, write, tail=args.tail, replica=args.replica, on_state=progress
-            )
-        except KeyboardInterrupt:
+        if not follow_job(client, args, report):
             print(
                 f"\nfrachub: stopped following job {args.id}; it goes on "
                 f"(frachub cancel {args.id} stops it)",
