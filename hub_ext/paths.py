@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARE = Path("share") / "frachub"
 
 
-def _in_checkout() -> bool:
+def in_checkout() -> bool:
+    """Whether FracHub runs from its repository (editable install or ``PYTHONPATH``)."""
     return (ROOT / "pyproject.toml").is_file() and (ROOT / "templates").is_dir()
 
 
@@ -24,7 +25,7 @@ def data_dir() -> Path:
     """``share/frachub`` of the installation: the repository in a checkout, else the first
     install prefix holding it (the interpreter's, the user's, or the one this package was
     installed under, as with ``pip install --prefix``)."""
-    if _in_checkout():
+    if in_checkout():
         return ROOT
     # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix>
     prefixes = [sys.prefix, site.getuserbase(), str(Path(__file__).resolve().parents[4])]
