@@ -21,22 +21,33 @@ def in_checkout() -> bool:
     return (ROOT / "pyproject.toml").is_file() and (ROOT / "templates").is_dir()
 
 
+def _prefixes() -> list[Path]:
+    # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix>
+    return [Path(sys.prefix), Path(site.getuserbase()), Path(__file__).resolve().parents[4]]
+
+
 def data_dir() -> Path:
     """``share/frachub`` of the installation: the repository in a checkout, else the first
     install prefix holding it (the interpreter's, the user's, or the one this package was
-    installed under, as with ``pip install --prefix``)."""
+    installed under, as with ``pip install --prefix``); the interpreter's when none does
+    (``check_data_files`` then says so)."""
     if in_checkout():
         return ROOT
-    # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix>
-    prefixes = [sys.prefix, site.getuserbase(), str(Path(__file__).resolve().parents[4])]
-    for prefix in prefixes:
-        candidate = Path(prefix) / SHARE
-        if (candidate / "templates").is_dir():
-            return candidate
-    raise FileNotFoundError(
-        f"FracHub's data files are missing: no {SHARE}/templates under "
-        f"{', '.join(prefixes)} (reinstall the frachub package)"
-    )
+    for prefix in _prefixes():
+        if (prefix / SHARE / "templates").is_dir():
+            return prefix / SHARE
+    return Path(sys.prefix) / SHARE
 
 
 TEMPLATES_DIR = data_dir() / "templates"  # Jinja templates extending the hub's page.html
+
+
+def check_data_files() -> None:
+    """Stop a hub from starting without FracHub's templates (an install that dropped its data
+    files, as ``pip install --target`` does), naming where they were looked for."""
+    if not (TEMPLATES_DIR / "spawn_form.html").is_file():
+        places = ", ".join(str(prefix / SHARE) for prefix in _prefixes())
+        raise FileNotFoundError(
+            f"FracHub's templates are missing: none in {places}; install the frachub wheel "
+            "with pip into an environment (not --target), or run from a checkout"
+        )
