@@ -3,7 +3,9 @@ fresh virtualenv, serves the spawn form, the Training panel and its static files
 the fleet simulation on the Philly run times it ships, with nothing of the checkout in reach.
 
 The virtualenv gets the ``service`` extra only (the spawn form and the panel need JupyterHub,
-not JupyterLab), installed from pip's cache, which keeps this to about half a minute.
+not JupyterLab), installed from pip's cache; a second one, without extras, shows the base
+install is the client and the simulators, with none of the service's packages. About a
+minute in all.
 """
 
 from __future__ import annotations
@@ -30,28 +32,62 @@ def run(argv: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess[str
     return result
 
 
+PIP = [sys.executable, "-m", "pip"]
+
+
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh virtualenv holding FracHub's wheel and the ``service`` extra, and nothing on
-    ``PYTHONPATH``: what a user gets from ``pip install``."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``pip wheel`` of a copy of the sources (the build leaves nothing in the checkout); the
+    tests below run with nothing on ``PYTHONPATH``."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "src"
     source.mkdir()
-    for name in SOURCES:  # a copy, so the build leaves nothing in the checkout
+    for name in SOURCES:
         origin = REPO / name
         if origin.is_dir():
             shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(origin, source / name)
-    pip = [sys.executable, "-m", "pip"]
-    run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", "dist", str(source)], work)
-    (wheel,) = (work / "dist").glob("frachub-*.whl")
-    run([sys.executable, "-m", "venv", "--without-pip", "venv"], work)
-    python = work / "venv" / "bin" / "python"
-    run([*pip, "--python", str(python), "install", "-q", "--no-compile", f"{wheel}[service]"], work)
+    run([*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", "dist", str(source)], work)
+    (built,) = (work / "dist").glob("frachub-*.whl")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PYTHONPATH", raising=False)
-        yield work / "venv"
+        yield built
+
+
+def fresh_venv(wheel: Path, extras: str) -> Path:
+    """A new virtualenv beside the wheel with the wheel installed (not editable)."""
+    venv = wheel.parent.parent / f"venv-{extras or 'base'}"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], wheel.parent)
+    target = f"{wheel}[{extras}]" if extras else str(wheel)
+    python = str(venv / "bin" / "python")
+    run([*PIP, "--python", python, "install", "-q", "--no-compile", target], wheel.parent)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path) -> Path:
+    """The wheel with the ``service`` extra: what ``pip install 'frachub[service]'`` gives."""
+    return fresh_venv(wheel, "service")
+
+
+def test_the_base_install_is_the_client_and_the_simulators(wheel: Path, tmp_path: Path) -> None:
+    venv = fresh_venv(wheel, "")
+    python, frachub = str(venv / "bin" / "python"), str(venv / "bin" / "frachub")
+    for absent in ("jupyterhub", "tornado", "sqlalchemy", "kubernetes_asyncio", "IPython"):
+        found = run(
+            [python, "-I", "-c", f"import importlib.util as u; print(u.find_spec({absent!r}))"],
+            tmp_path,
+        )
+        assert found.stdout.strip() == "None", absent
+    fleet = [frachub, "simulate", "fleet", "--preset", "lab", "--days", "1", "--jobs", "1"]
+    assert json.loads(run([*fleet, "--json"], tmp_path).stdout)["training_jobs"] > 0
+    service = subprocess.run(
+        [frachub, "service"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert service.returncode == 2
+    assert "pip install 'frachub[service]'" in service.stderr
+    assert "Traceback" not in service.stderr
 
 
 def test_the_install_finds_its_own_files(venv: Path, tmp_path: Path) -> None:
