@@ -34,7 +34,7 @@ from scheduler.openb.policies import POLICIES  # noqa: E402
 from scheduler.openb.replay import replay  # noqa: E402
 from scheduler.openb.trace import load_nodes, load_pods  # noqa: E402
 
-TRACES = REPO.parent / "shared" / "traces" / "openb"
+TRACES = Path(os.environ.get("FRACHUB_OPENB_DIR", REPO.parent / "shared" / "traces" / "openb"))
 DOC = REPO / "docs" / "benchmarks.md"
 FIGURE = REPO / "docs" / "openb_unallocated.png"
 SECTION = "## 1. Placement quality on openb"
@@ -342,7 +342,9 @@ How well each placement policy packs a real GPU-sharing workload: Alibaba's
 openb trace, replayed the way the FGD paper (Weng et al., USENIX ATC'23,
 "Beware of Fragmentation") does, so our numbers sit next to theirs.
 
-**Command** (from the repository root, trace at `../shared/traces/openb/`):
+**Command** (from the repository root; the openb trace, Alibaba's
+cluster-trace-gpu-v2023 from <https://github.com/alibaba/clusterdata>, in the folder
+`$FRACHUB_OPENB_DIR`):
 
     {command}
 
@@ -461,7 +463,7 @@ coarser score steps (50-200 levels: no consistent gain).
   itself sits above the paper's figure, and `frachub` improves on it most on
   the CPU-heavy and multi-GPU lists, least on the gpushare ones.
 * `random` and `bestfit` land on the paper's figures; `dotproduct` and
-  `gpupacking` follow the one-line descriptions in BENCHMARKS.md rather than
+  `gpupacking` follow the paper's one-line descriptions rather than
   the paper's code, and differ from its DotProd and GpuPacking columns (our
   `gpupacking`, which best-fits among busy nodes, is much stronger than theirs).
 * The gpushare lists are mostly bin-packing waste that no node choice avoids:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from hub_ext import jobs_cli
 from hub_ext import up as up_command
+from scheduler import __version__
 from scheduler.fleet import command as fleet_command
 from scheduler.openb import command as openb_command
 from scheduler.scenario import command as scenario_command
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="frachub",
         description="GPU fractions, quotas, fair share and preemption for JupyterHub.",
     )
+    parser.add_argument("--version", action="version", version=f"frachub {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     up = commands.add_parser(
@@ -84,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_service(argv: Sequence[str]) -> int:
     """The service is a traitlets Application with its own command line."""
-    from scheduler.service.app import FracHubService
+    try:
+        from scheduler.service.app import FracHubService
+    except ImportError as error:  # a client-only install (no `service` extra)
+        print(
+            f"frachub service: {error.name or error} is not installed; the scheduler service "
+            "needs pip install 'frachub[service]'",
+            file=sys.stderr,
+        )
+        return 2
 
     FracHubService.launch_instance(list(argv))
     return 0

@@ -1,8 +1,8 @@
 """The FracHub REST client, and how its answers are shown to people.
 
-Both user-facing clients, the ``frachub`` CLI (``hub_ext/jobs_cli.py``) and the ``%frachub``
-magics (``hub_ext/magics.py``), go through this module, so they act the same way and print the
-same tables.
+Every caller of the service's API goes through this module: the ``frachub`` CLI
+(``hub_ext/jobs_cli.py``) and the ``%frachub`` magics (``hub_ext/magics.py``), which act the
+same way and print the same tables, and the spawner (``spawner/mixin.py``).
 
 ``connect(url, token)``
     A ``FracHubClient`` from flags, falling back to the environment: ``FRACHUB_URL`` (the
@@ -10,11 +10,14 @@ same tables.
     ``JUPYTERHUB_API_TOKEN`` (inside a notebook server: the server's own token, so the client
     acts as the server's user and never as an admin), and ``FRACHUB_PROJECT`` (the project of
     the notebook's GPU share, the default project for submissions).
-``FracHubClient``
-    One synchronous httpx client on ``/services/frachub/api/v1/``: submit, list (following the
-    hub's pagination), get, cancel, logs (tail, or follow until the job ends), user, queues,
-    quota. Every refusal raises ``FracHubError(status, message)`` with the service's own
-    message; ``NotConfigured`` and ``Unreachable`` (subclasses) say what to set or check.
+``FracHubClient``, ``AsyncFracHubClient``
+    The two faces of one client (``ClientCore``: URL, headers, errors) on
+    ``/services/frachub/api/v1/``. The synchronous one serves the CLI and the magics: submit,
+    list (following the hub's pagination), get, cancel, logs (tail, or follow until the job
+    ends), user, queues, quota. The asynchronous one serves the spawner inside the hub:
+    allocations, queues, nodes. Every refusal raises ``FracHubError(status, message)`` with
+    the service's own message; ``NotConfigured`` and ``Unreachable`` (subclasses, status 0
+    when no answer came) say what to set or check.
 ``Table``, ``Report``
     What the CLI prints and the magics display: aligned plain text from ``str()``/``repr()``
     (``text/plain``) and an HTML table from ``_repr_html_()`` (``text/html`` in notebooks).
@@ -41,6 +44,7 @@ import httpx
 
 from hub_ext.scopes import API_PATH, SERVICE_PREFIX
 from scheduler import __version__
+from scheduler.display import describe_placement, format_duration, placement_of
 from scheduler.engine.lifecycle import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -165,16 +169,20 @@ class Quota:
     holding: list[dict[str, Any]]
 
 
-class FracHubClient:
-    """The service's REST API as the token's owner.
+class ClientCore:
+    """What the synchronous and the asynchronous client share: the service's URL, the
+    headers, and how an answer becomes a result or a ``FracHubError``; the faces below only
+    send the requests.
 
-    url: the service's URL (``…/services/frachub/``; a bare hub URL is completed).
+    url: the service's URL (``…/services/frachub/``, or its ``api/v1/``; a bare hub URL is
+        completed).
     token: a JupyterHub API token with ``access:services!service=frachub`` and the custom
         scopes; it goes in ``Authorization: token …``.
     default_project: where ``submit`` sends work when no project is named and the user is in
         several projects (a notebook passes the project of its own GPU share).
-    token_source: where the token came from (a flag or a variable), named when the hub
-        does not accept it.
+    token_source: where the token came from (a flag, a variable, a setting), named when the
+        hub does not accept it.
+    url_source: where the URL came from, named when the service cannot be reached.
     """
 
     def __init__(
@@ -185,39 +193,19 @@ class FracHubClient:
         default_project: str | None = None,
         timeout: float = 30.0,
         token_source: str = "the token",
+        url_source: str = f"{URL_ENV} or --url",
     ) -> None:
         self.url = service_url(url)
         self.api_url = self.url + API_PATH
         self.default_project = default_project
+        self.timeout = timeout
         self.token_source = token_source
-        self._http = httpx.Client(
-            base_url=self.api_url,
-            headers={
-                "Authorization": f"token {token}",
-                "Accept": "application/json",
-                "User-Agent": f"frachub-client/{__version__}",
-            },
-            timeout=timeout,
-        )
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> FracHubClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
-            raise self._unreachable(error) from None
-        self._check(response)
-        return response
+        self.url_source = url_source
+        self.headers = {
+            "Authorization": f"token {token}",
+            "Accept": "application/json",
+            "User-Agent": f"frachub-client/{__version__}",
+        }
 
     def _check(self, response: httpx.Response) -> None:
         try:
@@ -238,12 +226,11 @@ class FracHubClient:
             return Unreachable(
                 0,
                 f"cannot reach the FracHub service at {self.url} ({_reason(error)}); "
-                f"check {URL_ENV} or --url",
+                f"check {self.url_source}",
             )
         return Unreachable(0, f"lost the connection to the FracHub service: {_reason(error)}")
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._request(method, path, **kwargs)
+    def _decode(self, response: httpx.Response) -> Any:
         try:
             return response.json()
         except ValueError:
@@ -252,6 +239,35 @@ class FracHubClient:
                 f"{_plain_url(response)} answered {response.status_code} with something "
                 f"other than JSON; {_wrong_url_hint(self.url)}",
             ) from None
+
+
+class FracHubClient(ClientCore):
+    """The service's REST API as the token's owner, synchronously: the CLI and the magics
+    (kernels and terminals have no event loop to share)."""
+
+    def __init__(self, url: str, token: str, **options: Any) -> None:
+        super().__init__(url, token, **options)
+        self._http = httpx.Client(base_url=self.api_url, headers=self.headers, timeout=self.timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> FracHubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+        self._check(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._decode(self._request(method, path, **kwargs))
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -453,6 +469,59 @@ class FracHubClient:
         return Quota(user=user, projects=projects, holding=holding)
 
 
+class AsyncFracHubClient(ClientCore):
+    """The same API and errors for code on an event loop: the spawner, inside the hub. It
+    acts for users with the service's own token (admin scope): the hub, not the user,
+    decides which server asks for which share. A connection per request, so the client may
+    outlive any one loop."""
+
+    async def _json(
+        self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        try:
+            async with httpx.AsyncClient(
+                base_url=self.api_url, headers=self.headers, timeout=timeout or self.timeout
+            ) as http:
+                response = await http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+        self._check(response)
+        return self._decode(response)
+
+    async def queues(self) -> list[dict[str, Any]]:
+        return await self._json("GET", "queues")
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return await self._json("GET", "nodes")
+
+    async def allocate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Ask for a notebook's GPU share; returns the allocation (running or pending)."""
+        return await self._json("POST", "allocations", json=body)
+
+    async def allocation(
+        self, allocation_id: int, *, wait: float = 0, version: float | None = None
+    ) -> dict[str, Any]:
+        """One allocation; with ``wait``, the service answers when it changes after
+        ``version`` (a long poll) or when ``wait`` seconds have passed."""
+        params: dict[str, Any] = {}
+        if wait:
+            params["wait"] = wait
+            if version is not None:
+                params["version"] = version
+        return await self._json(
+            "GET", f"allocations/{int(allocation_id)}", params=params, timeout=self.timeout + wait
+        )
+
+    async def allocations_of(self, user: str) -> list[dict[str, Any]]:
+        """A user's allocations that are pending or holding GPUs."""
+        return await self._json(
+            "GET", "allocations", params={"user": user, "state": "pending,running"}
+        )
+
+    async def release(self, allocation_id: int) -> dict[str, Any]:
+        return await self._json("DELETE", f"allocations/{int(allocation_id)}")
+
+
 def _log_params(tail: int | None, replica: int) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if tail is not None:
@@ -520,23 +589,6 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def format_duration(seconds: float | None) -> str:
-    """Two units at most, like kubectl's AGE: 45s, 3m12s, 2h05m, 3d04h; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def format_time(value: str | None, tz: tzinfo | None = None) -> str:
     """A timestamp in the reader's time zone (``tz``; default: local), to the second."""
     moment = parse_time(value)
@@ -553,16 +605,20 @@ def format_number(value: float | None) -> str:
     return "0" if text in ("", "-0") else text
 
 
-def format_gpus(workload: Mapping[str, Any]) -> str:
-    """What a workload asked for: ``0.5``, ``20GiB`` (memory), with ``2x`` for a gang."""
-    if workload.get("gpus") is not None:
-        each = format_number(workload["gpus"])
-    elif workload.get("gpu_memory_gib") is not None:
-        each = f"{format_number(workload['gpu_memory_gib'])}GiB"
+def format_gpus(workload: Mapping[str, Any], *, words: bool = False) -> str:
+    """What a workload asked for: ``0.5``, ``20GiB`` (memory), ``2x1`` for a gang; in
+    ``words``: ``0.5 GPU``, ``20 GiB of one GPU``, ``1 GPU x 2 replicas (a gang)``."""
+    gpus, memory = workload.get("gpus"), workload.get("gpu_memory_gib")
+    if gpus is not None:
+        each = f"{format_number(gpus)} GPU" if words else format_number(gpus)
+    elif memory is not None:
+        each = f"{format_number(memory)}" + (" GiB of one GPU" if words else "GiB")
     else:
         each = "-"
     replicas = workload.get("replicas") or 1
-    return f"{replicas}x{each}" if replicas > 1 else each
+    if replicas == 1:
+        return each
+    return f"{each} x {replicas} replicas (a gang)" if words else f"{replicas}x{each}"
 
 
 def format_state(workload: Mapping[str, Any]) -> str:
@@ -584,13 +640,9 @@ def held_gpus(workload: Mapping[str, Any]) -> float:
 
 
 def format_placement(workload: Mapping[str, Any]) -> str:
-    """Where it runs: ``node:gpu`` per replica (``ws:0``, ``ws:0,1``), ``-`` if nowhere."""
-    replicas = workload.get("placement") or []
-    text = " ".join(
-        f"{replica['node']}:{','.join(str(gpu['index']) for gpu in replica['gpus'])}"
-        for replica in replicas
-    )
-    return text or "-"
+    """Where it runs, worded as the service's events word it (``ws GPU 0 (0.5)``,
+    ``ws GPUs 0, 1``); ``-`` if nowhere."""
+    return describe_placement(placement_of(workload.get("placement"))) or "-"
 
 
 def runtime_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:
@@ -819,7 +871,7 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
             f"{w['kind']} (priority {w['priority']}, "
             f"{'preemptible' if w['preemptible'] else 'not preemptible'})",
         ),
-        ("GPUs", _request_text(w)),
+        ("GPUs", format_gpus(w, words=True)),
     ]
     if "command" in w:
         fields.append(("Command", format_command(w.get("command"))))
@@ -872,17 +924,6 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
     return Report(title, tuple(fields), (placement, events))
 
 
-def _request_text(w: Mapping[str, Any]) -> str:
-    if w.get("gpus") is not None:
-        each = f"{format_number(w['gpus'])} GPU"
-    elif w.get("gpu_memory_gib") is not None:
-        each = f"{format_number(w['gpu_memory_gib'])} GiB of one GPU"
-    else:
-        each = "-"
-    replicas = w.get("replicas") or 1
-    return f"{each} x {replicas} replicas (a gang)" if replicas > 1 else each
-
-
 def quota_report(quota: Quota) -> Report:
     """The caller's projects: quota, hard limit, what the project and the caller hold."""
     user = quota.user
@@ -926,7 +967,7 @@ def submitted_text(workload: Mapping[str, Any]) -> str:
     """The one line that confirms a submission and gives the id to use next."""
     return (
         f"Submitted job {workload['id']} ({workload['name']}) to project "
-        f"{workload['project']}: {_request_text(workload)}, {format_state(workload)}"
+        f"{workload['project']}: {format_gpus(workload, words=True)}, {format_state(workload)}"
     )
 
 

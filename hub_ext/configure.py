@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hub_ext.paths import TEMPLATES_DIR
+from hub_ext.paths import TEMPLATES_DIR, check_data_files
 from hub_ext.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
@@ -86,6 +86,7 @@ def configure(
     api_token: the frachub service's hub token when something else keeps it (on Kubernetes,
         z2jh's hub Secret); default: a token generated once and kept in data_dir.
     """
+    check_data_files()
     data = Path(data_dir).resolve()
     token = api_token or service_token(data)
     c.JupyterHub.custom_scopes = {**dict(c.JupyterHub.get("custom_scopes", {})), **CUSTOM_SCOPES}

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from hub_ext.paths import ROOT
+from hub_ext.paths import ROOT, in_checkout
 from hub_ext.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
@@ -38,7 +38,8 @@ from hub_ext.scopes import (
 from scheduler.fields import InvalidSpec, parse_queues
 from spawner.profiles import InvalidOption, parse_profiles
 
-DEFINITIONS = ROOT / "helm" / "frachub.yaml"
+# the repository's, or (from an installed wheel) helm/frachub.yaml under the current directory
+DEFINITIONS = (ROOT if in_checkout() else Path()) / "helm" / "frachub.yaml"
 OUTPUTS = ("frachub-values.yaml", "hub-values.yaml")
 SERVICE_PORT = 10101  # the frachub chart's service.port default
 HUB_API_PORT = 8081  # the z2jh hub Service's port

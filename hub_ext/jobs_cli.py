@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from hub_ext.client import (
     state_line,
     submitted_text,
 )
+from scheduler.display import memory_gib
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 
@@ -77,18 +77,12 @@ def count(text: str) -> int:
     return _whole_number(text, 0, "0 or more")
 
 
-_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(g|gb|gi|gib|m|mb|mi|mib)?\s*$", re.IGNORECASE)
-
-
 def gpu_memory(text: str) -> float:
     """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
-    ``--gpu-memory 5G`` works as is). G and M are binary units, as GPU memory is."""
-    match = _MEMORY.match(text)
-    if not match:
+    ``--gpu-memory 5G`` works as is), read by the one size grammar (``scheduler/display.py``)."""
+    value = memory_gib(text, bare="G")
+    if value is None:
         raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
-    value = float(match.group(1))
-    if (match.group(2) or "g").lower().startswith("m"):
-        value /= 1024
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
     return round(value, 6)
@@ -234,6 +228,28 @@ def submission(
     }
 
 
+def follow_job(
+    client: FracHubClient, args: argparse.Namespace, report: Callable[[str], None]
+) -> bool:
+    """Stream a job's output to stdout until it ends, telling ``report`` of each change (its
+    place in the queue, the start, the end) in one line; False when the user stopped
+    following with Ctrl-C (the job goes on)."""
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def progress(workload: dict[str, Any]) -> None:
+        sys.stdout.flush()
+        report(state_line(workload))
+
+    try:
+        client.follow_logs(args.id, write, tail=args.tail, replica=args.replica, on_state=progress)
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
 def command_from(words: Sequence[str]) -> str | list[str]:
     """One word is a shell command line (``"python a.py > out.txt"``), several an argv list
     run as is, as with docker's two forms of CMD."""
@@ -343,19 +359,10 @@ def run_logs(args: argparse.Namespace) -> int:
                 print(f"frachub: no output yet; {state_line(workload)}", file=sys.stderr)
             return 0
 
-        def write(text: str) -> None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        def report(line: str) -> None:
+            print(f"frachub: {line}", file=sys.stderr, flush=True)
 
-        def progress(workload: dict[str, Any]) -> None:
-            sys.stdout.flush()
-            print(f"frachub: {state_line(workload)}", file=sys.stderr, flush=True)
-
-        try:
-            client.follow_logs(
-                args.id, write, tail=args.tail, replica=args.replica, on_state=progress
-            )
-        except KeyboardInterrupt:
+        if not follow_job(client, args, report):
             print(
                 f"\nfrachub: stopped following job {args.id}; it goes on "
                 f"(frachub cancel {args.id} stops it)",

@@ -51,6 +51,7 @@ from hub_ext.jobs_cli import (
     add_submit_arguments,
     cancelled_text,
     command_from,
+    follow_job,
     jobs_view,
     submission,
     submit_job,
@@ -237,18 +238,7 @@ class FracHubMagics(Magics):
                 print(f"no output yet; {state_line(client.get(args.id))}")
             return
 
-        def write(text: str) -> None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-
-        def progress(workload: dict[str, Any]) -> None:
-            print(f"frachub: {state_line(workload)}", flush=True)
-
-        try:
-            client.follow_logs(
-                args.id, write, tail=args.tail, replica=args.replica, on_state=progress
-            )
-        except KeyboardInterrupt:
+        if not follow_job(client, args, lambda line: print(f"frachub: {line}", flush=True)):
             print(
                 f"\nStopped following job {args.id}; it goes on. "
                 f"Stop it with %frachub cancel {args.id}",

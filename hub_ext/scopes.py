@@ -18,10 +18,18 @@ SUBMIT_SCOPE = "custom:frachub:submit"
 ADMIN_SCOPE = "custom:frachub:admin"
 ADMIN_GROUP = "frachub-admins"  # members get the frachub-admin role
 
+# The one table of FracHub's scopes. The hub shows these descriptions on its token and
+# consent pages; the service's --FracHubService.print_scopes=True prints them; in the service
+# the admin scope implies the others (scheduler/service/access.py).
 CUSTOM_SCOPES = {
-    READ_SCOPE: {"description": "Read FracHub queues, quotas and jobs."},
-    SUBMIT_SCOPE: {"description": "Submit and cancel one's own FracHub jobs."},
-    ADMIN_SCOPE: {"description": "Administer FracHub: every project, quota and job."},
+    READ_SCOPE: {"description": "See FracHub queues, nodes and usage, and your own workloads."},
+    SUBMIT_SCOPE: {
+        "description": "Submit and cancel your own FracHub workloads and hold notebook GPU "
+        "allocations."
+    },
+    ADMIN_SCOPE: {
+        "description": "See and change every FracHub workload and queue, and act for other users."
+    },
 }
 # every user: their own things in the hub, plus the service
 USER_SCOPES = ["self", ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE]

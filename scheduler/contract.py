@@ -1,7 +1,7 @@
 """The environment contract: what a process gets when it holds a GPU share.
 
 Pure functions, shared by every backend and by the notebook spawner, so that a training job
-and a notebook on the same share see the same variables (DESIGN.md, "Contracts"):
+and a notebook on the same share see the same variables (docs/service.md, "Environment"):
 
 - ``contract_env(...)`` builds the variables of one replica: the visible devices, the
   ``FRACHUB_*`` facts, and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the

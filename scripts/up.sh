@@ -5,6 +5,6 @@
 # `frachub up` (`--demo` adds demo users and projects; `--help` lists the rest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/venv.sh ""  # no extras (and not this script's own arguments)
+source scripts/venv.sh hub  # the one-machine extra (not this script's own arguments)
 source scripts/proxy.sh
 exec "$VENV/bin/frachub" up "$@"

@@ -33,12 +33,13 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
+from hub_ext.client import AsyncFracHubClient, FracHubError
 from hub_ext.paths import TEMPLATES_DIR
 from hub_ext.scopes import SERVER_TOKEN_SCOPES
 from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
+from scheduler.display import describe_placement, placement_of
 from scheduler.engine.lifecycle import FINAL_STATES, WorkloadState
-from scheduler.engine.model import GpuShare, ReplicaPlacement
 from spawner.offers import FormView, offers, user_projects
 from spawner.profiles import (
     InvalidOption,
@@ -49,7 +50,6 @@ from spawner.profiles import (
     parse_profiles,
     resolve,
 )
-from spawner.service_api import FracHubAPI, ServiceError
 
 RELEASE_RETRY_SECONDS = 600.0
 RETRIES: set[asyncio.Future] = set()  # background releases, kept referenced until done
@@ -143,7 +143,7 @@ class FracSpawnerMixin(Configurable):
         return list(SERVER_TOKEN_SCOPES)
 
     @property
-    def frachub_client(self) -> FracHubAPI:
+    def frachub_client(self) -> AsyncFracHubClient:
         if not self.frachub_api_url or not self.frachub_api_token:
             raise SpawnException(
                 "FracHub is not configured: set frachub_api_url and frachub_api_token "
@@ -151,8 +151,12 @@ class FracSpawnerMixin(Configurable):
                 reason="frachub-config",
                 status_code=500,
             )
-        return FracHubAPI(
-            self.frachub_api_url, self.frachub_api_token, self.frachub_request_timeout
+        return AsyncFracHubClient(
+            self.frachub_api_url,
+            self.frachub_api_token,
+            timeout=self.frachub_request_timeout,
+            token_source="frachub_api_token",
+            url_source="frachub_api_url",
         )
 
     async def frachub_profiles(self) -> list[Profile]:
@@ -219,7 +223,7 @@ class FracSpawnerMixin(Configurable):
             client = self.frachub_client
             queues, nodes = await asyncio.gather(client.queues(), client.nodes())
             unreachable = None
-        except ServiceError as error:
+        except FracHubError as error:
             queues, nodes, unreachable = [], [], error.message
         projects = user_projects(queues, self.user.name, groups)  # type: ignore[attr-defined]
         user_options = dict(self.user_options or {})
@@ -343,17 +347,14 @@ class FracSpawnerMixin(Configurable):
             self._frachub_note(f"Asking FracHub for {selection.gpu.label}", 5)
             try:
                 allocation = await self.frachub_client.allocate(body)
-            except ServiceError as error:
+            except FracHubError as error:
                 raise self._refusal(error) from None
         self.allocation_id = int(allocation["id"])
         self.allocation = allocation
         allocation = await self._frachub_wait(allocation)
         self.allocation = allocation
-        self._frachub_note(
-            f"GPU share granted: {describe_placement(allocation)} in project "
-            f"{allocation['project']}",
-            40,
-        )
+        where = describe_placement(placement_of(allocation.get("placement"))) or "no GPU"
+        self._frachub_note(f"GPU share granted: {where} in project {allocation['project']}", 40)
 
     async def _frachub_adopt(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The allocation this server already holds (a hub restarted during a wait, a state
@@ -361,7 +362,7 @@ class FracSpawnerMixin(Configurable):
         that nothing is counted twice."""
         try:
             held = await self.frachub_client.allocations_of(body["user"])
-        except ServiceError as error:
+        except FracHubError as error:
             raise self._refusal(error) from None
         for allocation in held:
             if allocation.get("server_name") != body["server_name"]:
@@ -402,7 +403,7 @@ class FracSpawnerMixin(Configurable):
                 allocation = await self.frachub_client.allocation(
                     int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")
                 )
-            except ServiceError as error:
+            except FracHubError as error:
                 if error.status == 0:  # the service restarts: keep waiting, it keeps the queue
                     self._frachub_note(f"The scheduler is not answering; retrying ({error})")
                     await asyncio.sleep(2)
@@ -418,7 +419,7 @@ class FracSpawnerMixin(Configurable):
             )
         return allocation
 
-    def _refusal(self, error: ServiceError) -> SpawnException:
+    def _refusal(self, error: FracHubError) -> SpawnException:
         if error.status == 0:
             return SpawnException(error.message, reason="frachub-unreachable", status_code=503)
         status = {409: 503, 404: 503}.get(error.status, error.status)
@@ -463,7 +464,7 @@ class FracSpawnerMixin(Configurable):
         try:
             await self.frachub_client.release(allocation_id)
             self.log.info("released FracHub allocation %s", allocation_id)  # type: ignore[attr-defined]
-        except ServiceError as error:
+        except FracHubError as error:
             if error.status in (404, 409):
                 return True
             self.log.warning(  # type: ignore[attr-defined]
@@ -491,7 +492,7 @@ class FracSpawnerMixin(Configurable):
             return status
         try:
             allocation = await self.frachub_client.allocation(self.allocation_id)
-        except ServiceError as error:
+        except FracHubError as error:
             if error.status == 404:
                 self.log.warning("FracHub allocation %s is unknown", self.allocation_id)  # type: ignore[attr-defined]
             return status
@@ -575,19 +576,6 @@ class FracSpawnerMixin(Configurable):
         return env
 
 
-def describe_placement(allocation: dict[str, Any]) -> str:
-    """ "0.5 of GPU 1 on node-a" or "GPUs 0, 1 on node-a"."""
-    parts = []
-    for replica in allocation.get("placement") or ():
-        gpus = replica["gpus"]
-        if len(gpus) == 1 and gpus[0]["share"] < 1:
-            parts.append(f"{gpus[0]['share']:g} of GPU {gpus[0]['index']} on {replica['node']}")
-        else:
-            indices = ", ".join(str(gpu["index"]) for gpu in gpus)
-            parts.append(f"GPU{'s' if len(gpus) > 1 else ''} {indices} on {replica['node']}")
-    return "; ".join(parts) or "no GPU"
-
-
 def notebook_contract(
     allocation: dict[str, Any], checkpoint_dir: str, device_variable: str = CUDA_VISIBLE_DEVICES
 ) -> dict[str, str]:
@@ -596,10 +584,7 @@ def notebook_contract(
     replica = allocation["placement"][0]
     gpus = replica["gpus"]
     uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in gpus}
-    placement = ReplicaPlacement(
-        node=replica["node"],
-        gpus=tuple(GpuShare(gpu["index"], round(gpu["share"] * 1000)) for gpu in gpus),
-    )
+    (placement,) = placement_of([replica])
     fraction = gpus[0]["share"] if len(gpus) == 1 else 1.0
     memory_mib = round(fraction * float(gpus[0].get("memory_mib") or 0)) if gpus else 0
     return contract_env(

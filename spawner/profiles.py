@@ -36,6 +36,7 @@ from typing import Any
 from jupyterhub.utils import maybe_future
 from kubespawner.spawner import KubeSpawner
 
+from scheduler.display import memory_gib
 from scheduler.engine import reasons
 from scheduler.engine.model import MILLI
 
@@ -57,7 +58,6 @@ FRACHUB_KEYS = frozenset(
 OPTION_KEYS = ("profile", "gpu", "gpus", "gpu_memory_gib", "project")
 GPU_KEYS = ("gpu", "gpus", "gpu_memory_gib")
 UNLISTED = "--unlisted-choice"  # KubeSpawner's suffix for an option's free-text value
-MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GiB|G|GB)\s*$", re.IGNORECASE)
 ProfileList = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
 
 
@@ -192,9 +192,8 @@ async def evaluate(profile_list: Any, spawner: Any) -> Any:
 def parse_gpu_choice(value: Any, where: str) -> GpuChoice:
     """0.25 / 0.5 (a fraction), 1 / 2 (whole GPUs), "20GiB" (GPU memory)."""
     if isinstance(value, str):
-        memory = MEMORY.match(value)
-        if memory:
-            gib = float(memory.group(1))
+        gib = memory_gib(value)  # a bare number is a GPU count here, not a size
+        if gib is not None:
             if gib <= 0:
                 raise InvalidOption(where, f"GPU memory must be positive, got {value!r}")
             return GpuChoice(key=f"{gib:g}GiB", gpus=None, gpu_memory_gib=gib)
@@ -468,7 +467,7 @@ def _gpu_of(profile: Profile, user_options: Mapping[str, Any]) -> GpuChoice | No
         return profile.default_gpu
     key = asked[0]
     value = user_options[key]
-    if key == "gpu_memory_gib" and not (isinstance(value, str) and MEMORY.match(value)):
+    if key == "gpu_memory_gib" and not (isinstance(value, str) and memory_gib(value) is not None):
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise InvalidOption(f"user_options.{key}", f"expected GiB as a number, got {value!r}")
         value = f"{value}GiB"

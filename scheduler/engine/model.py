@@ -7,7 +7,7 @@ GPU with no floating-point drift; the edges convert to and from GPU units.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from enum import Enum
 
@@ -226,6 +226,3 @@ class CycleResult:
     queues: Mapping[str, QueueStatus]
     next_wakeup: float | None
     """The earliest instant a min_runtime protection ends; the driver should run a cycle then."""
-
-
-TimeFormatter = Callable[[float], str]

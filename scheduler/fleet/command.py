@@ -75,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--philly",
         default=str(DEFAULT_PHILLY),
         metavar="PATH",
-        help=f"Philly run-time CSV (default: {DEFAULT_PHILLY})",
+        help="a run-time CSV, one column 'runtime' in seconds (default: the Philly trace's run "
+        "times, shipped with FracHub; see docs/fleet.md)",
     )
     parser.add_argument(
         "--no-checkpoint-runs",
@@ -217,7 +218,7 @@ def _need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError("--plots needs matplotlib (pip install -e '.[bench]')") from None
+        raise UsageError("--plots needs matplotlib: pip install 'frachub[plots]'") from None
 
 
 def _map(tasks: list, jobs: int) -> list[FleetRun]:

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from scheduler.display import format_duration
 from scheduler.engine import Kind
 from scheduler.fleet.driver import FleetRun
 from scheduler.fleet.metrics import Quantile, Summary, Waits, binned, fair_share_gaps
@@ -15,21 +16,10 @@ from scheduler.fleet.variants import VARIANTS
 REASONS = ("reclaim", "preempt", "consolidate")
 
 
-def duration(seconds: float) -> str:
-    """30s, 12m, 3.4h, 2.1d."""
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def _q(value: Quantile | None) -> str:
     if value is None:
         return "-"
-    return ("≥" if value.censored else "") + duration(value.seconds)
+    return ("≥" if value.censored else "") + format_duration(value.seconds)
 
 
 def _pct(value: float | None) -> str:

@@ -1,8 +1,9 @@
 """Real training run times: Microsoft's Philly trace, as extracted by Alibaba's PAI study.
 
-The file is read from beside the repository (``../shared/traces/philly/``), never copied
-into it. One column, ``runtime``, in seconds: 83,154 jobs, median about 20 minutes, p90
-about 3.6 hours, the longest 53 days.
+The file ships inside the package (``scheduler/fleet/traces/``, with its source, terms and
+attribution in ``PHILLY-NOTICE.md``), so the fleet simulation works after ``pip install``. One
+column, ``runtime``, in seconds: 83,154 jobs, median about 20 minutes, p90 about 3.6 hours,
+the longest 53 days.
 """
 
 from __future__ import annotations
@@ -10,13 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-DEFAULT_PHILLY = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "traces"
-    / "philly"
-    / "philly_runtime_from_pai_repo.csv"
-)
+DEFAULT_PHILLY = Path(__file__).resolve().parent / "traces" / "philly_runtime_from_pai_repo.csv"
 
 
 class TraceMissing(ValueError):
@@ -30,8 +25,8 @@ def load_runtimes(path: Path) -> tuple[float, ...]:
             rows = list(csv.reader(stream))
     except FileNotFoundError:
         raise TraceMissing(
-            f"no Philly run-time file at {path} (pass --philly PATH; it is "
-            "traces/philly/philly_runtime_from_pai_repo.csv in the shared traces)"
+            f"no Philly run-time file at {path} (pass --philly PATH to a CSV with one "
+            "column headed 'runtime', in seconds)"
         ) from None
     except OSError as error:
         raise TraceMissing(f"cannot read {path}: {error.strerror}") from None

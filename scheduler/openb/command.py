@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from scheduler.openb.policies import POLICIES
 from scheduler.openb.replay import BUCKETS, replay, summarize
 from scheduler.openb.trace import TraceError, load_nodes, load_pods
 
-TRACE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "openb"
-"""Where the shared openb trace lives beside the repository, when it does."""
+TRACE_ENV = "FRACHUB_OPENB_DIR"
+TRACE_DIR = Path(os.environ.get(TRACE_ENV, "openb"))
+"""The openb trace's folder (Alibaba's cluster-trace-gpu-v2023, not shipped with FracHub; see
+docs/benchmarks.md): ``$FRACHUB_OPENB_DIR``, else ``./openb``."""
 DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
 DEFAULT_POLICY = "frachub"
@@ -86,7 +89,10 @@ def _trace_path(value: str | None, default: Path, flag: str) -> Path:
         return Path(value)
     if default.exists():
         return default
-    raise UsageError(f"{flag} is required: no default trace at {default}")
+    raise UsageError(
+        f"{flag} is required: no default trace at {default} (set {TRACE_ENV} to the folder "
+        "of Alibaba's openb trace, cluster-trace-gpu-v2023; see docs/benchmarks.md)"
+    )
 
 
 def _progress(label: str):

@@ -1,6 +1,7 @@
 """Who may do what: the custom scopes and project membership.
 
-Scopes (granted through JupyterHub roles; the admin scope implies the others):
+Scopes (defined once, with their descriptions, in ``hub_ext/scopes.py``; granted through
+JupyterHub roles; the admin scope implies the others):
 
 - ``custom:frachub:read``   see queues, nodes, usage, metrics and one's own workloads
 - ``custom:frachub:submit`` submit and cancel one's own workloads, hold notebook allocations
@@ -17,16 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from hub_ext.scopes import ADMIN_SCOPE as ADMIN
+from hub_ext.scopes import READ_SCOPE as READ
+from hub_ext.scopes import SUBMIT_SCOPE as SUBMIT
 from scheduler.engine import Queue
 
-READ = "custom:frachub:read"
-SUBMIT = "custom:frachub:submit"
-ADMIN = "custom:frachub:admin"
-SCOPES = {
-    READ: "See FracHub queues, nodes and usage, and your own workloads.",
-    SUBMIT: "Submit and cancel your own FracHub workloads and hold notebook GPU allocations.",
-    ADMIN: "See and change every FracHub workload and queue, and act for other users.",
-}
+__all__ = ["ADMIN", "READ", "SUBMIT", "Caller", "leaf_projects", "projects_of"]
 
 
 EVERYBODY = "*"  # in a queue's members: every user of the hub

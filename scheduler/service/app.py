@@ -38,11 +38,11 @@ from traitlets import (
 )
 from traitlets.config import Application
 
+from hub_ext.scopes import CUSTOM_SCOPES
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
-from scheduler.service.access import SCOPES
 from scheduler.service.directory import HubDirectory
 from scheduler.service.handlers import allocations, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
@@ -61,6 +61,16 @@ def wall_clock(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _optional_backends() -> list[type]:
+    """The backends whose packages are installed, so ``--help-all`` lists their settings too
+    (the Kubernetes backend needs the ``kubernetes`` extra)."""
+    try:
+        from scheduler.backends.kubernetes import KubernetesBackend
+    except ImportError:
+        return []
+    return [KubernetesBackend]
+
+
 class FracHubService(Application):
     name = "frachub-service"
     version = __version__
@@ -72,7 +82,7 @@ class FracHubService(Application):
         "data-dir": "FracHubService.data_dir",
         "log-level": "Application.log_level",
     }
-    classes: ClassVar[list] = [LocalBackend]
+    classes: ClassVar[list] = [LocalBackend, *_optional_backends()]
 
     config_file = Unicode(
         "",
@@ -208,7 +218,8 @@ class FracHubService(Application):
         LocalBackend,
         klass=object,  # any class with the Backend protocol (scheduler/backends/base.py)
         help="""The backend that runs jobs: LocalBackend (subprocesses on this machine, the
-        default) or scheduler.backends.kubernetes.KubernetesBackend.""",
+        default) or scheduler.backends.kubernetes.KubernetesBackend (needs
+        pip install 'frachub[kubernetes]').""",
     ).tag(config=True)
 
     page_default_limit = Integer(50, help="List size when a request names no limit.").tag(
@@ -395,8 +406,8 @@ class FracHubService(Application):
 
     def start(self) -> None:
         if self.print_scopes:
-            for scope, description in SCOPES.items():
-                print(f"{scope}: {description}")
+            for scope, spec in CUSTOM_SCOPES.items():
+                print(f"{scope}: {spec['description']}")
             return
         asyncio.run(self.serve())
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, BackendError, Inventory, JobSpec
+from scheduler.display import describe_placement
 from scheduler.engine import (
     MILLI,
     CycleResult,
@@ -63,19 +64,6 @@ class Settings:
     grace_seconds: float = 30.0
     cycle_interval: float = 5.0
     poll_interval: float = 0.5
-
-
-def describe_placement(placement: Placement) -> str:
-    """ "node-0 GPU 1 (0.5)", "node-0 GPUs 0, 1" — for events and logs."""
-    parts = []
-    for replica in placement:
-        shares = replica.gpus
-        if len(shares) == 1 and shares[0].milli < MILLI:
-            parts.append(f"{replica.node} GPU {shares[0].index} ({shares[0].milli / MILLI:g})")
-        else:
-            label = "GPU" if len(shares) == 1 else "GPUs"
-            parts.append(f"{replica.node} {label} {', '.join(str(s.index) for s in shares)}")
-    return "; ".join(parts)
 
 
 def held_gpus(placement: Placement) -> float:

@@ -128,7 +128,7 @@ def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     [row] = [line for line in rows if line.startswith(f"{job} ")]
     assert row[header.index("NAME") :].startswith("ticker")
     assert row[header.index("STATE") :].startswith("succeeded")
-    assert row[header.index("NODE") :].startswith("local:")
+    assert row[header.index("NODE") :].startswith("local GPU ")
 
     described = alice("describe", str(job))
     assert described.returncode == 0, described.stderr

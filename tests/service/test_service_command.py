@@ -32,6 +32,7 @@ def test_help_all_lists_every_setting() -> None:
         "--FracHubService.backend_class",
         "--LocalBackend.declared_inventory",
         "--LocalBackend.inventory_source",
+        "--KubernetesBackend.namespace",
     ):
         assert trait in result.stdout, trait
 

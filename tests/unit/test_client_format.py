@@ -222,7 +222,7 @@ def test_jobs_table_columns_line_up() -> None:
         "pending #1",
         "failed (2)",
     ]
-    assert "ws:1" in text[1] and "5m00s" in text[1] and "3m30s" in text[1]
+    assert "ws GPU 1 (0.5)" in text[1] and "5m00s" in text[1] and "3m30s" in text[1]
     assert "queue full" in text[2] and "exited with code 2" in text[3]
     assert "USER" not in header
     both = str(jobs_table([workload(), workload(id=1, user="bob")], NOW))
@@ -272,7 +272,7 @@ def test_state_lines_say_where_a_job_is() -> None:
     assert state_line(pending) == (
         "job 12 (resnet) is pending: #2 in queue vision; vision is at its limit"
     )
-    assert state_line(workload()) == "job 12 (resnet) is running on ws:1"
+    assert state_line(workload()) == "job 12 (resnet) is running on ws GPU 1 (0.5)"
     failed = workload(state="failed", exit_code=3, message="exited with code 3")
     assert state_line(failed) == "job 12 (resnet) failed with exit code 3: exited with code 3"
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler.contract import NVIDIA_VISIBLE_DEVICES
-from spawner.mixin import describe_placement, notebook_contract
+from scheduler.display import describe_placement, placement_of
+from spawner.mixin import notebook_contract
 
 pytestmark = pytest.mark.unit
 
@@ -57,5 +58,5 @@ def test_whole_gpus() -> None:
     env = notebook_contract(WHOLE, "ckpt")
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["FRACHUB_GPU_FRACTION"] == "1"
-    assert describe_placement(WHOLE) == "GPUs 0, 1 on n"
-    assert describe_placement(ALLOCATION) == "0.5 of GPU 3 on gpu-node-1"
+    assert describe_placement(placement_of(WHOLE["placement"])) == "n GPUs 0, 1"
+    assert describe_placement(placement_of(ALLOCATION["placement"])) == "gpu-node-1 GPU 3 (0.5)"

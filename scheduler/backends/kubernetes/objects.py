@@ -21,7 +21,6 @@ Shapes:
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +45,7 @@ GPU_UUID = "frachub.io/gpu-uuid"
 CLAIMED = "frachub.io/claimed-at"
 STOPPED = "frachub.io/stop-requested"
 MANAGED = "frachub"
-TRAINING, RESERVATION, NOTEBOOK = "training", "gpu-reservation", "notebook"
+TRAINING, RESERVATION = "training", "gpu-reservation"
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
 GPUMEM = "nvidia.com/gpumem"
@@ -476,7 +475,3 @@ def owner_job(pod: Obj) -> str | None:
         if ref.get("kind") == "Job":
             return str(ref["name"])
     return None
-
-
-def shell_quote(text: str) -> str:
-    return shlex.quote(text)

@@ -11,7 +11,8 @@ FracHub puts this directory first on ``PYTHONPATH`` for training jobs and notebo
 2. Runs the ``sitecustomize`` that this one shadows (a distribution's or a virtualenv's), so
    putting FracHub first changes nothing else.
 
-The cap is cooperative (DESIGN.md, "Contracts"): it keeps an honest program inside its share.
+The cap is cooperative (docs/service.md, "Environment"): it keeps an honest program inside its
+share.
 Any failure here is reported on stderr and otherwise ignored: a broken hook must never stop a
 user's program. Keep this file compatible with old Pythons (users bring their own).
 """

@@ -1,0 +1,148 @@
+"""The wheel works on its own: ``pip wheel`` of the sources, installed (not editable) into a
+fresh virtualenv, serves the spawn form, the Training panel and its static files, and runs
+the fleet simulation on the Philly run times it ships, with nothing of the checkout in reach.
+
+The virtualenv gets the ``service`` extra only (the spawn form and the panel need JupyterHub,
+not JupyterLab), installed from pip's cache; a second one, without extras, shows the base
+install is the client and the simulators, with none of the service's packages. About a
+minute in all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hub.upharness import Up
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "hub_ext", "spawner", "scheduler", "templates")
+
+
+def run(argv: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, **kwargs)
+    assert result.returncode == 0, f"{argv}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+PIP = [sys.executable, "-m", "pip"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``pip wheel`` of a copy of the sources (the build leaves nothing in the checkout); the
+    tests below run with nothing on ``PYTHONPATH``."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "src"
+    source.mkdir()
+    for name in SOURCES:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(origin, source / name)
+    run([*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", "dist", str(source)], work)
+    (built,) = (work / "dist").glob("frachub-*.whl")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONPATH", raising=False)
+        yield built
+
+
+def fresh_venv(wheel: Path, extras: str) -> Path:
+    """A new virtualenv beside the wheel with the wheel installed (not editable)."""
+    venv = wheel.parent.parent / f"venv-{extras or 'base'}"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], wheel.parent)
+    target = f"{wheel}[{extras}]" if extras else str(wheel)
+    python = str(venv / "bin" / "python")
+    run([*PIP, "--python", python, "install", "-q", "--no-compile", target], wheel.parent)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path) -> Path:
+    """The wheel with the ``service`` extra: what ``pip install 'frachub[service]'`` gives."""
+    return fresh_venv(wheel, "service")
+
+
+def test_the_base_install_is_the_client_and_the_simulators(wheel: Path, tmp_path: Path) -> None:
+    venv = fresh_venv(wheel, "")
+    python, frachub = str(venv / "bin" / "python"), str(venv / "bin" / "frachub")
+    for absent in ("jupyterhub", "tornado", "sqlalchemy", "kubernetes_asyncio", "IPython"):
+        found = run(
+            [python, "-I", "-c", f"import importlib.util as u; print(u.find_spec({absent!r}))"],
+            tmp_path,
+        )
+        assert found.stdout.strip() == "None", absent
+    fleet = [frachub, "simulate", "fleet", "--preset", "lab", "--days", "1", "--jobs", "1"]
+    assert json.loads(run([*fleet, "--json"], tmp_path).stdout)["training_jobs"] > 0
+    service = subprocess.run(
+        [frachub, "service"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert service.returncode == 2
+    assert "pip install 'frachub[service]'" in service.stderr
+    assert "Traceback" not in service.stderr
+
+
+def test_the_install_finds_its_own_files(venv: Path, tmp_path: Path) -> None:
+    code = (
+        "import hub_ext.paths as p, scheduler.fleet.runtimes as r; "
+        "print(p.TEMPLATES_DIR); print(r.DEFAULT_PHILLY)"
+    )
+    found = run([str(venv / "bin" / "python"), "-I", "-c", code], tmp_path).stdout.split()
+    assert found == [
+        str(venv / "share" / "frachub" / "templates"),
+        str(
+            next(venv.glob("lib/python*/site-packages/scheduler/fleet/traces"))
+            / "philly_runtime_from_pai_repo.csv"
+        ),
+    ]
+    notice = Path(found[1]).with_name("PHILLY-NOTICE.md").read_text()
+    assert "ATC 2019" in notice
+    version = run([str(venv / "bin" / "frachub"), "--version"], tmp_path).stdout
+    assert version.startswith("frachub ") and "unknown" not in version
+
+
+def test_the_fleet_simulation_runs_on_the_shipped_trace(venv: Path, tmp_path: Path) -> None:
+    frachub = str(venv / "bin" / "frachub")
+    assert "../shared" not in run([frachub, "simulate", "fleet", "--help"], tmp_path).stdout
+    argv = [frachub, "simulate", "fleet", "--preset", "lab", "--days", "1", "--jobs", "1"]
+    result = json.loads(run([*argv, "--json"], tmp_path).stdout)
+    assert result["training_jobs"] > 0
+    assert {variant["variant"] for variant in result["variants"]} >= {"static", "frachub"}
+
+
+class InstalledUp(Up):
+    """``frachub up --demo`` run by the installed console script, not the checkout."""
+
+    def __init__(self, workdir: Path, venv: Path) -> None:
+        super().__init__(workdir)
+        self.venv = venv
+
+    @property
+    def command(self) -> list[str]:
+        argv = super().command
+        assert argv[1:4] == ["-m", "hub_ext.cli", "up"]
+        return [str(self.venv / "bin" / "frachub"), *argv[3:]]
+
+
+def test_spawn_form_and_panel_render_from_the_install(venv: Path, tmp_path: Path) -> None:
+    with InstalledUp(tmp_path, venv) as up, contextlib.closing(up.login("alice")) as browser:
+        spawn = browser.get("/hub/spawn")
+        assert spawn.status_code == 200, spawn.text
+        assert 'id="frachub-form"' in spawn.text
+        assert "0.5 GPU" in spawn.text  # a choice of the demo profile list, with its offer
+        assert "vision" in spawn.text  # alice's project, from the installed service
+        panel = browser.get("/services/frachub/")  # through the hub's OAuth
+        assert panel.status_code == 200, panel.text
+        assert 'id="frachub"' in panel.text
+        assert "Training" in panel.text  # the navigation link FracHub's page.html adds
+        script = browser.get("/services/frachub/static/panel.js")
+        assert script.status_code == 200
+        assert "frachub" in script.text.lower()
