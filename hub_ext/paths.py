@@ -22,8 +22,11 @@ def in_checkout() -> bool:
 
 
 def _prefixes() -> list[Path]:
-    # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix>
-    return [Path(sys.prefix), Path(site.getuserbase()), Path(__file__).resolve().parents[4]]
+    # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix> (a checkout near the
+    # file system's root has fewer parents than that)
+    parents = Path(__file__).resolve().parents
+    installed_under = [parents[4]] if len(parents) > 4 else []
+    return [Path(sys.prefix), Path(site.getuserbase()), *installed_under]
 
 
 def data_dir() -> Path:
