@@ -54,7 +54,13 @@ def test_write_config_only_writes_both_files_from_the_flags(tmp_path: Path) -> N
     service = (data / "frachub_config.py").read_text()
     compile(hub, "jupyterhub_config.py", "exec")
     compile(service, "frachub_config.py", "exec")
-    assert "configure(" in hub and "a-long-password" in hub
+    assert "configure(" in hub
+    # the password is read from its 0600 file, never written into the config
+    assert "a-long-password" not in hub
+    assert (data / "password").read_text().strip() == "a-long-password"
+    for private in ("password", "jupyterhub_config.py", "frachub_config.py", "frachub.sqlite"):
+        assert (data / private).stat().st_mode & 0o777 == 0o600, private
+    assert data.stat().st_mode & 0o777 == 0o700
     assert "'vision', 'deserved_gpus': 2.0" in service
     assert "'nlp', 'deserved_gpus': 2.0" in service
     assert "'gpus': 4" in service
@@ -66,7 +72,17 @@ def test_write_config_only_writes_both_files_from_the_flags(tmp_path: Path) -> N
     [
         (["--declared", "--gpus", "0"], "frachub up: --gpus must be at least 1"),
         (["--declared", "--gpu-memory-gib", "-1"], "frachub up: --gpu-memory-gib must be positive"),
-        (["--password", "short"], "frachub up: --password must have at least 8 characters"),
+        (
+            ["--auth", "shared-password", "--password", "short"],
+            "frachub up: --password must have at least 8 characters",
+        ),
+        (["--ssl-cert", "/nonexistent.pem"], "frachub up: --ssl-cert and --ssl-key go together"),
+        (
+            ["--ssl-cert", "/nonexistent.pem", "--ssl-key", "/nonexistent.key"],
+            "frachub up: --ssl-cert /nonexistent.pem: not a readable file",
+        ),
+        (["--projects", "/nonexistent.yaml"], "frachub up: --projects /nonexistent.yaml: No such"),
+        (["--log-level", "loud"], "argument --log-level: invalid choice: 'LOUD'"),
         (["--port", "many"], "argument --port: invalid int value: 'many'"),
     ],
 )
