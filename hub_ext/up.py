@@ -325,22 +325,9 @@ def team_for(args: argparse.Namespace, gpus: Gpus) -> Team:
     return Team(auth, tuple(admins), queues, groups, members)
 
 
-def log_handler_code(path: Path, level: str) -> list[str]:
-    """Config lines adding a rotating log file to JupyterHub's own log (extra_log_handlers:
-    tornado's and the spawners' messages go through the hub's logger)."""
-    return [
-        "import logging, logging.handlers",
-        f"_log = logging.handlers.RotatingFileHandler({str(path)!r}, "
-        f"maxBytes={LOG_FILE_BYTES}, backupCount={LOG_FILE_BACKUPS}, encoding='utf-8')",
-        "_log.setFormatter(logging.Formatter("
-        "'[%(levelname)1.1s %(asctime)s %(name)s] %(message)s'))",
-        f"_log.setLevel({level!r})",
-        "c.JupyterHub.extra_log_handlers = [_log]",
-    ]
-
-
-def service_logging(path: Path, level: str) -> dict[str, Any]:
-    """traitlets ``logging_config`` adding a rotating file to the service's console log."""
+def file_logging(path: Path, level: str, logger: str) -> dict[str, Any]:
+    """traitlets ``logging_config`` adding a rotating file beside an application's console
+    log (JupyterHub routes tornado's and the spawners' messages through its own logger)."""
     return {
         "formatters": {
             "frachub_file": {"format": "[%(levelname)1.1s %(asctime)s %(name)s] %(message)s"}
@@ -356,7 +343,7 @@ def service_logging(path: Path, level: str) -> dict[str, Any]:
                 "level": level,
             }
         },
-        "loggers": {"FracHubService": {"handlers": ["console", "frachub_file"]}},
+        "loggers": {logger: {"handlers": ["console", "frachub_file"]}},
     }
 
 
@@ -377,6 +364,9 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> 
         "JupyterHub.cookie_secret_file": str(data / "jupyterhub_cookie_secret"),
         "JupyterHub.pid_file": str(data / "jupyterhub.pid"),
         "JupyterHub.log_level": args.log_level,
+        "JupyterHub.logging_config": file_logging(
+            data / LOG_DIR / "jupyterhub.log", args.log_level, "JupyterHub"
+        ),
         "JupyterHub.load_groups": {name: {"users": users} for name, users in team.groups.items()},
         "ConfigurableHTTPProxy.command": [proxy],
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{args.proxy_api_port}",
@@ -421,7 +411,6 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> 
                 "c.SharedPasswordAuthenticator.admin_password = "
                 f"open({str(data / 'admin-password')!r}).read().strip()"
             )
-    lines += log_handler_code(data / LOG_DIR / "jupyterhub.log", args.log_level)
     lines += [
         "configure(",
         "    c,",
@@ -442,8 +431,8 @@ def service_config(args: argparse.Namespace, data: Path, gpus: Gpus, team: Team)
         "FracHubService.queues": team.queues,
         "FracHubService.grace_period": args.grace_period,
         "FracHubService.log_level": args.log_level,
-        "FracHubService.logging_config": service_logging(
-            data / LOG_DIR / "frachub-service.log", args.log_level
+        "FracHubService.logging_config": file_logging(
+            data / LOG_DIR / "frachub-service.log", args.log_level, "FracHubService"
         ),
     }
     if team.auth == "pam":
