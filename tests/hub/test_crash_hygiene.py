@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from hubharness import _start_time, descendants, identify
-from hub.upharness import SERVICE_API, Up
 
+from hub.upharness import SERVICE_API, Up
 from scheduler.service import datalock
 
 
