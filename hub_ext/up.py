@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -322,6 +323,16 @@ def team_for(args: argparse.Namespace, gpus: Gpus) -> Team:
             "with system accounts, name who may log in: --admin NAME (who can then add users "
             "on the admin page), or members in --projects"
         )
+    if auth == "pam":
+        for name in members:
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                print(
+                    f"frachub up: warning: there is no system account {name!r}: they cannot "
+                    "log in until it is created",
+                    file=sys.stderr,
+                )
     return Team(auth, tuple(admins), queues, groups, members)
 
 
@@ -674,6 +685,7 @@ def _up(args: argparse.Namespace) -> int:
     _write_private(hub_file, hub_config(args, data, proxy, team))
     _write_private(service_file, service_config(args, data, gpus, team))
     command = [sys.executable, "-m", "jupyterhub", "-f", str(hub_file)]
+    print(f"frachub up: GPUs: {gpus_said}", file=sys.stderr, flush=True)
     if args.write_config_only:
         os.close(lock)
         print(f"wrote {hub_file} and {service_file}")
@@ -684,7 +696,6 @@ def _up(args: argparse.Namespace) -> int:
         **os.environ,
         "PATH": f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    print(f"frachub up: GPUs: {gpus_said}", file=sys.stderr, flush=True)
     print(
         f"frachub up: starting JupyterHub (logs also in {data / LOG_DIR})",
         file=sys.stderr,
