@@ -1,4 +1,4 @@
-"""Engine speed at cluster scale (BENCHMARKS.md section 2).
+"""Engine speed at cluster scale (docs/benchmarks.md section 2).
 
 Builds a deterministic synthetic cluster (seeded ``random.Random``): 1,000 nodes x 8 GPUs of
 80 GiB, 50 queues in a two-level tree (5 departments x 10 projects), 20,000 running workloads

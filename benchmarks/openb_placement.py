@@ -465,7 +465,7 @@ coarser score steps (50-200 levels: no consistent gain).
   itself sits above the paper's figure, and `frachub` improves on it most on
   the CPU-heavy and multi-GPU lists, least on the gpushare ones.
 * `random` and `bestfit` land on the paper's figures; `dotproduct` and
-  `gpupacking` follow the one-line descriptions in BENCHMARKS.md rather than
+  `gpupacking` follow one-line descriptions of the two (the project's benchmark plan) rather than
   the paper's code, and differ from its DotProd and GpuPacking columns (our
   `gpupacking`, which best-fits among busy nodes, is much stronger than theirs).
 * The gpushare lists are mostly bin-packing waste that no node choice avoids:

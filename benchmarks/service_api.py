@@ -1,4 +1,4 @@
-"""Throughput through the real API (BENCHMARKS.md section 3).
+"""Throughput through the real API (docs/benchmarks.md section 3).
 
 Kueue's own performance test admits 15,000 workloads into 30 queues (about 351 s in its CI on
 a real API server). This submits the same count through FracHub's REST API, on this machine,

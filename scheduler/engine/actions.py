@@ -1,4 +1,4 @@
-"""The cycle's actions: start, consolidate, reclaim, preempt (SCENARIOS.md rules 3-7).
+"""The cycle's actions: start, consolidate, reclaim, preempt (docs/scheduling.md, rules 3-7).
 
 Each action works on a ``Session`` and tries one pending workload at a time on
 the ledger, keeping an attempt only if the workload starts. ``try_start`` uses

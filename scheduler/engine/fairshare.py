@@ -1,4 +1,4 @@
-"""Fair share: how many GPUs each queue *should* have right now (SCENARIOS.md rule 2).
+"""Fair share: how many GPUs each queue *should* have right now (docs/scheduling.md, rule 2).
 
 Computed top-down through the department tree. At each level the parent's share
 is the capacity its children divide:

@@ -1,4 +1,4 @@
-"""Where a workload's replicas go (SCENARIOS.md rule 5), as pluggable scorers.
+"""Where a workload's replicas go (docs/scheduling.md, rule 5), as pluggable scorers.
 
 A scorer answers one question: the best spot for *one replica* on the current
 ledger, or None. ``place`` turns that into a whole gang: replicas prefer nodes

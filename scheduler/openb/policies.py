@@ -7,7 +7,7 @@ node holds a seeded random rank and the best-ranked node among the best scores
 wins (:func:`pick_best`). Policies that cache per-node scores refresh only the
 node just placed on (:meth:`Policy.placed`).
 
-The paper's policies (BENCHMARKS.md section 1): ``random``, ``dotproduct``,
+The paper's policies (docs/benchmarks.md section 1): ``random``, ``dotproduct``,
 ``gpupacking``, ``bestfit``, ``fgd``. FracHub's own default is ``frachub``
 (:class:`FracHubPolicy`).
 """

@@ -1,6 +1,6 @@
 """Replay an openb pod list against a node list, the FGD paper's way, and measure.
 
-The method (BENCHMARKS.md section 1): time is ignored; pods sorted by name are
+The method (docs/benchmarks.md section 1): time is ignored; pods sorted by name are
 shuffled with the seed, then copies drawn at random (with replacement) from the
 sorted list are appended while the requested GPU total is below 130% of the
 cluster's GPU capacity (the copy that crosses 130% is the last one). Each pod

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Replay a scenario (cluster, queues, a timeline of workloads) through the real "
         "scheduling engine in simulated time and print the outcome as one JSON document."
     )
-    parser.add_argument("file", metavar="FILE", help="scenario file (YAML, see SCENARIOS.md)")
+    parser.add_argument("file", metavar="FILE", help="scenario file (YAML, see docs/scheduling.md)")
     parser.add_argument(
         "--indent", type=int, default=2, help="JSON indentation (0 for one line; default 2)"
     )

@@ -1,4 +1,4 @@
-"""Scenario files (SCENARIOS.md) parsed into typed, validated data.
+"""Scenario files (docs/scheduling.md) parsed into typed, validated data.
 
 Validation happens completely before anything runs: the first problem raises
 ``InvalidSpec`` naming the entry and the field, so the command can print one
