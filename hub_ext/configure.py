@@ -79,7 +79,7 @@ def configure(
     service_url: where the service listens (and the spawner reaches it).
     managed: the hub starts the service (True) or an operator runs it (False).
     spawner: "local" or "kubernetes", or a spawner class's import path.
-    profile_list: KubeSpawner-style profiles with FracHub GPU choices (docs/hub.md, Profiles).
+    profile_list: KubeSpawner-style profiles with FracHub GPU choices (docs/profiles.md).
     admin_users: FracHub admins besides the members of the ``frachub-admins`` group.
     start_timeout: seconds a spawn may take, waiting for a GPU share included.
     api_token: the frachub service's hub token when something else keeps it (on Kubernetes,

@@ -32,7 +32,7 @@ class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
     profile_list = List(
         Dict(),
         config=True,
-        help="""KubeSpawner-style profiles with FracHub's GPU choices (see docs/hub.md).
+        help="""KubeSpawner-style profiles with FracHub's GPU choices (see docs/profiles.md).
         Empty: servers hold no GPU and there is no form.""",
     )
 
