@@ -2,13 +2,13 @@
 
 Usage (from the repository root)::
 
-    python benchmarks/openb_placement.py            # seeds 42-51, 2 workers
-    python benchmarks/openb_placement.py --seeds 42 --lists default --no-write
+    python benchmarks/openb_placement.py --write-docs   # seeds 42-51, 2 workers
+    python benchmarks/openb_placement.py --seeds 42 --lists default
 
 Prints unallocated GPU % at arrived = 100% (mean ± std over seeds) per policy
 and pod list next to the FGD paper's published figure, and decision times;
-then draws ``docs/openb_unallocated.png`` and rewrites section 1 of
-``docs/benchmarks.md`` with the real numbers, the command, commit and machine.
+with ``--write-docs``, then draws ``docs/openb_unallocated.png`` and rewrites section 1
+of ``docs/benchmarks.md`` with the real numbers, the command, commit and machine.
 """
 
 from __future__ import annotations
@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--lists", default="all", help="pod lists, e.g. default,cpu050")
     parser.add_argument("--policies", default="all", help="policies, e.g. fgd,frachub")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also draw docs/openb_unallocated.png and rewrite section 1 of docs/benchmarks.md",
+    )
     args = parser.parse_args(argv)
 
     seeds = parse_seeds(args.seeds)
@@ -293,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(beaten) + len(missed)} lists; missed: {', '.join(missed) or 'none'}"
     )
     print(f"{len(jobs)} runs in {wall:.0f} s with {args.workers} workers")
-    if args.no_write:
+    if not args.write_docs:
         return 0
 
     _plot(results, traces, policies)

@@ -6,6 +6,7 @@ into one argparse tree. User mistakes are reported as one line on stderr with
 exit status 2, never a traceback.
 
     frachub up [--demo]                              JupyterHub + FracHub here (hub_ext/up.py)
+    frachub backup DEST | restore SRC                a data directory, safely (hub_ext/backup.py)
     frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py)
     frachub scenario run FILE                        scheduling scenarios (scheduler/scenario)
     frachub simulate openb ...                       trace replay (scheduler/openb)
@@ -21,6 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from hub_ext import backup as backup_command
 from hub_ext import jobs_cli
 from hub_ext import up as up_command
 from scheduler import __version__
@@ -44,6 +46,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up_command.add_arguments(up)
     up.set_defaults(run=up_command.run)
+
+    backup = commands.add_parser(
+        "backup",
+        help="copy the databases, secrets and job logs of a data directory (safe while running)",
+        description=backup_command.__doc__.split("\n\n")[0] if backup_command.__doc__ else None,
+    )
+    backup_command.add_backup_arguments(backup)
+    backup.set_defaults(run=backup_command.run_backup)
+    restore = commands.add_parser(
+        "restore", help="write a backup into a data directory that is not running"
+    )
+    backup_command.add_restore_arguments(restore)
+    restore.set_defaults(run=backup_command.run_restore)
 
     for job_command in jobs_cli.SUBCOMMANDS:
         sub = commands.add_parser(

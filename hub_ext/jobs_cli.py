@@ -41,6 +41,7 @@ from hub_ext.client import (
     state_line,
     submitted_text,
 )
+from hub_ext.workdir import working_dir_field
 from scheduler.display import memory_gib
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
@@ -149,7 +150,8 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
     parser.add_argument(
         "--working-dir",
         metavar="DIR",
-        help="the directory to run in (default: the current directory)",
+        help="the directory to run in; relative to your home where jobs run (default: the "
+        "current directory)",
     )
     if cell:
         parser.add_argument(
@@ -213,7 +215,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def submission(
-    args: argparse.Namespace, command: str | list[str], working_dir: str
+    args: argparse.Namespace, command: str | list[str], working_dir: str | None
 ) -> dict[str, Any]:
     """The keyword arguments of ``FracHubClient.submit`` from submit's flags."""
     return {
@@ -326,7 +328,7 @@ def run_submit(args: argparse.Namespace) -> int:
     if not args.command:
         print("frachub submit: give the command after --, e.g. -- python train.py", file=sys.stderr)
         return 2
-    working_dir = os.path.abspath(os.path.expanduser(args.working_dir or os.getcwd()))
+    working_dir = working_dir_field(args.working_dir, os.getcwd())
     with _client(args) as client:
         workload = submit_job(client, **submission(args, command_from(args.command), working_dir))
     print(submitted_text(workload))

@@ -56,6 +56,7 @@ from hub_ext.jobs_cli import (
     submission,
     submit_job,
 )
+from hub_ext.workdir import working_dir_field
 
 SCRIPT_DIR = "frachub-jobs"  # under the kernel's working directory
 
@@ -188,9 +189,7 @@ class FracHubMagics(Magics):
 
     def _submit(self, client: FracHubClient, args: argparse.Namespace, cell: str | None) -> None:
         cwd = Path(os.getcwd())
-        working_dir = str(cwd)
-        if args.working_dir:
-            working_dir = os.path.abspath(os.path.expanduser(args.working_dir))
+        working_dir = working_dir_field(args.working_dir, str(cwd))
         script = None
         if cell is None:
             if not args.command:

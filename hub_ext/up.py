@@ -11,16 +11,30 @@ GPUs come from NVML when the NVIDIA driver answers, else from a declared invento
 (``--gpus``, ``--gpu-memory-gib``): the scheduler then shares pretend GPUs, which is enough to
 try everything but the GPU itself.
 
-Users log in with one shared password (generated once, kept in the data directory, printed).
-Servers and jobs run as this Unix user, each user's home under ``<data>/home``: there is no
-isolation between users, which is right for one person's workstation or a demo and wrong for
-a shared machine (see docs/up.md for system accounts).
+Two ways to log in (``--auth``):
+
+* ``pam`` (the default when run as root, without ``--demo``): the machine's own accounts.
+  Notebooks and jobs run as the user's system account, in that account's home; the users are
+  the members named in ``--projects`` and the ``--admin`` accounts, and more can be added on
+  the hub's admin page. This is the mode for a team (docs/operations.md).
+* ``shared-password`` (``--demo``, or when not run as root): hub-only users with one shared
+  password (generated once, kept in the data directory, printed). Servers and jobs run as
+  this Unix user, each user's home under ``<data>/home``: no isolation between users, which
+  is right for one person's workstation or a demo and wrong for a shared machine.
+
+Operations: the hub's and the service's logs go to ``<data>/hub-logs/`` (rotated) as well as
+the terminal; the data directory is private (0700, 0711 with system accounts so that jobs
+reach their own directories) with its databases and secrets 0600. A ``frachub up`` started
+on a data directory whose previous run was killed stops what that run left behind (hub,
+scheduler service, proxy) before starting; notebook servers still running are adopted by the
+new hub from its database.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -32,13 +46,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from hub_ext.paths import ROOT
 from hub_ext.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
 from scheduler.backends.inventory import NvmlUnavailable, nvml_inventory
+from scheduler.service import datalock
+from scheduler.service.app import LOCK_FILE as SERVICE_LOCK
+from scheduler.service.app import check_queues
 
 DEMO_USERS = {"alice": "vision", "bob": "vision", "carol": "nlp"}
 ADMIN_USER = "admin"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+UP_LOCK = "frachub-up.lock"
+LOG_DIR = "hub-logs"
+LOG_FILE_BYTES = 10 * 2**20
+LOG_FILE_BACKUPS = 5
 
 PROFILES: list[dict[str, Any]] = [
     {
@@ -73,6 +96,18 @@ class Gpus:
     model: str
 
 
+@dataclass(frozen=True)
+class Team:
+    """Who may log in and how, and the projects: everything the two config files need to
+    know about people."""
+
+    auth: str  # "pam" or "shared-password"
+    admins: tuple[str, ...]  # JupyterHub admins (--admin), FracHub admins too
+    queues: list[dict[str, Any]]  # the service's queues (named members moved to groups)
+    groups: dict[str, list[str]]  # hub groups: projects' named members, frachub-admins
+    allowed: tuple[str, ...]  # pam: who may log in besides users added on the admin page
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", default="frachub-data", help="where everything is kept (default: %(default)s)"
@@ -89,6 +124,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"demo users {', '.join(DEMO_USERS)} in projects vision and nlp, and "
         f"{ADMIN_USER!r}, a FracHub admin",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=("auto", "pam", "shared-password"),
+        default="auto",
+        help="how users log in: the machine's accounts (pam: notebooks and jobs run as each "
+        "user) or one shared password for hub-only users; auto: pam when run as root "
+        "without --demo (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--admin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a JupyterHub and FracHub admin (repeatable)",
+    )
+    parser.add_argument(
+        "--projects",
+        metavar="FILE",
+        help="projects, quotas and members, a YAML or JSON list in the format of "
+        "FracHubService.queues (default: one project 'default' with every GPU, open to all)",
     )
     parser.add_argument(
         "--gpus",
@@ -108,13 +164,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="use the declared GPUs even if NVML finds real ones",
     )
     parser.add_argument(
-        "--password", help="the shared log-in password (default: generated once, kept)"
+        "--password",
+        help="the shared log-in password (default: generated once, kept in <data>/password)",
     )
     parser.add_argument(
         "--grace-period",
         type=float,
         default=30.0,
         help="seconds a preempted job has to save its work (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ssl-cert", metavar="FILE", help="serve HTTPS with this certificate (with --ssl-key)"
+    )
+    parser.add_argument("--ssl-key", metavar="FILE", help="the certificate's private key")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="of the hub and the scheduler, on the terminal and in <data>/hub-logs/ "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--write-config-only",
@@ -138,14 +207,15 @@ def find_proxy() -> str | None:
 
 
 def detect_gpus(args: argparse.Namespace) -> tuple[Gpus, str]:
-    """The GPUs to schedule, and a sentence saying where they came from."""
+    """The GPUs to schedule, and a sentence saying where they came from and why."""
     if not args.declared:
         try:
             inventory = nvml_inventory()
             node = inventory.nodes[0]
             return (
                 Gpus(node.gpus, node.gpu_memory_mib / 1024, "nvml", node.gpu_model),
-                f"{node.gpus} × {node.gpu_model} found by NVML",
+                f"{node.gpus} × {node.gpu_model} of {node.gpu_memory_mib / 1024:g} GiB found "
+                "by NVML (the NVIDIA driver answered)",
             )
         except NvmlUnavailable as error:
             why = str(error)
@@ -162,20 +232,47 @@ def detect_gpus(args: argparse.Namespace) -> tuple[Gpus, str]:
     )
 
 
-def password_for(data: Path, given: str | None) -> str:
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (0600, also when it existed before)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def password_for(data: Path, given: str | None, name: str = "password", length: int = 8) -> str:
+    """The shared password, kept in ``<data>/<name>`` (0600): generated once, or the given
+    one, which replaces it. The hub's config reads it from there."""
+    path = data / name
     if given is not None:
-        if len(given) < 8:
-            raise UpError("--password must have at least 8 characters")
+        if len(given) < length:
+            flag = "--password" if name == "password" else name
+            raise UpError(f"{flag} must have at least {length} characters")
+        _write_private(path, given + "\n")
         return given
-    path = data / "password"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(12))
+        _write_private(path, secrets.token_urlsafe(max(12, length)) + "\n")
+    os.chmod(path, 0o600)
     return path.read_text().strip()
 
 
-def projects(gpus: Gpus, demo: bool) -> list[dict[str, Any]]:
+def read_projects(path: str) -> list[dict[str, Any]]:
+    """``--projects FILE``: the service's queue format, in YAML (or JSON, which is YAML)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise UpError(f"--projects {path}: {error.strerror}") from None
+    try:
+        entries = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise UpError(f"--projects {path}: not YAML or JSON ({error})".replace("\n", " ")) from None
+    try:
+        return check_queues(entries, f"--projects {path}")
+    except ValueError as error:
+        raise UpError(str(error)) from None
+
+
+def default_projects(gpus: Gpus, demo: bool) -> list[dict[str, Any]]:
     if not demo:
         return [{"name": "default", "deserved_gpus": gpus.count, "members": ["*"]}]
     half = gpus.count / 2
@@ -185,34 +282,126 @@ def projects(gpus: Gpus, demo: bool) -> list[dict[str, Any]]:
     ]
 
 
-def hub_config(args: argparse.Namespace, data: Path, proxy: str, password: str) -> str:
-    service_url = f"http://127.0.0.1:{args.service_port}"
-    groups: dict[str, Any] = {ADMIN_GROUP: {"users": [ADMIN_USER]}}
+def team_for(args: argparse.Namespace, gpus: Gpus) -> Team:
+    """The log-in mode, the admins, the projects and their members.
+
+    Named members of a project become members of the hub group of the same name, which the
+    service reads as project membership and admins edit on the hub's admin page; ``"*"``
+    (everybody) stays in the service's queue, where only a group could not say it.
+    """
+    auth = args.auth
+    if auth == "auto":
+        auth = "pam" if os.geteuid() == 0 and not args.demo else "shared-password"
+    if auth == "pam" and os.geteuid() != 0:
+        raise UpError("--auth pam needs root: notebooks and jobs run as each user's system account")
+    if auth == "pam" and args.demo:
+        raise UpError("--demo's users are not system accounts: use it without --auth pam")
+    if args.password is not None and auth == "pam":
+        raise UpError("--password is for --auth shared-password; with pam users have their own")
+    entries = read_projects(args.projects) if args.projects else default_projects(gpus, args.demo)
+    admins = list(dict.fromkeys(args.admin))
+    # --demo's "admin" is a FracHub admin only: a hub admin could not use the shared password
+    groups: dict[str, list[str]] = {
+        ADMIN_GROUP: [*admins, ADMIN_USER] if args.demo else list(admins)
+    }
+    queues = []
+    for entry in entries:
+        named = [m for m in entry.get("members", []) if m != "*"]
+        everybody = ["*"] if "*" in entry.get("members", []) else []
+        queue = {k: v for k, v in entry.items() if k != "members"}
+        if everybody:
+            queue["members"] = everybody
+        queues.append(queue)
+        if named:
+            groups.setdefault(entry["name"], []).extend(named)
     if args.demo:
         for user, project in DEMO_USERS.items():
-            groups.setdefault(project, {"users": []})["users"].append(user)
-    settings = {
-        "JupyterHub.bind_url": f"http://{args.ip}:{args.port}/",
+            groups.setdefault(project, []).append(user)
+    members = tuple(dict.fromkeys(user for users in groups.values() for user in users))
+    if auth == "pam" and not members:
+        raise UpError(
+            "with system accounts, name who may log in: --admin NAME (who can then add users "
+            "on the admin page), or members in --projects"
+        )
+    if auth == "pam":
+        for name in members:
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                print(
+                    f"frachub up: warning: there is no system account {name!r}: they cannot "
+                    "log in until it is created",
+                    file=sys.stderr,
+                )
+    return Team(auth, tuple(admins), queues, groups, members)
+
+
+def file_logging(path: Path, level: str, logger: str) -> dict[str, Any]:
+    """traitlets ``logging_config`` adding a rotating file beside an application's console
+    log (JupyterHub routes tornado's and the spawners' messages through its own logger)."""
+    return {
+        "formatters": {
+            "frachub_file": {"format": "[%(levelname)1.1s %(asctime)s %(name)s] %(message)s"}
+        },
+        "handlers": {
+            "frachub_file": {
+                "class": "logging.handlers.RotatingFileHandler",
+                "filename": str(path),
+                "maxBytes": LOG_FILE_BYTES,
+                "backupCount": LOG_FILE_BACKUPS,
+                "encoding": "utf-8",
+                "formatter": "frachub_file",
+                "level": level,
+            }
+        },
+        "loggers": {logger: {"handlers": ["console", "frachub_file"]}},
+    }
+
+
+def public_url(args: argparse.Namespace) -> str:
+    host = "localhost" if args.ip in ("127.0.0.1", "0.0.0.0", "") else args.ip
+    scheme = "https" if args.ssl_cert else "http"
+    return f"{scheme}://{host}:{args.port}/"
+
+
+def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> str:
+    service_url = f"http://127.0.0.1:{args.service_port}"
+    scheme = "https" if args.ssl_cert else "http"
+    settings: dict[str, Any] = {
+        "JupyterHub.bind_url": f"{scheme}://{args.ip}:{args.port}/",
         "JupyterHub.hub_ip": "127.0.0.1",
         "JupyterHub.hub_port": args.hub_port,
         "JupyterHub.db_url": f"sqlite:///{data / 'jupyterhub.sqlite'}",
         "JupyterHub.cookie_secret_file": str(data / "jupyterhub_cookie_secret"),
         "JupyterHub.pid_file": str(data / "jupyterhub.pid"),
-        "JupyterHub.load_groups": groups,
+        "JupyterHub.log_level": args.log_level,
+        "JupyterHub.logging_config": file_logging(
+            data / LOG_DIR / "jupyterhub.log", args.log_level, "JupyterHub"
+        ),
+        "JupyterHub.load_groups": {name: {"users": users} for name, users in team.groups.items()},
         "ConfigurableHTTPProxy.command": [proxy],
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{args.proxy_api_port}",
         "ConfigurableHTTPProxy.pid_file": str(data / "jupyterhub-proxy.pid"),
-        "JupyterHub.authenticator_class": "shared-password",
-        "SharedPasswordAuthenticator.user_password": password,
+        "Authenticator.admin_users": set(team.admins),
         "Spawner.default_url": "/lab",
         # a CPU server and a GPU server side by side, each with its own allocation
         "JupyterHub.allow_named_servers": True,
-        "FracLocalSpawner.home_dir_template": str(data / "home" / "{username}"),
     }
-    if args.demo:
-        settings["Authenticator.allowed_users"] = {*DEMO_USERS, ADMIN_USER}
+    if args.ssl_cert:
+        settings["JupyterHub.ssl_cert"] = str(Path(args.ssl_cert).resolve())
+        settings["JupyterHub.ssl_key"] = str(Path(args.ssl_key).resolve())
+    if team.auth == "pam":
+        settings["JupyterHub.authenticator_class"] = "pam"
+        # the projects' members and the admins; more are added on the admin page
+        settings["Authenticator.allowed_users"] = set(team.allowed)
+        settings["Authenticator.allow_existing_users"] = True
     else:
-        settings["Authenticator.allow_all"] = True
+        settings["JupyterHub.authenticator_class"] = "shared-password"
+        settings["FracLocalSpawner.home_dir_template"] = str(data / "home" / "{username}")
+        if args.demo:
+            settings["Authenticator.allowed_users"] = {*DEMO_USERS, *team.admins}
+        else:
+            settings["Authenticator.allow_all"] = True
     lines = [
         "# Written by `frachub up` on every start: your own settings go in",
         "# jupyterhub_config_extra.py beside this file, loaded last.",
@@ -222,6 +411,17 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, password: str) 
         "c = get_config()  # noqa: F821",
     ]
     lines += [f"c.{key} = {value!r}" for key, value in settings.items()]
+    if team.auth == "shared-password":
+        # read from the 0600 files, never written here
+        lines.append(
+            "c.SharedPasswordAuthenticator.user_password = "
+            f"open({str(data / 'password')!r}).read().strip()"
+        )
+        if team.admins:
+            lines.append(
+                "c.SharedPasswordAuthenticator.admin_password = "
+                f"open({str(data / 'admin-password')!r}).read().strip()"
+            )
     lines += [
         "configure(",
         "    c,",
@@ -237,13 +437,23 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, password: str) 
     return "\n".join(lines) + "\n"
 
 
-def service_config(args: argparse.Namespace, data: Path, gpus: Gpus) -> str:
+def service_config(args: argparse.Namespace, data: Path, gpus: Gpus, team: Team) -> str:
     settings: dict[str, Any] = {
-        "FracHubService.queues": projects(gpus, args.demo),
+        "FracHubService.queues": team.queues,
         "FracHubService.grace_period": args.grace_period,
-        # servers and jobs run as this Unix user (hub-only users have no system account)
-        "LocalBackend.run_as_user": False,
+        "FracHubService.log_level": args.log_level,
+        "FracHubService.logging_config": file_logging(
+            data / LOG_DIR / "frachub-service.log", args.log_level, "FracHubService"
+        ),
     }
+    if team.auth == "pam":
+        # jobs run as the user's system account, in its home, like the user's notebooks
+        settings["LocalBackend.run_as_user"] = True
+    else:
+        # hub-only users have no system account: jobs run as this Unix user, in the home
+        # the notebooks have
+        settings["LocalBackend.run_as_user"] = False
+        settings["LocalBackend.home_dir_template"] = str(data / "home" / "{username}")
     if gpus.source == "declared":
         settings["LocalBackend.inventory_source"] = "declared"
         settings["LocalBackend.declared_inventory"] = [
@@ -267,39 +477,158 @@ def service_config(args: argparse.Namespace, data: Path, gpus: Gpus) -> str:
     return "\n".join(lines) + "\n"
 
 
-def banner(args: argparse.Namespace, password: str, gpus_said: str, data: Path) -> str:
-    host = "localhost" if args.ip in ("127.0.0.1", "0.0.0.0", "") else args.ip
-    url = f"http://{host}:{args.port}/"
+def banner(
+    args: argparse.Namespace, team: Team, passwords: dict[str, str], gpus_said: str, data: Path
+) -> str:
+    url = public_url(args)
     if args.demo:
+        who = f"  users: alice, bob (project vision), carol (project nlp), {ADMIN_USER} (admin)\n"
+    elif team.auth == "pam":
         who = (
-            "  users: alice, bob (project vision), carol (project nlp), "
-            f"{ADMIN_USER} (FracHub admin)\n"
+            "  users: system accounts (PAM): "
+            + (", ".join(u for u in team.allowed) or "none yet")
+            + "; add more on the admin page\n"
         )
     else:
-        who = f"  users: any name (project 'default'); {ADMIN_USER} is the FracHub admin\n"
+        who = "  users: any name\n"
+    if not args.demo:
+        projects = ", ".join(queue["name"] for queue in team.queues)
+        who += f"  projects: {projects}; users in no project get CPU notebooks only\n"
+        who += (
+            f"  admins: {', '.join(team.admins)}\n"
+            if team.admins
+            else "  admins: none (give --admin NAME to use the admin page)\n"
+        )
+    secrets_said = "".join(f"  {name}: {value}\n" for name, value in passwords.items())
     return (
         "\n"
         "FracHub is running.\n"
         f"  open:     {url}\n"
         f"{who}"
-        f"  password: {password}\n"
+        f"{secrets_said}"
         f"  GPUs:     {gpus_said}\n"
         f"  Training panel: {url.rstrip('/')}{SERVICE_PREFIX}\n"
-        f"  data and logs:  {data}\n"
+        f"  data:     {data}\n"
+        f"  logs:     {data / LOG_DIR} (jobs: {data / 'logs'})\n"
         "Stop with Ctrl-C.\n"
     )
 
 
+# -- what a killed run left behind ----------------------------------------------------------
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stop_process(pid: int, what: str, timeout: float = 30) -> None:
+    """SIGTERM (the hub then stops what it started), SIGKILL after ``timeout``."""
+    print(f"frachub up: stopping the {what} left by a previous run (pid {pid})", file=sys.stderr)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while _alive(pid) and time.monotonic() < deadline + 10:
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by its parent, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def stop_leftovers(data: Path) -> int:
+    """Stop the hub, scheduler service and proxy of a previous run on ``data`` that was
+    killed (its ``frachub up`` gone, they not). Each is recognised by the pid file or lock it
+    keeps in ``data`` and by its command line, so a reused pid is never signalled. Returns
+    how many were stopped."""
+    stopped = 0
+    hub = _pid_in(data / "jupyterhub.pid")
+    if hub and _alive(hub) and str(data / "jupyterhub_config.py") in _cmdline(hub):
+        _stop_process(hub, "JupyterHub")
+        stopped += 1
+    service = datalock.holder(str(data / SERVICE_LOCK))
+    if service and _alive(service):
+        _stop_process(service, "scheduler service")
+        stopped += 1
+    proxy = _pid_in(data / "jupyterhub-proxy.pid")
+    if proxy and _alive(proxy) and "configurable-http-proxy" in _cmdline(proxy):
+        _stop_process(proxy, "proxy", timeout=10)
+        stopped += 1
+    return stopped
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def prepare_data_dir(data: Path, team: Team) -> None:
+    """Private by default: 0700 (0711 with system accounts: their jobs must reach their own
+    directories inside, each 0700 and theirs), databases and secrets 0600."""
+    data.mkdir(parents=True, exist_ok=True)
+    os.chmod(data, 0o711 if team.auth == "pam" else 0o700)
+    (data / LOG_DIR).mkdir(mode=0o700, exist_ok=True)
+    os.chmod(data / LOG_DIR, 0o700)
+    if team.auth == "shared-password":
+        (data / "home").mkdir(exist_ok=True)
+    for name in ("jupyterhub.sqlite", "frachub.sqlite"):
+        # created empty (SQLite takes an empty file as a new database) so that it, and its
+        # -wal and -shm files, which SQLite makes with the database's mode, are born 0600
+        path = data / name
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for name in (
+        "jupyterhub.sqlite",
+        "jupyterhub.sqlite-wal",
+        "jupyterhub.sqlite-shm",
+        "frachub.sqlite",
+        "frachub.sqlite-wal",
+        "frachub.sqlite-shm",
+        "jupyterhub_cookie_secret",
+        "frachub-service-token",
+        "password",
+        "admin-password",
+        "jupyterhub_config_extra.py",
+        "frachub_config_extra.py",
+    ):
+        if (data / name).exists():
+            os.chmod(data / name, 0o600)
+
+
 def _wait_ready(proc: subprocess.Popen[bytes], args: argparse.Namespace, timeout: float) -> None:
     """Until the hub answers through the proxy and the scheduler answers behind it."""
-    base = f"http://127.0.0.1:{args.port}"
+    scheme = "https" if args.ssl_cert else "http"
+    base = f"{scheme}://127.0.0.1:{args.port}"
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=2) as client:
+    # the certificate names the public host, not 127.0.0.1: this is a liveness check
+    with httpx.Client(timeout=2, verify=False) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise UpError(
                     f"JupyterHub exited with status {proc.returncode} while starting "
-                    "(its log is above)"
+                    f"(its log is above and in {Path(args.data_dir).resolve() / LOG_DIR})"
                 )
             try:
                 hub = client.get(f"{base}/hub/api/")
@@ -320,10 +649,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+def _check_tls(args: argparse.Namespace) -> None:
+    if bool(args.ssl_cert) != bool(args.ssl_key):
+        raise UpError("--ssl-cert and --ssl-key go together")
+    for flag, path in (("--ssl-cert", args.ssl_cert), ("--ssl-key", args.ssl_key)):
+        if path and not os.access(path, os.R_OK):
+            raise UpError(f"{flag} {path}: not a readable file")
+
+
 def _up(args: argparse.Namespace) -> int:
     data = Path(args.data_dir).resolve()
-    data.mkdir(parents=True, exist_ok=True)
-    (data / "home").mkdir(exist_ok=True)
+    _check_tls(args)
     proxy = find_proxy()
     if proxy is None:
         raise UpError(
@@ -331,19 +667,40 @@ def _up(args: argparse.Namespace) -> int:
             "or `npm install -g configurable-http-proxy`"
         )
     gpus, gpus_said = detect_gpus(args)
-    password = password_for(data, args.password)
-    (data / "jupyterhub_config.py").write_text(hub_config(args, data, proxy, password))
-    (data / "frachub_config.py").write_text(service_config(args, data, gpus))
-    command = [sys.executable, "-m", "jupyterhub", "-f", str(data / "jupyterhub_config.py")]
+    team = team_for(args, gpus)
+    prepare_data_dir(data, team)
+    try:
+        lock = datalock.hold(str(data / UP_LOCK))
+    except datalock.Held as held:
+        raise UpError(
+            f"another frachub up (pid {held.pid}) is running on {data}; stop it first"
+        ) from None
+    passwords: dict[str, str] = {}
+    if team.auth == "shared-password":
+        passwords["password"] = password_for(data, args.password)
+        if team.admins:
+            # SharedPasswordAuthenticator: admins log in with their own, longer password
+            passwords["admin password"] = password_for(data, None, "admin-password", 32)
+    hub_file, service_file = data / "jupyterhub_config.py", data / "frachub_config.py"
+    _write_private(hub_file, hub_config(args, data, proxy, team))
+    _write_private(service_file, service_config(args, data, gpus, team))
+    command = [sys.executable, "-m", "jupyterhub", "-f", str(hub_file)]
+    print(f"frachub up: GPUs: {gpus_said}", file=sys.stderr, flush=True)
     if args.write_config_only:
-        print(f"wrote {data / 'jupyterhub_config.py'} and {data / 'frachub_config.py'}")
+        os.close(lock)
+        print(f"wrote {hub_file} and {service_file}")
         print("start the hub with: " + " ".join(command))
         return 0
+    stop_leftovers(data)
     env = {
         **os.environ,
         "PATH": f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    print(f"frachub up: starting JupyterHub ({gpus_said})", file=sys.stderr, flush=True)
+    print(
+        f"frachub up: starting JupyterHub (logs also in {data / LOG_DIR})",
+        file=sys.stderr,
+        flush=True,
+    )
     proc = subprocess.Popen(command, cwd=data, env=env)
     stopping = False
 
@@ -364,5 +721,5 @@ def _up(args: argparse.Namespace) -> int:
         if stopping:
             return 130
         raise
-    print(banner(args, password, gpus_said, data), flush=True)
+    print(banner(args, team, passwords, gpus_said, data), flush=True)
     return proc.wait()

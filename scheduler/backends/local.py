@@ -12,6 +12,7 @@ Files under ``data_dir``::
     run/<workload>/<attempt>/replica-<r>.exit   the exit status, written by the wrapper
     checkpoints/<workload>/              FRACHUB_CHECKPOINT_DIR, kept across attempts
     users/<user>/                        working directory of users without a usable home
+                                         (unless ``home_dir_template`` names one)
 
 Exit codes follow the shell: a replica killed by signal N reports 128 + N (143 for SIGTERM,
 137 for SIGKILL). An unknown command in a list is refused at start (``BackendError``); in a
@@ -126,6 +127,15 @@ class LocalBackend(LoggingConfigurable):
         gid and groups, HOME/USER/LOGNAME), as JupyterHub's LocalProcessSpawner does; a user
         without an account cannot run jobs. False runs every job as the service's own user
         (a single-user workstation, or hub users that are not system accounts).""",
+    ).tag(config=True)
+
+    home_dir_template = Unicode(
+        "",
+        help="""For users without a system account (``run_as_user`` off, or the service not
+        root): their home, e.g. ``/srv/frachub/home/{username}``, the same directory as the
+        spawner's ``FracLocalSpawner.home_dir_template``, so that jobs run where the
+        notebook's files are. Created on demand. Empty: the account's home when the job runs
+        as the service's own user, else ``<data_dir>/users/<user>``.""",
     ).tag(config=True)
 
     env_keep = List(
@@ -414,12 +424,17 @@ class LocalBackend(LoggingConfigurable):
             ) from None
 
     def _default_dir(self, user: str, account: pwd.struct_passwd | None) -> str:
-        """The user's home when the job runs as that user (dropped privileges, or the service's
-        own account) and the home exists; otherwise ``<data_dir>/users/<user>``, created on
-        demand. A home the job could not enter is no default."""
+        """The user's home: the system account's when the job runs as that user (dropped
+        privileges), else the one ``home_dir_template`` names (the notebook's), else the
+        service's own account's home for its own user; otherwise ``<data_dir>/users/<user>``,
+        created on demand. A home the job could not enter is no default."""
         home = None
         if account is not None:
             home = account.pw_dir
+        elif self.home_dir_template:
+            home = self.home_dir_template.format(username=user)
+            os.makedirs(home, 0o755, exist_ok=True)
+            return home
         elif user == _own_name():
             home = pwd.getpwuid(os.getuid()).pw_dir
         if home and os.path.isdir(home):
@@ -429,10 +444,14 @@ class LocalBackend(LoggingConfigurable):
         return default
 
     def _working_dir(self, asked: str | None, default: str) -> str:
-        """The directory the job asked for (relative to its default), else the default."""
+        """The directory the job asked for, else its home. Relative paths, and ``~`` or
+        ``~/...``, are taken from the job's home (never the service's: ``expanduser`` here
+        would name the service account's home)."""
         if not asked:
             return default
-        path = os.path.join(default, os.path.expanduser(asked))
+        if asked == "~" or asked.startswith("~/"):
+            asked = asked[1:].lstrip("/")
+        path = os.path.normpath(os.path.join(default, asked))
         if not os.path.isdir(path):
             raise BackendError(f"working directory {path} does not exist")
         return path

@@ -15,6 +15,7 @@ import asyncio
 import gc
 import os
 import signal
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -43,6 +44,7 @@ from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
+from scheduler.service import datalock
 from scheduler.service.directory import HubDirectory
 from scheduler.service.handlers import allocations, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
@@ -50,10 +52,33 @@ from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.loop import SchedulingLoop, Settings
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import QueueRecord
+from scheduler.service.retention import Retention, purge
 from scheduler.service.store import Store, StoreError, open_store
 
+LOCK_FILE = "frachub-service.lock"
 API_MODULES = (workloads, allocations, queues, info)  # what openapi.json describes
 HANDLER_MODULES = (*API_MODULES, pages)
+
+
+def check_queues(entries: object, where: str) -> list[dict]:
+    """``queues`` as configured (and as ``frachub up --projects`` reads them): a list of
+    dicts, each a queue spec plus an optional list of member names; ValueError names the
+    entry at fault."""
+    if not isinstance(entries, list):
+        raise ValueError(f"{where} must be a list of projects")
+    stripped = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}[{i}] must be a dict")
+        members = entry.get("members", [])
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise ValueError(f"{where}[{i}].members must be a list of names")
+        stripped.append({k: v for k, v in entry.items() if k != "members"})
+    try:
+        parse_queues(stripped, where)
+    except InvalidSpec as error:
+        raise ValueError(str(error)) from None
+    return entries
 
 
 def wall_clock(seconds: float) -> str:
@@ -138,20 +163,7 @@ class FracHubService(Application):
 
     @validate("queues")
     def _validate_queues(self, proposal):
-        entries = proposal.value
-        stripped = []
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                raise ValueError(f"FracHubService.queues[{i}] must be a dict")
-            members = entry.get("members", [])
-            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-                raise ValueError(f"FracHubService.queues[{i}].members must be a list of names")
-            stripped.append({k: v for k, v in entry.items() if k != "members"})
-        try:
-            parse_queues(stripped, "FracHubService.queues")
-        except InvalidSpec as error:
-            raise ValueError(str(error)) from None
-        return entries
+        return check_queues(proposal.value, "FracHubService.queues")
 
     grace_period = Float(
         30.0,
@@ -222,6 +234,33 @@ class FracHubService(Application):
         pip install 'frachub[kubernetes]').""",
     ).tag(config=True)
 
+    workload_retention_days = Float(
+        90.0,
+        help="""Days a finished workload (its record, events and usage intervals) is kept after
+        it ends; older ones are deleted, so usage reports reach back this far. 0 keeps them
+        forever.""",
+    ).tag(config=True)
+
+    log_retention_days = Float(
+        30.0,
+        help="""Days the logs of a finished job are kept after it ends (local backend:
+        <data_dir>/logs/<id>). 0 keeps them as long as the workload. Checkpoints are never
+        deleted by the service.""",
+    ).tag(config=True)
+
+    retention_check_interval = Float(
+        3600.0, help="Seconds between retention passes (the first runs at start-up)."
+    ).tag(config=True)
+
+    @validate("workload_retention_days", "log_retention_days", "retention_check_interval")
+    def _validate_retention(self, proposal):
+        name, value = proposal.trait.name, proposal.value
+        if name == "retention_check_interval" and value <= 0:
+            raise ValueError(f"FracHubService.{name} must be > 0, got {value}")
+        if value < 0:
+            raise ValueError(f"FracHubService.{name} must be >= 0 (0 keeps forever), got {value}")
+        return value
+
     page_default_limit = Integer(50, help="List size when a request names no limit.").tag(
         config=True
     )
@@ -231,6 +270,7 @@ class FracHubService(Application):
         30.0, help="How long the hub's answer about a user's groups is reused."
     ).tag(config=True)
 
+    _lock_fd: int | None = None
     hub_auth = Instance(HubAuth)
     store = Instance(Store, allow_none=True)
     scheduling_loop = Instance(SchedulingLoop, allow_none=True)
@@ -336,13 +376,50 @@ class FracHubService(Application):
             1000 * handler.request.request_time(),
         )
 
+    def _hold_data_dir(self) -> None:
+        """One service per data directory: a second one would run every job twice."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        try:
+            self._lock_fd = datalock.hold(os.path.join(self.data_dir, LOCK_FILE))
+        except datalock.Held as held:
+            self.log.critical(
+                "another FracHub service (pid %s) is using %s; stop it first",
+                held.pid,
+                self.data_dir,
+            )
+            self.exit(2)
+
+    def _private_database(self) -> None:
+        """The database holds users' job environments: readable by the service alone."""
+        if not self.db_url.startswith("sqlite:///"):
+            return
+        path = self.db_url.removeprefix("sqlite:///")
+        for name in (path, f"{path}-wal", f"{path}-shm"):
+            if os.path.exists(name):
+                os.chmod(name, 0o600)
+
+    async def _retention(self) -> None:
+        assert self.store is not None
+        retention = Retention(self.workload_retention_days, self.log_retention_days)
+        running = asyncio.get_running_loop()
+        while True:
+            try:
+                await running.run_in_executor(
+                    None, purge, self.store.engine, self.data_dir, retention, time.time(), self.log
+                )
+            except Exception:  # the next pass tries again; the service goes on
+                self.log.exception("retention pass failed")
+            await asyncio.sleep(self.retention_check_interval)
+
     async def serve(self) -> None:
+        self._hold_data_dir()
         try:
             self.store = open_store(self.db_url)
         except StoreError as error:
             self.log.critical("%s", error)
             self.exit(2)
         assert self.store is not None
+        self._private_database()
         self._sync_config_queues(self.store)
         try:
             backend = self.backend_class(parent=self, data_dir=self.data_dir)
@@ -387,6 +464,9 @@ class FracHubService(Application):
                 log=self.log,
             )
             idle.start()
+        retention = None
+        if self.workload_retention_days > 0 or self.log_retention_days > 0:
+            retention = asyncio.create_task(self._retention())
         app = self.make_app(loop, metrics)
         url = urlparse(self.service_url)
         server = HTTPServer(app, xheaders=True)
@@ -399,6 +479,8 @@ class FracHubService(Application):
         await stopped.wait()
         self.log.info("shutting down; running jobs keep running and are re-adopted on restart")
         server.stop()
+        if retention is not None:
+            retention.cancel()
         if idle is not None:
             await idle.stop()
         await loop.stop()

@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event, func, or_, select
+from sqlalchemy import create_engine, delete, event, func, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -231,3 +231,42 @@ class Store:
                 key = (interval.project, interval.user)
                 totals[key] = totals.get(key, 0.0) + interval.gpus * overlap / 3600
         return [UsageRow(p, u, hours) for (p, u), hours in sorted(totals.items())]
+
+
+# -- retention (its own short transactions, apart from the scheduler's session) -------------
+
+PURGE_BATCH = 500
+
+
+def finished_before(engine: Engine, before: float, ids: Iterable[int]) -> list[int]:
+    """Those of ``ids`` that finished before ``before`` (epoch seconds)."""
+    ids = list(ids)
+    found: list[int] = []
+    with Session(engine) as session:
+        for i in range(0, len(ids), PURGE_BATCH):
+            query = select(WorkloadRecord.id).where(
+                WorkloadRecord.id.in_(ids[i : i + PURGE_BATCH]),
+                WorkloadRecord.state.not_in(ACTIVE_STATES),
+                WorkloadRecord.finished_at < before,
+            )
+            found += session.scalars(query)
+    return found
+
+
+def purge_finished(engine: Engine, before: float) -> list[int]:
+    """Delete the workloads that finished before ``before``, with their events and usage
+    intervals, in batches of one transaction each; return their ids. Active work is never
+    touched."""
+    purged: list[int] = []
+    while True:
+        with Session(engine) as session, session.begin():
+            query = select(WorkloadRecord.id).where(
+                WorkloadRecord.state.not_in(ACTIVE_STATES), WorkloadRecord.finished_at < before
+            )
+            batch = list(session.scalars(query.limit(PURGE_BATCH)))
+            if not batch:
+                return purged
+            session.execute(delete(EventRecord).where(EventRecord.workload_id.in_(batch)))
+            session.execute(delete(UsageRecord).where(UsageRecord.workload_id.in_(batch)))
+            session.execute(delete(WorkloadRecord).where(WorkloadRecord.id.in_(batch)))
+        purged += batch

@@ -687,3 +687,40 @@ def test_root_refuses_a_user_without_a_system_account(tmp_path: Path) -> None:
     backend = LocalBackend(data_dir=str(tmp_path / "data"), inventory_source="declared")
     with pytest.raises(BackendError, match="no system account"):
         run(lambda: backend.start(make_job(1, "true")))
+
+
+# --- where jobs run ----------------------------------------------------------------------------
+
+
+def test_jobs_run_in_the_notebooks_home_and_relative_dirs_are_taken_from_it(
+    tmp_path: Path,
+) -> None:
+    """frachub up gives notebooks <data>/home/<user>; jobs without a working directory run
+    there too, and relative or ~ paths are taken from it, never from the service's home."""
+    backend = LocalBackend(
+        data_dir=str(tmp_path / "data"),
+        inventory_source="declared",
+        run_as_user=False,
+        home_dir_template=str(tmp_path / "data" / "home" / "{username}"),
+    )
+    home = tmp_path / "data" / "home" / NO_SUCH_USER
+    (home / "exp").mkdir(parents=True)
+    (home / "train.py").write_text("import os; print('cwd', os.getcwd(), os.environ['HOME'])\n")
+    where = "import os; print('cwd', os.getcwd())"
+    jobs = [
+        make_job(31, [sys.executable, "train.py"]),
+        make_job(32, [sys.executable, "-c", where], working_dir="exp"),
+        make_job(33, [sys.executable, "-c", where], working_dir="~/exp"),
+        make_job(34, [sys.executable, "-c", where], working_dir="~"),
+    ]
+
+    async def scenario() -> list[Exit]:
+        for job in jobs:
+            await backend.start(job)
+        return await exits_of(backend, len(jobs))
+
+    assert sorted(e.exit_code for e in run(scenario)) == [0, 0, 0, 0]
+    assert f"cwd {home} {home}" in Path(backend.log_path(31) or "").read_text()
+    assert f"cwd {home / 'exp'}" in Path(backend.log_path(32) or "").read_text()
+    assert f"cwd {home / 'exp'}" in Path(backend.log_path(33) or "").read_text()
+    assert f"cwd {home}\n" in Path(backend.log_path(34) or "").read_text()

@@ -54,7 +54,13 @@ def test_write_config_only_writes_both_files_from_the_flags(tmp_path: Path) -> N
     service = (data / "frachub_config.py").read_text()
     compile(hub, "jupyterhub_config.py", "exec")
     compile(service, "frachub_config.py", "exec")
-    assert "configure(" in hub and "a-long-password" in hub
+    assert "configure(" in hub
+    # the password is read from its 0600 file, never written into the config
+    assert "a-long-password" not in hub
+    assert (data / "password").read_text().strip() == "a-long-password"
+    for private in ("password", "jupyterhub_config.py", "frachub_config.py", "frachub.sqlite"):
+        assert (data / private).stat().st_mode & 0o777 == 0o600, private
+    assert data.stat().st_mode & 0o777 == 0o700
     assert "'vision', 'deserved_gpus': 2.0" in service
     assert "'nlp', 'deserved_gpus': 2.0" in service
     assert "'gpus': 4" in service
@@ -66,7 +72,17 @@ def test_write_config_only_writes_both_files_from_the_flags(tmp_path: Path) -> N
     [
         (["--declared", "--gpus", "0"], "frachub up: --gpus must be at least 1"),
         (["--declared", "--gpu-memory-gib", "-1"], "frachub up: --gpu-memory-gib must be positive"),
-        (["--password", "short"], "frachub up: --password must have at least 8 characters"),
+        (
+            ["--auth", "shared-password", "--password", "short"],
+            "frachub up: --password must have at least 8 characters",
+        ),
+        (["--ssl-cert", "/nonexistent.pem"], "frachub up: --ssl-cert and --ssl-key go together"),
+        (
+            ["--ssl-cert", "/nonexistent.pem", "--ssl-key", "/nonexistent.key"],
+            "frachub up: --ssl-cert /nonexistent.pem: not a readable file",
+        ),
+        (["--projects", "/nonexistent.yaml"], "frachub up: --projects /nonexistent.yaml: No such"),
+        (["--log-level", "loud"], "argument --log-level: invalid choice: 'LOUD'"),
         (["--port", "many"], "argument --port: invalid int value: 'many'"),
     ],
 )
@@ -88,4 +104,67 @@ def test_missing_proxy_says_how_to_get_it(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "configurable-http-proxy is not installed: run `bash scripts/up.sh`" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_notebooks_and_jobs_share_one_home_per_user(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = run(
+        [*FRACHUB, "up", "--demo", "--declared", "--data-dir", str(data), "--write-config-only"]
+    )
+    assert result.returncode == 0, result.stderr
+    home = repr(str(data.resolve() / "home" / "{username}"))
+    assert (
+        f"c.FracLocalSpawner.home_dir_template = {home}"
+        in (data / "jupyterhub_config.py").read_text()
+    )
+    assert f"c.LocalBackend.home_dir_template = {home}" in (data / "frachub_config.py").read_text()
+    assert "GPUs: 2 declared GPUs of 24 GiB (--declared)" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="PAM mode is for root (CI runs as root)")
+def test_a_team_with_system_accounts_from_a_projects_file(tmp_path: Path) -> None:
+    projects = tmp_path / "projects.yaml"
+    projects.write_text(
+        "- {name: vision, deserved_gpus: 1, members: [root, daemon]}\n"
+        "- {name: open, deserved_gpus: 1, members: ['*']}\n"
+    )
+    data = tmp_path / "data"
+    argv = [*FRACHUB, "up", "--declared", "--data-dir", str(data), "--write-config-only"]
+    result = run([*argv, "--projects", str(projects), "--admin", "root", "--admin", "ghost-x"])
+    assert result.returncode == 0, result.stderr
+    assert "no system account 'ghost-x'" in result.stderr
+    hub = (data / "jupyterhub_config.py").read_text()
+    service = (data / "frachub_config.py").read_text()
+    assert "c.JupyterHub.authenticator_class = 'pam'" in hub
+    assert "'vision': {'users': ['root', 'daemon']}" in hub
+    assert "'frachub-admins': {'users': ['root', 'ghost-x']}" in hub
+    assert "c.Authenticator.admin_users = {" in hub and "home_dir_template" not in hub
+    assert "c.LocalBackend.run_as_user = True" in service
+    # named members live in the hub's groups (editable on the admin page), "*" in the queue
+    assert "{'name': 'vision', 'deserved_gpus': 1}" in service
+    assert "{'name': 'open', 'deserved_gpus': 1, 'members': ['*']}" in service
+    assert data.stat().st_mode & 0o777 == 0o711
+
+    nobody = run([*argv, "--auth", "pam"])
+    assert nobody.returncode == 2 and "name who may log in: --admin NAME" in nobody.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("name: vision\n", "--projects {} must be a list of projects"),
+        ("- [vision]\n", "--projects {}[0] must be a dict"),
+        ("- {name: a, members: bob}\n", "--projects {}[0].members must be a list of names"),
+        ("- {name: a, deserved_gpus: -1}\n", "deserved_gpus"),
+        ("- {name: a\n", "--projects {}: not YAML or JSON"),
+    ],
+)
+def test_a_bad_projects_file_is_one_line(tmp_path: Path, content: str, message: str) -> None:
+    projects = tmp_path / "projects.yaml"
+    projects.write_text(content)
+    argv = [*FRACHUB, "up", "--declared", "--data-dir", str(tmp_path / "d"), "--write-config-only"]
+    result = run([*argv, "--auth", "shared-password", "--projects", str(projects)])
+    assert result.returncode == 2
+    assert message.format(projects) in result.stderr
     assert "Traceback" not in result.stderr

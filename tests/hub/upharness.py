@@ -62,8 +62,14 @@ class Up:
         extra_hub_config: str = "",
         extra_service_config: str = "",
         start_timeout: float = 120,
+        flags: tuple[str, ...] = ("--demo", "--declared"),
+        password: str | None = PASSWORD,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
+        self.flags = flags
+        self.password = password
+        self.env = env or {}
         self.data = self.workdir / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -90,8 +96,10 @@ class Up:
 
     @property
     def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "hub_ext.cli", "up", "--demo", "--declared"]
-        argv += ["--data-dir", str(self.data), "--password", PASSWORD]
+        argv = [sys.executable, "-m", "hub_ext.cli", "up", *self.flags]
+        argv += ["--data-dir", str(self.data)]
+        if self.password is not None:
+            argv += ["--password", self.password]
         argv += ["--grace-period", str(self.grace_period)]
         for flag, port in self.ports.items():
             argv += [flag, str(port)]
@@ -106,7 +114,7 @@ class Up:
             self.proc = subprocess.Popen(
                 self.command,
                 cwd=self.workdir,
-                env=_clean_env({"FRACHUB_CHP": proxy}),
+                env=_clean_env({"FRACHUB_CHP": proxy, **self.env}),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
