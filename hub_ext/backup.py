@@ -26,7 +26,6 @@ from pathlib import Path
 
 from scheduler import __version__
 from scheduler.service import datalock
-from scheduler.service.app import LOCK_FILE as SERVICE_LOCK
 
 DATABASES = ("jupyterhub.sqlite", "frachub.sqlite")
 SECRETS = (
@@ -145,7 +144,7 @@ def restore(source: Path, data: Path, force: bool = False) -> dict:
         manifest = json.loads((source / MANIFEST).read_text())
     except (OSError, ValueError):
         raise BackupError(f"{source} is not a frachub backup (no {MANIFEST})") from None
-    for lock in (UP_LOCK, SERVICE_LOCK):
+    for lock in (UP_LOCK, datalock.SERVICE_LOCK_FILE):
         pid = datalock.holder(str(data / lock))
         if pid:
             raise BackupError(f"{data} is in use (process {pid}): stop frachub up first")

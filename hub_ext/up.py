@@ -52,8 +52,6 @@ from hub_ext.paths import ROOT
 from hub_ext.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
 from scheduler.backends.inventory import NvmlUnavailable, nvml_inventory
 from scheduler.service import datalock
-from scheduler.service.app import LOCK_FILE as SERVICE_LOCK
-from scheduler.service.app import check_queues
 
 DEMO_USERS = {"alice": "vision", "bob": "vision", "carol": "nlp"}
 ADMIN_USER = "admin"
@@ -267,6 +265,9 @@ def read_projects(path: str) -> list[dict[str, Any]]:
     except yaml.YAMLError as error:
         raise UpError(f"--projects {path}: not YAML or JSON ({error})".replace("\n", " ")) from None
     try:
+        # imported here: a client-only install has `frachub` without the service's packages
+        from scheduler.service.app import check_queues
+
         return check_queues(entries, f"--projects {path}")
     except ValueError as error:
         raise UpError(str(error)) from None
@@ -570,7 +571,7 @@ def stop_leftovers(data: Path) -> int:
     if hub and _alive(hub) and str(data / "jupyterhub_config.py") in _cmdline(hub):
         _stop_process(hub, "JupyterHub")
         stopped += 1
-    service = datalock.holder(str(data / SERVICE_LOCK))
+    service = datalock.holder(str(data / datalock.SERVICE_LOCK_FILE))
     if service and _alive(service):
         _stop_process(service, "scheduler service")
         stopped += 1

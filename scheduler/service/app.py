@@ -55,7 +55,7 @@ from scheduler.service.orm import QueueRecord
 from scheduler.service.retention import Retention, purge
 from scheduler.service.store import Store, StoreError, open_store
 
-LOCK_FILE = "frachub-service.lock"
+LOCK_FILE = datalock.SERVICE_LOCK_FILE
 API_MODULES = (workloads, allocations, queues, info)  # what openapi.json describes
 HANDLER_MODULES = (*API_MODULES, pages)
 

@@ -13,6 +13,10 @@ import contextlib
 import fcntl
 import os
 
+SERVICE_LOCK_FILE = "frachub-service.lock"
+"""The lock a running service holds in its data directory; ``frachub up`` and ``frachub backup``
+look for it without importing the service (a client-only install has none of its packages)."""
+
 
 class Held(Exception):
     """Another live process holds the lock."""

@@ -2,10 +2,10 @@
 fresh virtualenv, serves the spawn form, the Training panel and its static files, and runs
 the fleet simulation on the Philly run times it ships, with nothing of the checkout in reach.
 
-The virtualenv gets the ``service`` extra only (the spawn form and the panel need JupyterHub,
-not JupyterLab), installed from pip's cache; a second one, without extras, shows the base
-install is the client and the simulators, with none of the service's packages. About a
-minute in all.
+The virtualenv gets the ``hub`` extra (what ``scripts/up.sh`` installs: the service, the
+spawners with KubeSpawner's profile code, JupyterLab), installed from pip's cache; a second
+one, without extras, shows the base install is the client and the simulators, with none of
+the service's packages. About a minute in all.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def fresh_venv(wheel: Path, extras: str) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel: Path) -> Path:
-    """The wheel with the ``service`` extra: what ``pip install 'frachub[service]'`` gives."""
-    return fresh_venv(wheel, "service")
+    """The wheel with the ``hub`` extra: what ``pip install 'frachub[hub]'`` gives."""
+    return fresh_venv(wheel, "hub")
 
 
 def test_the_base_install_is_the_client_and_the_simulators(wheel: Path, tmp_path: Path) -> None:
