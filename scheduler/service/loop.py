@@ -183,6 +183,7 @@ class SchedulingLoop:
             try:
                 await action()
             except Exception:
+                self.store.rollback()
                 self.log.exception("scheduler %s failed; trying again", action.__name__)
 
     # -- changes from the API -------------------------------------------------------------
@@ -209,13 +210,15 @@ class SchedulingLoop:
         self.request_cycle()
         return record
 
-    async def cancel(self, record: WorkloadRecord) -> None:
-        """Cancel a job or release an allocation; a running job gets its grace period."""
+    async def cancel(self, record: WorkloadRecord, by: str = "its owner") -> None:
+        """Cancel a job or release an allocation; a running job gets its grace period. ``by``
+        names who acted, for the record ("its owner", "admin bob", "the idle check")."""
         now = self.clock()
         if record.state == "preempting":
             record.state = "cancelling"  # its stop is under way; it ends cancelled, not requeued
             record.stop_reason = "cancel"
-            self.store.event(record, now, "cancelling", "cancelled by its owner while preempted")
+            record.message = f"cancelled by {by}"
+            self.store.event(record, now, "cancelling", f"cancelled by {by} while preempted")
             self.store.commit()
             self._notify()
             return
@@ -223,12 +226,13 @@ class SchedulingLoop:
             return
         if record.state == "pending" or record.is_allocation:
             final = "released" if record.is_allocation else "cancelled"
-            self._finish(record, final, now, message=f"{final} by its owner")
+            self._finish(record, final, now, message=f"{final} by {by}")
             self.store.commit()
         else:
             record.state = "cancelling"
             record.stop_reason = "cancel"
-            self.store.event(record, now, "cancelling", "stopping at its owner's request")
+            record.message = f"cancelled by {by}"
+            self.store.event(record, now, "cancelling", f"stopping at the request of {by}")
             self.store.commit()
             if record.handle is not None:  # else it is being launched: _launch stops it
                 await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
@@ -405,6 +409,7 @@ class SchedulingLoop:
         )
         try:
             record.handle = await self.backend.start(job)
+            self.store.commit()  # nothing of a cycle stays uncommitted across an await
             if record.state in ("cancelling", "preempting"):
                 # cancelled or evicted while the backend was starting it: stop it now that
                 # there is a handle to stop (the stop sent meanwhile had none)
@@ -449,7 +454,8 @@ class SchedulingLoop:
             self.store.event(record, now, "requeued", "back in its original place in the queue")
             self._requeue(record, now, count_restart=True)
         elif record.state == "cancelling":
-            self._finish(record, "cancelled", now, exit_code=code, message="cancelled by its owner")
+            message = record.message or "cancelled"  # who asked, from cancel()
+            self._finish(record, "cancelled", now, exit_code=code, message=message)
         else:
             limit = f"{record.max_runtime:g}s" if record.max_runtime else "its limit"
             self._finish(

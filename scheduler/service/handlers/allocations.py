@@ -14,7 +14,6 @@ server is warned and then stopped when idle that long (``scheduler/service/idle.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -121,17 +120,19 @@ class AllocationHandler(AllocationAccess):
         while (
             record.state == "pending"
             and seen == self.loop.version
+            and not self.client_gone
             and (left := deadline - time.monotonic()) > 0
         ):
-            await self.loop.wait_for_change(left)
-        self.write_json(self.view(record))
+            await self.wait_unless_gone(self.loop.wait_for_change(left), left)
+        if not self.client_gone:
+            self.write_json(self.view(record))
 
     async def delete(self, allocation_id: str) -> None:
         self.require(SUBMIT)
         record = self.find_allocation(allocation_id)
         if record.state not in ("pending", "running"):
             raise web.HTTPError(409, f"allocation {allocation_id} is already {record.state}")
-        await self.loop.cancel(record)
+        await self.loop.cancel(record, by=self.actor(record))
         self.write_json(self.view(record))
 
     def _float_argument(self, name: str, default: float) -> float:
@@ -166,10 +167,9 @@ class AllocationEventsHandler(AllocationAccess):
                     return
             if record.state != "pending":
                 break
-            await self.loop.wait_for_change(15.0)
-            if self.request.connection.stream.closed():  # type: ignore[union-attr]
+            await self.wait_unless_gone(self.loop.wait_for_change(15.0), 15.0)
+            if self.client_gone:
                 return
-            await asyncio.sleep(0)
         self.finish()
 
 

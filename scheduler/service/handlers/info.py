@@ -10,7 +10,7 @@ from pathlib import Path
 from tornado import web
 
 from scheduler import __version__
-from scheduler.fields import InvalidSpec
+from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
 from scheduler.service.handlers.base import APIHandler, JSONErrors
 from scheduler.service.views import iso, nodes_json
@@ -89,15 +89,18 @@ class UsageHandler(APIHandler):
 
     def _time(self, name: str, default: float) -> float:
         raw = self.get_argument(name, None)
-        if not raw:
+        if raw is None:
             return default
         try:
             moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidSpec(name, f"must be an ISO 8601 time, got {raw!r}") from None
+            raise InvalidSpec(name, f"must be an ISO 8601 time, got {shown(raw)}") from None
         if moment.tzinfo is None:
-            raise InvalidSpec(name, f"needs a time zone (for example {raw}Z)")
-        return moment.timestamp()
+            raise InvalidSpec(name, f"needs a time zone (for example {shown(raw)}Z)")
+        try:
+            return moment.timestamp()
+        except (OverflowError, ValueError):
+            raise InvalidSpec(name, f"is out of range, got {shown(raw)}") from None
 
 
 class MetricsHandler(APIHandler):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tornado import web
 
+from scheduler.fields import shown
 from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import QueueRecord
@@ -46,9 +47,12 @@ class QueueListHandler(QueueAccess):
     async def post(self) -> None:
         self.require(ADMIN)
         body = self.json_body()
+        records = self.records()
+        name = body.get("name") if isinstance(body, dict) else None
+        if any(record.name == name for record in records):
+            raise web.HTTPError(409, f"a queue named {shown(name)} exists")
         queue = parse_queue(body, self.loop.queues)
         members = parse_members(body) or []
-        records = self.records()
         record = QueueRecord(
             name=queue.name,
             members=members,
