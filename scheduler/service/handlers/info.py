@@ -4,7 +4,7 @@ OpenAPI document."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tornado import web
@@ -16,6 +16,8 @@ from scheduler.service.handlers.base import APIHandler, JSONErrors
 from scheduler.service.views import iso, nodes_json
 
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi.json"
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc).timestamp()
+"""Usage times stop short of what ``datetime`` can print in any time zone."""
 
 
 class RootHandler(APIHandler):
@@ -98,9 +100,12 @@ class UsageHandler(APIHandler):
         if moment.tzinfo is None:
             raise InvalidSpec(name, f"needs a time zone (for example {shown(raw)}Z)")
         try:
-            return moment.timestamp()
+            value = moment.timestamp()
         except (OverflowError, ValueError):
-            raise InvalidSpec(name, f"is out of range, got {shown(raw)}") from None
+            value = -1.0
+        if not 0 <= value <= LATEST:
+            raise InvalidSpec(name, f"must be between 1970 and 9998, got {shown(raw)}")
+        return value
 
 
 class MetricsHandler(APIHandler):
