@@ -28,6 +28,8 @@ MAX_GPU_MEMORY_GIB = 1024
 """GPU memory of one share; the cluster's largest GPU decides whether it can ever start."""
 MAX_QUOTA_GPUS = 1_000_000
 """Deserved and limit GPUs, and over-quota weights, of a queue."""
+MAX_REPLICAS = 256
+"""Replicas of one gang."""
 MAX_ID = 2**63 - 1
 """Ids, offsets and counts: what a 64-bit database integer holds."""
 

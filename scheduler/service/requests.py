@@ -34,6 +34,7 @@ from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
     MAX_ID,
+    MAX_REPLICAS,
     QUEUE_FIELDS,
     InvalidSpec,
     gpus_field,
@@ -47,7 +48,6 @@ from scheduler.fields import (
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_REPLICAS = 256
 RESERVED_ENV = ("FRACHUB_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 SUBMIT_FIELDS = (

@@ -9,7 +9,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.engine import default_priority
-from scheduler.fields import MAX_ID, InvalidSpec, shown
+from scheduler.fields import MAX_ID, InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
 from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
@@ -31,7 +31,8 @@ class WorkloadAccess(APIHandler):
         if number <= MAX_ID:  # what the database cannot hold it does not have
             record = self.loop.records.get(number) or self.loop.store.workload(number)
         if record is None or not (self.caller.is_admin or record.user == self.caller.name):
-            raise web.HTTPError(404, f"workload {shown(workload_id)} not found")
+            shown_id = workload_id if len(workload_id) <= 40 else f"{workload_id[:20]}…"
+            raise web.HTTPError(404, f"workload {shown_id} not found")
         return record
 
     def actor(self, record: WorkloadRecord) -> str:
