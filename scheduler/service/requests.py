@@ -454,8 +454,8 @@ def _queue_dict(queue: Queue) -> dict[str, Any]:
 
 
 def parse_count(raw: str | None, name: str, default: int) -> int:
-    """A whole number in [0, 2^63-1] from a query argument; absent or empty gives ``default``."""
-    if raw is None or raw == "":
+    """A whole number in [0, 2^63-1] from a query argument; absent gives ``default``."""
+    if raw is None:
         return default
     if not re.fullmatch("-?[0-9]{1,20}", raw):
         raise InvalidSpec(name, f"must be a whole number up to {MAX_ID}, got {shown(raw)}")

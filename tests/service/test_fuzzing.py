@@ -26,7 +26,9 @@ from service_client import checked, wait_for
 if not os.environ.get("CI"):  # CI installs it with the test extra, and must run this
     pytest.importorskip("schemathesis")
 
-MAX_SECONDS = 55
+MAX_SECONDS = int(os.environ.get("FRACHUB_FUZZ_SECONDS", "55"))
+MAX_EXAMPLES = os.environ.get("FRACHUB_FUZZ_EXAMPLES", "25")
+"""Longer runs for a probe by hand: FRACHUB_FUZZ_SECONDS=600 FRACHUB_FUZZ_EXAMPLES=500."""
 CHECKS = ",".join(
     (
         "not_a_server_error",
@@ -78,7 +80,7 @@ def test_schemathesis_finds_no_server_error_nor_mismatch(
         "--max-time",
         str(MAX_SECONDS),
         "--max-examples",
-        "25",
+        MAX_EXAMPLES,
         "--workers",
         "1",
         "--seed",

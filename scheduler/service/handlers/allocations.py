@@ -15,13 +15,14 @@ server is warned and then stopped when idle that long (``scheduler/service/idle.
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.engine import Kind, default_priority
-from scheduler.fields import InvalidSpec
+from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
 from scheduler.service.orm import WorkloadRecord
@@ -137,12 +138,15 @@ class AllocationHandler(AllocationAccess):
 
     def _float_argument(self, name: str, default: float) -> float:
         raw = self.get_argument(name, None)
-        if raw in (None, ""):
+        if raw is None:
             return default
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise InvalidSpec(name, f"must be a number, got {raw!r}") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise InvalidSpec(name, f"must be a number, got {shown(raw)}")
+        return value
 
 
 class AllocationEventsHandler(AllocationAccess):

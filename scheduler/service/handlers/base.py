@@ -288,5 +288,7 @@ class APIHandler(HubOAuthenticated, JSONErrors):
         """``?state=running&state=pending`` or ``?state=running,pending``."""
         values = []
         for raw in self.get_arguments(name):
+            if not raw:
+                raise InvalidSpec(name, "must not be empty (leave it out to mean any)")
             values.extend(part for part in raw.split(",") if part)
         return values

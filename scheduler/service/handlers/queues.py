@@ -76,6 +76,8 @@ class QueueHandler(QueueAccess):
         self.require(ADMIN)
         record = self.find_queue(name)
         self.editable(record)
+        if not self.request.body:
+            raise web.HTTPError(400, "body: is required: the fields to change")
         body = self.json_body()
         queue = parse_queue(body, self.loop.queues, name=name)
         members = parse_members(body) if isinstance(body, dict) else None
