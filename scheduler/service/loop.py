@@ -344,10 +344,9 @@ class SchedulingLoop:
             await self.backend.stop(
                 record.id, record.handle or {}, self.settings.grace_seconds if grace is None else 0
             )
-        if to_start:
-            for record in to_start:
-                await self._launch(record, now)
-            self.store.commit()
+        for record in to_start:
+            await self._launch(record, now)
+            self.store.commit()  # before the next await: a failed request's rollback is its own
 
     def _started(self, record: WorkloadRecord, placement: Placement, now: float) -> None:
         self._start_seq += 1
