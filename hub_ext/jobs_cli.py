@@ -43,6 +43,7 @@ from hub_ext.client import (
 )
 from hub_ext.workdir import working_dir_field
 from scheduler.display import memory_gib
+from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_REPLICAS
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 
@@ -51,27 +52,34 @@ RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest fi
 
 
 def positive_float(text: str) -> float:
+    """GPUs: above 0, at most the API's bound (a fraction or a whole number of GPUs)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if value > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPUS}, got {text}")
     return value
 
 
-def _whole_number(text: str, minimum: int, wording: str) -> int:
+def _whole_number(text: str, minimum: int, wording: str, maximum: int = MAX_ID) -> int:
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 40 else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be {wording}, got {text}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {text}")
     return value
 
 
-def positive_int(text: str) -> int:
-    return _whole_number(text, 1, "at least 1")
+def replicas(text: str) -> int:
+    return _whole_number(text, 1, "at least 1", MAX_REPLICAS)
 
 
 def count(text: str) -> int:
@@ -84,8 +92,10 @@ def gpu_memory(text: str) -> float:
     value = memory_gib(text, bare="G")
     if value is None:
         raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if value * 1024 < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1M, got {text}")
+    if value > MAX_GPU_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPU_MEMORY_GIB}G, got {text}")
     return round(value, 6)
 
 
@@ -98,11 +108,11 @@ def env_pair(text: str) -> tuple[str, str]:
 
 def workload_id(text: str) -> int:
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 19 else -1
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}")
+        value = -1
+    if not 0 <= value <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"a job id is a number, got {text[:40]!r}")
     return value
 
 
@@ -127,7 +137,7 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
     )
     parser.add_argument(
         "--replicas",
-        type=positive_int,
+        type=replicas,
         metavar="N",
         help="replicas started together as a gang (default 1)",
     )

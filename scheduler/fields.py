@@ -7,11 +7,31 @@ command-line tool can print one line and an HTTP edge can answer 400 with the sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from scheduler.engine import MILLI, Queue
+
+# -- bounds: every number FracHub accepts has them, so nothing reaches the database or the
+# engine that either cannot hold (64-bit integers, finite floats); the OpenAPI document
+# (scheduler/service/openapi.json) states the same numbers
+
+MAX_PRIORITY = 10_000
+"""Priorities of workloads and of queues lie in [-MAX_PRIORITY, MAX_PRIORITY]: room for any
+ordering around the defaults (50 to 125)."""
+MAX_GPUS = 1024
+"""Whole GPUs for one replica; no machine has more (the cluster's largest node decides
+whether a request can ever start)."""
+MAX_GPU_MEMORY_GIB = 1024
+"""GPU memory of one share; the cluster's largest GPU decides whether it can ever start."""
+MAX_QUOTA_GPUS = 1_000_000
+"""Deserved and limit GPUs, and over-quota weights, of a queue."""
+MAX_REPLICAS = 256
+"""Replicas of one gang."""
+MAX_ID = 2**63 - 1
+"""Ids, offsets and counts: what a 64-bit database integer holds."""
 
 
 class InvalidSpec(ValueError):
@@ -64,6 +84,15 @@ def name_field(entry: Mapping, where: str, key: str = "name") -> str:
     return value
 
 
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr`` for an error message, cut short: a message never echoes a megabyte back,
+    and never fails on an integer too long to print."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"{'-' if value < 0 else ''}a number of more than {limit} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}…{text[-4:]}"
+
+
 def number_field(
     entry: Mapping,
     key: str,
@@ -71,6 +100,7 @@ def number_field(
     default: Any,
     *,
     minimum: float = 0,
+    maximum: float | None = None,
     optional: bool = False,
     strictly_positive: bool = False,
 ) -> Any:
@@ -79,18 +109,39 @@ def number_field(
         return None
     field_name = field_path(where, key)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidSpec(field_name, f"must be a number, got {value!r}")
+        raise InvalidSpec(field_name, f"must be a number, got {shown(value)}")
     if value < minimum or (strictly_positive and value <= 0):
         bound = "greater than 0" if strictly_positive else f">= {minimum:g}"
-        raise InvalidSpec(field_name, f"must be {bound}, got {value!r}")
+        raise InvalidSpec(field_name, f"must be {bound}, got {shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidSpec(field_name, f"must be a finite number, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidSpec(field_name, f"must be at most {maximum:g}, got {shown(value)}")
     return value
 
 
-def integer_field(entry: Mapping, key: str, where: str, default: int, minimum: int) -> int:
+def integer_field(
+    entry: Mapping, key: str, where: str, default: int, minimum: int, maximum: int = MAX_ID
+) -> int:
     value = entry.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidSpec(
-            field_path(where, key), f"must be a whole number >= {minimum}, got {value!r}"
+            field_path(where, key), f"must be a whole number >= {minimum}, got {shown(value)}"
+        )
+    if value > maximum:
+        raise InvalidSpec(field_path(where, key), f"must be at most {maximum}, got {shown(value)}")
+    return value
+
+
+def priority_field(entry: Mapping, key: str, where: str, default: int) -> int:
+    """A priority: a whole number in [-MAX_PRIORITY, MAX_PRIORITY]."""
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSpec(field_path(where, key), f"must be a whole number, got {shown(value)}")
+    if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        raise InvalidSpec(
+            field_path(where, key),
+            f"must be between {-MAX_PRIORITY} and {MAX_PRIORITY}, got {shown(value)}",
         )
     return value
 
@@ -114,26 +165,24 @@ def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
             raise InvalidSpec(
                 field_path(where, "parent"), "must be the name of another queue or null"
             )
-        priority = entry.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidSpec(
-                field_path(where, "priority"), f"must be a whole number, got {priority!r}"
-            )
+        quota = {"maximum": MAX_QUOTA_GPUS}
         queues.append(
             Queue(
                 name=name,
                 parent=parent,
-                deserved_gpus=number_field(entry, "deserved_gpus", where, None, optional=True),
-                over_quota_weight=number_field(entry, "over_quota_weight", where, 1),
-                limit_gpus=number_field(entry, "limit_gpus", where, None, optional=True),
-                priority=priority,
+                deserved_gpus=number_field(
+                    entry, "deserved_gpus", where, None, optional=True, **quota
+                ),
+                over_quota_weight=number_field(entry, "over_quota_weight", where, 1, **quota),
+                limit_gpus=number_field(entry, "limit_gpus", where, None, optional=True, **quota),
+                priority=priority_field(entry, "priority", where, 0),
             )
         )
     parents = {queue.name: queue.parent for queue in queues}
     for i, queue in enumerate(queues):
         where = f"{prefix}[{i}] ({queue.name}).parent"
         if queue.parent is not None and queue.parent not in parents:
-            raise InvalidSpec(where, f"unknown queue {queue.parent!r}")
+            raise InvalidSpec(where, f"unknown queue {shown(queue.parent)}")
         seen_chain = {queue.name}
         current = queue.parent
         while current is not None:
@@ -158,20 +207,27 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
             field_path(where, "gpu_memory_gib"), "give either gpus or gpu_memory_gib, not both"
         )
     if has_memory:
-        memory = number_field(entry, "gpu_memory_gib", where, None, strictly_positive=True)
+        memory = number_field(
+            entry, "gpu_memory_gib", where, None, strictly_positive=True, maximum=MAX_GPU_MEMORY_GIB
+        )
+        if memory * 1024 < 1:
+            raise InvalidSpec(
+                field_path(where, "gpu_memory_gib"),
+                f"must be at least 1 MiB (1/1024 GiB), got {memory!r}",
+            )
         return 0.0, round(memory * 1024)
     if not has_gpus:
         raise InvalidSpec(field_path(where, "gpus"), "is required (or gpu_memory_gib)")
     value = entry["gpus"]
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))
-    )
-    if not ok:
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if number and value > MAX_GPUS:
+        raise InvalidSpec(
+            field_path(where, "gpus"), f"must be at most {MAX_GPUS}, got {shown(value)}"
+        )
+    if not (number and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))):
         raise InvalidSpec(
             field_path(where, "gpus"),
-            f"must be a fraction in (0, 1] or a whole number >= 1, got {value!r}",
+            f"must be a fraction in (0, 1] or a whole number >= 1, got {shown(value)}",
         )
     if value < 1 and round(value * MILLI) != value * MILLI:
         raise InvalidSpec(

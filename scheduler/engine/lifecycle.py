@@ -422,21 +422,24 @@ class Lifecycle:
         effects.append(Stop(name, self.grace_seconds))
         return effects
 
-    def cancel(self, name: str, now: float) -> list[Effect]:
-        """Its owner asked: a waiting one ends at once, a running job stops first."""
+    def cancel(self, name: str, now: float, by: str = "its owner") -> list[Effect]:
+        """Someone asked (``by`` names who, for the record: "its owner", "admin bob", "the
+        idle check"): a waiting one ends at once, a running job stops first."""
         life = self._life(name, "cancel")
         if life.state is WorkloadState.PREEMPTING:
             # its stop is under way; it ends cancelled rather than requeued
             life.state = WorkloadState.CANCELLING
             life.stop_reason = "cancel"
-            return [Note(name, WorkloadState.CANCELLING, "cancelled by its owner while preempted")]
+            life.message = f"cancelled by {by}"
+            return [Note(name, WorkloadState.CANCELLING, f"cancelled by {by} while preempted")]
         if life.state is WorkloadState.PENDING or life.allocation:
             final = WorkloadState.RELEASED if life.allocation else WorkloadState.CANCELLED
-            return self._finish(life, final, now, f"{final.value} by its owner")
+            return self._finish(life, final, now, f"{final.value} by {by}")
         life.state = WorkloadState.CANCELLING
         life.stop_reason = "cancel"
+        life.message = f"cancelled by {by}"
         return [
-            Note(name, WorkloadState.CANCELLING, "stopping at its owner's request"),
+            Note(name, WorkloadState.CANCELLING, f"stopping at the request of {by}"),
             Stop(name, self.grace_seconds),
         ]
 
@@ -485,9 +488,8 @@ class Lifecycle:
             note = Note(name, Milestone.REQUEUED, "back in its original place in the queue")
             return [note, *self._requeue(life, count_restart=True)]
         if life.state is WorkloadState.CANCELLING:
-            return self._finish(
-                life, WorkloadState.CANCELLED, now, "cancelled by its owner", exit_code=exit_code
-            )
+            message = life.message or "cancelled"  # who asked, from cancel()
+            return self._finish(life, WorkloadState.CANCELLED, now, message, exit_code=exit_code)
         limit = f"{life.max_runtime:g}s" if life.max_runtime else "its limit"
         return self._finish(
             life, WorkloadState.FAILED, now, f"stopped: ran longer than {limit}", exit_code

@@ -299,4 +299,4 @@ class IdlePoller:
         why = f"the hub no longer has {server_words(record)}"
         self.log.info("idle notebooks: releasing allocation %d: %s", record.id, why)
         self.loop.store.event(record, now, "server-gone", why)
-        await self.loop.cancel(record)
+        await self.loop.cancel(record, by="the idle check")

@@ -170,6 +170,7 @@ class SchedulingLoop:
             try:
                 await action()
             except Exception:
+                self.store.rollback()
                 self.log.exception("scheduler %s failed; trying again", action.__name__)
 
     # -- changes from the API -------------------------------------------------------------
@@ -191,11 +192,12 @@ class SchedulingLoop:
         self.request_cycle()
         return record
 
-    async def cancel(self, record: WorkloadRecord) -> None:
-        """Cancel a job or release an allocation; a running job gets its grace period."""
+    async def cancel(self, record: WorkloadRecord, by: str = "its owner") -> None:
+        """Cancel a job or release an allocation; a running job gets its grace period. ``by``
+        names who acted, for the record ("its owner", "admin bob", "the idle check")."""
         now = self.clock()
         try:
-            effects = self.lifecycle.cancel(str(record.id), now)
+            effects = self.lifecycle.cancel(str(record.id), now, by)
         except LifecycleError:
             return  # it ended or is already stopping meanwhile; the handlers said so
         stops, _ = self._record(effects, now)
@@ -266,10 +268,9 @@ class SchedulingLoop:
         stops, launches = self._record(effects, now)
         self.store.commit()
         await self._stop(stops)
-        if launches:
-            for record in launches:
-                await self._launch(record, now)
-            self.store.commit()
+        for record in launches:
+            await self._launch(record, now)
+            self.store.commit()  # before the next await: a failed request's rollback is its own
 
     def _record(
         self, effects: list[Effect], now: float
@@ -336,6 +337,7 @@ class SchedulingLoop:
         )
         try:
             record.handle = await self.backend.start(job)
+            self.store.commit()  # nothing of a cycle stays uncommitted across an await
             life = self.lifecycle.get(str(record.id))
             if life is not None and life.state.releasing:
                 # cancelled, evicted or overdue while the backend was starting it: stop it now

@@ -6,6 +6,7 @@ Each service instance has its own registry (tests start several in one process);
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -73,6 +74,12 @@ class Metrics:
         self.workloads = Gauge(
             "frachub_active_workloads", "Active workloads by state", ["state"], registry=r
         )
+        self.tasks = Gauge(
+            "frachub_service_tasks",
+            "Asyncio tasks alive in the service: requests, streams and its own loops",
+            registry=r,
+        )
+        self.tasks.set_function(_task_count)
 
     def submitted(self, kind: str) -> None:
         self.submissions.labels(kind).inc()
@@ -99,3 +106,11 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _task_count() -> float:
+    """What a leak of abandoned streams would show (rendered inside the event loop)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # no running loop
+        return 0

@@ -4,6 +4,10 @@ Pure functions from decoded JSON to typed requests; the first problem raises ``I
 naming the field (``gpus: must be a fraction in (0, 1] ...``), which the handlers turn into a
 400 ``{"status", "message"}``. Unknown fields are refused, as in scenario files: a misspelt
 ``gpu`` silently defaulting would start the wrong job.
+
+Everything is bounded (``scheduler/fields.py`` has the numbers, the OpenAPI document states
+them): no string holds a NUL or half a surrogate pair (neither can be stored, nor passed to a
+process), strings and lists have sizes, bodies a nesting depth, numbers a range.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from scheduler.engine import (
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
+    MAX_ID,
+    MAX_REPLICAS,
     QUEUE_FIELDS,
     InvalidSpec,
     gpus_field,
@@ -36,11 +42,12 @@ from scheduler.fields import (
     mapping_field,
     number_field,
     parse_queues,
+    priority_field,
+    shown,
 )
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_REPLICAS = 256
 RESERVED_ENV = ("FRACHUB_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 SUBMIT_FIELDS = (
@@ -69,6 +76,22 @@ ALLOCATE_FIELDS = (
 )
 MAX_IDLE_TIMEOUT = 365 * 24 * 3600
 """A year: longer limits are typos (milliseconds?); null already means "never"."""
+MAX_RUNTIME = 10 * 365 * 24 * 3600
+"""Ten years, for max_runtime_seconds and min_runtime_seconds."""
+MAX_DEPTH = 8
+"""Nesting of a request body; the deepest real one is 2 (env, command)."""
+MAX_ARGUMENT = 128 * 1024
+"""One command line, argument or ``NAME=value``: what Linux passes to a process
+(MAX_ARG_STRLEN)."""
+MAX_COMMAND_PARTS = 4096
+MAX_ENV_VARIABLES = 1024
+MAX_ENV_TOTAL = 256 * 1024
+MAX_PATH = 4096
+MAX_SERVER_NAME = 255
+MAX_MEMBERS = 10_000
+MAX_USER_NAME = 255
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""NUL, and surrogates (decoded JSON holds one only when it was unpaired)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +132,34 @@ class AllocationRequest:
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
     if not isinstance(document, Mapping):
         raise InvalidSpec("body", "must be a JSON object")
+    check_strings(document)
     return mapping_field(document, "", allowed)
+
+
+def check_strings(value: Any, where: str = "", depth: int = 0) -> None:
+    """Refuse a body nested deeper than MAX_DEPTH, or holding a string (key or value) with a
+    NUL or an unpaired surrogate, naming the field."""
+    if depth > MAX_DEPTH:
+        raise InvalidSpec(where or "body", f"is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        found = UNSTORABLE.search(value)
+        if found:
+            what = "a NUL character" if found.group() == "\x00" else "an unpaired surrogate"
+            raise InvalidSpec(where or "body", f"must not contain {what}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            check_strings(key, f"{where or 'body'} (a key)", depth + 1)
+            check_strings(item, path, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_strings(item, f"{where or 'body'}[{i}]", depth + 1)
+
+
+def _sized(value: str, key: str, limit: int) -> str:
+    if len(value) > limit:
+        raise InvalidSpec(key, f"must be at most {limit} characters, got {len(value)}")
+    return value
 
 
 def _optional_name(body: Mapping, key: str) -> str | None:
@@ -120,7 +170,7 @@ def _optional_name(body: Mapping, key: str) -> str | None:
         raise InvalidSpec(
             key,
             "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit, "
-            f"got {value!r}",
+            f"got {shown(value)}",
         )
     return value
 
@@ -133,19 +183,23 @@ def _gpu_request(body: Mapping) -> tuple[float | None, int | None]:
 def _bool(body: Mapping, key: str, default: bool) -> bool:
     value = body.get(key, default)
     if not isinstance(value, bool):
-        raise InvalidSpec(key, f"must be true or false, got {value!r}")
+        raise InvalidSpec(key, f"must be true or false, got {shown(value)}")
     return value
 
 
 def _command(value: Any) -> str | list[str]:
     if isinstance(value, str) and value.strip():
-        return value
+        return _sized(value, "command", MAX_ARGUMENT)
     if (
         isinstance(value, list)
         and value
         and all(isinstance(part, str) for part in value)
         and value[0]
     ):
+        if len(value) > MAX_COMMAND_PARTS:
+            raise InvalidSpec("command", f"must have at most {MAX_COMMAND_PARTS} parts")
+        for i, part in enumerate(value):
+            _sized(part, f"command[{i}]", MAX_ARGUMENT)
         return list(value)
     raise InvalidSpec(
         "command",
@@ -158,15 +212,20 @@ def _env(value: Any) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping):
         raise InvalidSpec("env", "must be an object of variable names to string values")
+    if len(value) > MAX_ENV_VARIABLES:
+        raise InvalidSpec("env", f"must hold at most {MAX_ENV_VARIABLES} variables")
     env: dict[str, str] = {}
     for key, item in value.items():
         if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
-            raise InvalidSpec(f"env.{key}", "is not a valid environment variable name")
+            raise InvalidSpec(f"env.{shown(key)}", "is not a valid environment variable name")
         if key.startswith(RESERVED_ENV):
             raise InvalidSpec(f"env.{key}", "is set by FracHub from the GPU share")
         if not isinstance(item, str):
-            raise InvalidSpec(f"env.{key}", f"must be a string, got {item!r}")
-        env[key] = item
+            raise InvalidSpec(f"env.{key}", f"must be a string, got {shown(item)}")
+        env[key] = _sized(item, f"env.{key}", MAX_ARGUMENT)
+    total = sum(len(key) + len(item) + 1 for key, item in env.items())
+    if total > MAX_ENV_TOTAL:
+        raise InvalidSpec("env", f"must be at most {MAX_ENV_TOTAL} characters in all, got {total}")
     return env
 
 
@@ -183,14 +242,12 @@ def parse_submission(document: Any) -> Submission:
     working_dir = body.get("working_dir")
     if working_dir is not None and (not isinstance(working_dir, str) or not working_dir):
         raise InvalidSpec("working_dir", "must be a directory path")
+    if working_dir is not None:
+        _sized(working_dir, "working_dir", MAX_PATH)
     gpus, memory_mib = _gpu_request(body)
     preemptible = _bool(body, "preemptible", DEFAULT_PREEMPTIBLE[kind])
-    priority = body.get("priority", default_priority(kind, preemptible))
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidSpec("priority", f"must be a whole number, got {priority!r}")
-    replicas = integer_field(body, "replicas", "", 1, 1)
-    if replicas > MAX_REPLICAS:
-        raise InvalidSpec("replicas", f"must be at most {MAX_REPLICAS}, got {replicas}")
+    priority = priority_field(body, "priority", "", default_priority(kind, preemptible))
+    replicas = integer_field(body, "replicas", "", 1, 1, MAX_REPLICAS)
     return Submission(
         name=_optional_name(body, "name"),
         project=_optional_name(body, "project"),
@@ -204,17 +261,28 @@ def parse_submission(document: Any) -> Submission:
         priority=priority,
         preemptible=preemptible,
         max_runtime=number_field(
-            body, "max_runtime_seconds", "", None, optional=True, strictly_positive=True
+            body,
+            "max_runtime_seconds",
+            "",
+            None,
+            optional=True,
+            strictly_positive=True,
+            maximum=MAX_RUNTIME,
         ),
-        min_runtime=number_field(body, "min_runtime_seconds", "", None, optional=True),
+        min_runtime=number_field(
+            body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
+        ),
     )
 
 
 def parse_allocation(document: Any) -> AllocationRequest:
     body = _body(document, ALLOCATE_FIELDS)
     server_name = body.get("server_name", "")
-    if not isinstance(server_name, str):
-        raise InvalidSpec("server_name", "must be a string ('' for the default server)")
+    if not isinstance(server_name, str) or "/" in server_name:
+        raise InvalidSpec(
+            "server_name", "must be a server's name without '/' ('' for the default server)"
+        )
+    _sized(server_name, "server_name", MAX_SERVER_NAME)
     gpus, memory_mib = _gpu_request(body)
     return AllocationRequest(
         user=_optional_name(body, "user"),
@@ -267,9 +335,7 @@ def never_starts(
         submitted_at=0.0,
         seq=0,
     )
-    session = Session(
-        Snapshot(tuple(nodes), tuple(queues), ()), 0.0, Policy(scorer=scorer_named("pack"))
-    )
+    session = _empty_cluster(queues, nodes)
     if not fits_somewhere_ever(session.ledger.shapes, workload.request):
         return f"a notebook that {reasons.no_room(session, workload)}"
     if request.preemptible:
@@ -289,6 +355,38 @@ def never_starts(
         "never start: notebooks run only inside the deserved quota of their project and of "
         "every department above it"
     )
+
+
+def _empty_cluster(queues: Sequence[Queue], nodes: Sequence[Node]) -> Session:
+    snapshot = Snapshot(tuple(nodes), tuple(queues), ())
+    return Session(snapshot, 0.0, Policy(scorer=scorer_named("pack")))
+
+
+def job_never_fits(
+    submission: Submission, project: str, queues: Sequence[Queue], nodes: Sequence[Node]
+) -> str | None:
+    """Why a job's replica fits no GPU or node of this cluster, in the engine's words, or
+    None (also for a cluster with no nodes yet)."""
+    if not nodes:
+        return None
+    workload = Workload(
+        name="new",
+        queue=project,
+        kind=submission.kind,
+        request=Request(
+            gpus=submission.gpus or 0.0,
+            gpu_memory_mib=submission.gpu_memory_mib,
+            replicas=submission.replicas,
+        ),
+        priority=submission.priority,
+        preemptible=submission.preemptible,
+        submitted_at=0.0,
+        seq=0,
+    )
+    session = _empty_cluster(queues, nodes)
+    if fits_somewhere_ever(session.ledger.shapes, workload.request):
+        return None
+    return f"a job that {reasons.no_room(session, workload)}"
 
 
 def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:
@@ -314,7 +412,7 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
         others = list(existing)
         _optional_name(merged, "name")
     if any(queue.name == merged.get("name") for queue in others):
-        raise InvalidSpec("name", f"a queue named {merged['name']!r} exists", status_hint=409)
+        raise InvalidSpec("name", f"a queue named {merged['name']!r} exists")
     entries = [_queue_dict(queue) for queue in others] + [merged]
     try:
         parsed = parse_queues(entries, "queues")
@@ -333,8 +431,14 @@ def parse_members(document: Mapping[str, Any]) -> list[str] | None:
     members = document.get("members")
     if members is None:
         return None
-    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-        raise InvalidSpec("members", "must be a list of user names")
+    if not isinstance(members, list) or not all(
+        isinstance(m, str) and 0 < len(m) <= MAX_USER_NAME for m in members
+    ):
+        raise InvalidSpec(
+            "members", f"must be a list of user names (1 to {MAX_USER_NAME} characters each)"
+        )
+    if len(members) > MAX_MEMBERS:
+        raise InvalidSpec("members", f"must list at most {MAX_MEMBERS} users")
     return list(members)
 
 
@@ -350,15 +454,16 @@ def _queue_dict(queue: Queue) -> dict[str, Any]:
 
 
 def parse_count(raw: str | None, name: str, default: int) -> int:
-    """A whole number >= 0 from a query argument; absent or empty gives ``default``."""
-    if raw is None or raw == "":
+    """A whole number in [0, 2^63-1] from a query argument; absent gives ``default``."""
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidSpec(name, f"must be a whole number, got {raw!r}") from None
+    if not re.fullmatch("-?[0-9]{1,20}", raw):
+        raise InvalidSpec(name, f"must be a whole number up to {MAX_ID}, got {shown(raw)}")
+    value = int(raw)
     if value < 0:
         raise InvalidSpec(name, f"must be >= 0, got {value}")
+    if value > MAX_ID:
+        raise InvalidSpec(name, f"must be at most {MAX_ID}, got {value}")
     return value
 
 

@@ -3,8 +3,11 @@ SQLAlchemy URL such as PostgreSQL by configuration).
 
 Every change the scheduler makes is one ``commit()``: the rows it touched and the events
 that explain them land together or not at all, so a crash never leaves a half-written
-workload. The schema is versioned with Alembic; ``open_store`` upgrades an older database on
-start-up and refuses one written by a newer FracHub.
+workload. The service shares one session between its requests and its cycles, so each of
+them ends its transaction before it yields to another (``end``): a request or cycle that
+failed half-way rolls back what it left, and a failed flush never leaves the session unusable
+for everyone after it. The schema is versioned with Alembic; ``open_store`` upgrades an
+older database on start-up and refuses one written by a newer FracHub.
 """
 
 from __future__ import annotations
@@ -129,7 +132,27 @@ class Store:
         self.session.rollback()
 
     def flush(self) -> None:
-        self.session.flush()
+        try:
+            self.session.flush()
+        except Exception:
+            self.session.rollback()
+            raise
+
+    def end(self, *, failed: bool) -> None:
+        """Close whatever transaction a request or a round of background work left open:
+        roll back if it failed with changes pending (or the database refused a flush), else
+        commit. A clean failure (a 400 before anything changed) commits nothing and keeps
+        the in-memory rows, which a rollback would expire and reload one by one."""
+        session = self.session
+        if not session.in_transaction():
+            return
+        transaction = session.get_transaction()
+        broken = transaction is not None and not transaction.is_active
+        pending = bool(session.new or session.dirty or session.deleted)
+        if broken or (failed and pending):
+            session.rollback()
+        else:
+            self.commit()
 
     # -- workloads ----------------------------------------------------------------------
 

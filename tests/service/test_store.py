@@ -9,6 +9,7 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine
 
+from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import StoreError, _alembic_config, open_store
 
 
@@ -80,3 +81,49 @@ def test_a_newer_database_is_refused(tmp_path) -> None:
         db.execute("UPDATE alembic_version SET version_num = '9999'")
     with pytest.raises(StoreError, match="newer version"):
         open_store(url)
+
+
+def _job(**fields) -> WorkloadRecord:
+    values = dict(
+        name="job", user="alice", project="vision", kind="training", state="pending",
+        command="true", env={}, gpus=0.25, replicas=1, priority=50, preemptible=True,
+        min_runtime=0.0, submitted_at=1.0, start_seq=0, placement=(), restart_count=0,
+        preemptions=0, message="",
+    )  # fmt: skip
+    return WorkloadRecord(**{**values, **fields})
+
+
+def test_a_failed_flush_is_rolled_back_and_the_next_request_works(tmp_path) -> None:
+    """The database refusing one request's rows (an integer beyond 64 bits) must not leave
+    the shared session unusable for every request and cycle after it."""
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    kept = _job(name="kept")
+    store.add(kept)
+    store.commit()
+    store.add(_job(name="poison", priority=-(10**20)))
+    with pytest.raises(OverflowError):
+        store.flush()
+    store.end(failed=True)
+    assert [record.name for record in store.active_workloads()] == ["kept"]
+    store.add(_job(name="next"))
+    store.commit()
+    assert [record.name for record in store.active_workloads()] == ["kept", "next"]
+    store.close()
+
+
+def test_a_request_ends_in_commit_or_rollback(tmp_path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    record = _job(name="first")
+    store.add(record)
+    store.commit()
+    record.message = "half-way"  # a request that failed after changing a row
+    store.end(failed=True)
+    assert record.message == ""  # rolled back: the row as stored
+    record.message = "done"  # one that succeeded
+    store.end(failed=False)
+    store.session.expire_all()
+    assert store.workload(record.id).message == "done"
+    assert store.active_workloads()  # a clean read leaves nothing open
+    store.end(failed=True)
+    assert not store.session.in_transaction()
+    store.close()

@@ -802,6 +802,9 @@ class FakeStore:
     def queues(self) -> list[QueueRecord]:
         return self.queue_records
 
+    def end(self, *, failed: bool) -> None:
+        pass
+
     def usage(self, start: float, end: float, now: float, projects: Any, users: Any) -> list:
         row = types.SimpleNamespace(project="vision", user="alice", gpu_hours=1.2345678)
         return [row]

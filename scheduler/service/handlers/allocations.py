@@ -14,8 +14,8 @@ server is warned and then stopped when idle that long (``scheduler/service/idle.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import time
 
 from tornado import web
@@ -23,7 +23,7 @@ from tornado.iostream import StreamClosedError
 
 from scheduler.engine import Kind, default_priority
 from scheduler.engine.lifecycle import CANCELLABLE, WorkloadState
-from scheduler.fields import InvalidSpec
+from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
 from scheduler.service.orm import WorkloadRecord
@@ -122,27 +122,32 @@ class AllocationHandler(AllocationAccess):
         while (
             record.state == WorkloadState.PENDING
             and seen == self.loop.version
+            and not self.client_gone
             and (left := deadline - time.monotonic()) > 0
         ):
-            await self.loop.wait_for_change(left)
-        self.write_json(self.view(record))
+            await self.wait_unless_gone(self.loop.wait_for_change(left), left)
+        if not self.client_gone:
+            self.write_json(self.view(record))
 
     async def delete(self, allocation_id: str) -> None:
         self.require(SUBMIT)
         record = self.find_allocation(allocation_id)
         if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"allocation {allocation_id} is already {record.state}")
-        await self.loop.cancel(record)
+        await self.loop.cancel(record, by=self.actor(record))
         self.write_json(self.view(record))
 
     def _float_argument(self, name: str, default: float) -> float:
         raw = self.get_argument(name, None)
-        if raw in (None, ""):
+        if raw is None:
             return default
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise InvalidSpec(name, f"must be a number, got {raw!r}") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise InvalidSpec(name, f"must be a number, got {shown(raw)}")
+        return value
 
 
 class AllocationEventsHandler(AllocationAccess):
@@ -167,10 +172,9 @@ class AllocationEventsHandler(AllocationAccess):
                     return
             if record.state != WorkloadState.PENDING:
                 break
-            await self.loop.wait_for_change(15.0)
-            if self.request.connection.stream.closed():  # type: ignore[union-attr]
+            await self.wait_unless_gone(self.loop.wait_for_change(15.0), 15.0)
+            if self.client_gone:
                 return
-            await asyncio.sleep(0)
         self.finish()
 
 

@@ -13,9 +13,10 @@ cannot be forged across sites, so token requests skip the check.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -64,6 +65,8 @@ class JSONErrors(web.RequestHandler):
     """Errors as the hub writes them: ``{"status": N, "message": "..."}``."""
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         message = self._reason
         exc_info = kwargs.get("exc_info")
         if exc_info:
@@ -75,6 +78,16 @@ class JSONErrors(web.RequestHandler):
         self.clear_header("Content-Disposition")
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
+
+    @classmethod
+    def allowed_methods(cls) -> list[str]:
+        """The verbs this handler implements itself (tornado answers 405 to the others)."""
+        verbs = set()
+        for klass in cls.__mro__:
+            if klass is web.RequestHandler:
+                break
+            verbs.update(verb for verb in cls.SUPPORTED_METHODS if verb.lower() in vars(klass))
+        return sorted(verbs)
 
     def _handle_request_exception(self, error: BaseException) -> None:
         if isinstance(error, InvalidSpec):
@@ -117,6 +130,50 @@ class APIHandler(HubOAuthenticated, JSONErrors):
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
+
+    # -- one transaction per request ------------------------------------------------------
+
+    def _handle_request_exception(self, error: BaseException) -> None:
+        # before the error is written: the answer must not wait on a session left broken
+        self.loop.store.end(failed=True)
+        super()._handle_request_exception(error)
+
+    def on_finish(self) -> None:
+        self.loop.store.end(failed=self.get_status() >= 400)
+
+    # -- streams end with their client -----------------------------------------------------
+
+    _gone: asyncio.Event | None = None
+
+    def on_connection_close(self) -> None:
+        self.gone_event.set()
+        super().on_connection_close()
+
+    @property
+    def gone_event(self) -> asyncio.Event:
+        if self._gone is None:
+            self._gone = asyncio.Event()
+        return self._gone
+
+    @property
+    def client_gone(self) -> bool:
+        stream = getattr(self.request.connection, "stream", None)
+        return self.gone_event.is_set() or (stream is not None and stream.closed())
+
+    async def wait_unless_gone(self, waiting: Awaitable[Any], timeout: float) -> None:
+        """Wait for ``waiting`` (news for a stream or long poll) at most ``timeout`` seconds,
+        and no longer once the client has gone: an abandoned request ends at once rather
+        than polling on until its workload ends."""
+        tasks = {
+            asyncio.ensure_future(waiting),
+            asyncio.ensure_future(self.gone_event.wait()),
+        }
+        try:
+            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def check_xsrf_cookie(self) -> None:
         """Called by ``HubOAuth`` before it accepts a session cookie on a request that needs
@@ -169,7 +226,9 @@ class APIHandler(HubOAuthenticated, JSONErrors):
             return {}
         try:
             return json.loads(self.request.body, parse_constant=_refuse_constant)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except RecursionError:
+            raise web.HTTPError(400, "body: nested too deeply") from None
+        except ValueError as error:  # also a number of more digits than Python converts
             raise web.HTTPError(400, f"body: not valid JSON ({error})") from None
 
     def write_json(self, value: Any, status: int = 200) -> None:
@@ -229,5 +288,7 @@ class APIHandler(HubOAuthenticated, JSONErrors):
         """``?state=running&state=pending`` or ``?state=running,pending``."""
         values = []
         for raw in self.get_arguments(name):
+            if not raw:
+                raise InvalidSpec(name, "must not be empty (leave it out to mean any)")
             values.extend(part for part in raw.split(",") if part)
         return values

@@ -4,18 +4,20 @@ OpenAPI document."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tornado import web
 
 from scheduler import __version__
-from scheduler.fields import InvalidSpec
+from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
 from scheduler.service.handlers.base import APIHandler, JSONErrors
 from scheduler.service.views import iso, nodes_json
 
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi.json"
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc).timestamp()
+"""Usage times stop short of what ``datetime`` can print in any time zone."""
 
 
 class RootHandler(APIHandler):
@@ -89,15 +91,21 @@ class UsageHandler(APIHandler):
 
     def _time(self, name: str, default: float) -> float:
         raw = self.get_argument(name, None)
-        if not raw:
+        if raw is None:
             return default
         try:
             moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidSpec(name, f"must be an ISO 8601 time, got {raw!r}") from None
+            raise InvalidSpec(name, f"must be an ISO 8601 time, got {shown(raw)}") from None
         if moment.tzinfo is None:
-            raise InvalidSpec(name, f"needs a time zone (for example {raw}Z)")
-        return moment.timestamp()
+            raise InvalidSpec(name, f"needs a time zone (for example {shown(raw)}Z)")
+        try:
+            value = moment.timestamp()
+        except (OverflowError, ValueError):
+            value = -1.0
+        if not 0 <= value <= LATEST:
+            raise InvalidSpec(name, f"must be between 1970 and 9998, got {shown(raw)}")
+        return value
 
 
 class MetricsHandler(APIHandler):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tornado import web
 
+from scheduler.fields import shown
 from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import QueueRecord
@@ -46,9 +47,12 @@ class QueueListHandler(QueueAccess):
     async def post(self) -> None:
         self.require(ADMIN)
         body = self.json_body()
+        records = self.records()
+        name = body.get("name") if isinstance(body, dict) else None
+        if any(record.name == name for record in records):
+            raise web.HTTPError(409, f"a queue named {shown(name)} exists")
         queue = parse_queue(body, self.loop.queues)
         members = parse_members(body) or []
-        records = self.records()
         record = QueueRecord(
             name=queue.name,
             members=members,
@@ -72,6 +76,8 @@ class QueueHandler(QueueAccess):
         self.require(ADMIN)
         record = self.find_queue(name)
         self.editable(record)
+        if not self.request.body:
+            raise web.HTTPError(400, "body: is required: the fields to change")
         body = self.json_body()
         queue = parse_queue(body, self.loop.queues, name=name)
         members = parse_members(body) if isinstance(body, dict) else None

@@ -10,12 +10,12 @@ from tornado.iostream import StreamClosedError
 
 from scheduler.engine import default_priority
 from scheduler.engine.lifecycle import CANCELLABLE
-from scheduler.fields import InvalidSpec
+from scheduler.fields import MAX_ID, InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
 from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
-from scheduler.service.requests import parse_count, parse_submission
+from scheduler.service.requests import job_never_fits, parse_count, parse_submission
 from scheduler.service.views import workload_json
 
 STATES = (*ACTIVE_STATES, *FINAL_STATES)
@@ -27,12 +27,22 @@ class WorkloadAccess(APIHandler):
     """Finding one workload the caller may see: another user's answers 404, like the hub."""
 
     def find(self, workload_id: str) -> WorkloadRecord:
-        record = self.loop.records.get(int(workload_id)) or self.loop.store.workload(
-            int(workload_id)
-        )
+        number = int(workload_id) if len(workload_id) <= 19 else MAX_ID + 1
+        record = None
+        if number <= MAX_ID:  # what the database cannot hold it does not have
+            record = self.loop.records.get(number) or self.loop.store.workload(number)
         if record is None or not (self.caller.is_admin or record.user == self.caller.name):
-            raise web.HTTPError(404, f"workload {workload_id} not found")
+            shown_id = workload_id if len(workload_id) <= 40 else f"{workload_id[:20]}…"
+            raise web.HTTPError(404, f"workload {shown_id} not found")
         return record
+
+    def actor(self, record: WorkloadRecord) -> str:
+        """Who is acting on ``record``, in the words of its events."""
+        if self.caller.kind == "service":
+            return f"the {self.caller.name} service for {record.user}"
+        if self.caller.name == record.user:
+            return "its owner"
+        return f"admin {self.caller.name}"
 
     async def project_for(self, requested: str | None, user: str) -> str:
         """The project a workload goes to: the one asked for if ``user`` belongs to it, or the
@@ -110,6 +120,9 @@ class WorkloadListHandler(WorkloadAccess):
                 f"(higher needs {ADMIN}), got {submission.priority}",
             )
         project = await self.project_for(submission.project, self.caller.name)
+        hopeless = job_never_fits(submission, project, self.loop.queues, self.loop.inventory.nodes)
+        if hopeless is not None:
+            raise web.HTTPError(409, hopeless)
         record = WorkloadRecord(
             name=submission.name or "",
             user=self.caller.name,
@@ -152,7 +165,7 @@ class WorkloadHandler(WorkloadAccess):
             )
         if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"workload {workload_id} is already {record.state}")
-        await self.loop.cancel(record)
+        await self.loop.cancel(record, by=self.actor(record))
         self.write_json(workload_json(record, self.loop))
 
 
@@ -183,8 +196,8 @@ class WorkloadLogsHandler(WorkloadAccess):
                     404, f"the log of workload {workload_id} cannot be read ({error.strerror})"
                 ) from None
         await self.flush()
-        while follow and record.id in self.loop.records:
-            await asyncio.sleep(0.5)
+        while follow and record.id in self.loop.records and not self.client_gone:
+            await self.wait_unless_gone(asyncio.sleep(0.5), 0.5)
             if not path:  # the job was still starting: its log may exist by now
                 path = self.loop.backend.log_path(record.id, replica)
             if path and os.path.exists(path):
@@ -193,6 +206,8 @@ class WorkloadLogsHandler(WorkloadAccess):
                     await self.flush()
                 except StreamClosedError:
                     return
+        if self.client_gone:
+            return
         if follow and path and os.path.exists(path):
             self._write_from(path, position)
         self.finish()
