@@ -165,7 +165,7 @@ def test_an_evicted_allocation_is_revoked_and_a_cancelled_one_released(
         Ended("nb", S.REVOKED),
     ]
     assert lives.cancel("2", 4) == [
-        Note("2", S.CANCELLING, "stopping at its owner's request"),
+        Note("2", S.CANCELLING, "stopping at the request of its owner"),
         Stop("2", 30),
     ]
     allocation = Lifecycle(grace_seconds=30)
