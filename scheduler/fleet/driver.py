@@ -18,13 +18,19 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from scheduler.engine import Kind, Placement
 from scheduler.engine.fairshare import deserved_quotas, fair_shares
 from scheduler.engine.model import MILLI, EvictReason
 from scheduler.fleet.description import DAY, Description
-from scheduler.fleet.variants import Variant, variant_gpus, variant_queues, variant_spec
+from scheduler.fleet.variants import (
+    Variant,
+    variant_gpus,
+    variant_policy,
+    variant_queues,
+    variant_spec,
+)
 from scheduler.fleet.workload import Job
 from scheduler.scenario.runner import Runner, _Life  # _Life: the runner's record of a workload
 from scheduler.scenario.spec import Scenario
@@ -100,8 +106,7 @@ class FleetRunner(Runner):
                 grace_seconds=description.grace_seconds,
             )
         )
-        if not variant.consolidate:
-            self.policy = replace(self.policy, consolidate=False)
+        self.policy = variant_policy(variant, self.policy)
         self.variant = variant
         self.days = days
         self.checkpointing = checkpointing
@@ -194,7 +199,8 @@ class FleetRunner(Runner):
     def _admit(self, now: float) -> None:
         while self.admitted < len(self.arrivals) and self.arrivals[self.admitted].at <= now:
             job = self.arrivals[self.admitted]
-            self.lives[job.name] = _Life(variant_spec(self.variant, job), self.admitted)
+            spec = variant_spec(self.variant, job, self.checkpointing)
+            self.lives[job.name] = _Life(spec, self.admitted)
             self.admitted += 1
             record = self.records[job.name]
             if job.kind is Kind.INTERACTIVE:

@@ -302,6 +302,7 @@ class Runner:
                     placement=life.placement,
                     started_at=life.started_at,
                     start_seq=life.start_seq,
+                    checkpoint_interval=spec.checkpoint_interval,
                     claimant=life.claimant if state in (State.RELEASING, State.PENDING) else None,
                 )
             )

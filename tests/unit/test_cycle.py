@@ -112,7 +112,10 @@ def test_running_work_on_a_vanished_node_is_evicted_as_node_lost() -> None:
     gone = running("g", "old", [(0, 1000)])
     snapshot = Snapshot((Node("ws", 1),), (Queue("lab", deserved_gpus=1),), (gone,))
     result = run_cycle(snapshot, 5.0, PACK)
-    assert result.decisions[0] == Evict("g", EvictReason.NODE_LOST)
+    # started at 0, never saved: 5 s of one GPU lost
+    assert result.decisions[0] == Evict(
+        "g", EvictReason.NODE_LOST, lost_seconds=5.0, lost_gpu_seconds=5.0
+    )
     assert isinstance(result.decisions[1], Start) and result.decisions[1].workload == "g"
 
 
@@ -129,7 +132,13 @@ def test_consolidation_is_a_move_decision_naming_its_claimant() -> None:
     )
     result = run_cycle(snapshot, 5.0, PACK)
     assert result.decisions == (
-        Move("f1", (ReplicaPlacement("n1", (GpuShare(0, 500),)),), claimant="big"),
+        Move(
+            "f1",
+            (ReplicaPlacement("n1", (GpuShare(0, 500),)),),
+            claimant="big",
+            lost_seconds=5.0,
+            lost_gpu_seconds=2.5,
+        ),
         Start("big", (ReplicaPlacement("n0", (GpuShare(0, 1000), GpuShare(1, 1000))),)),
     )
 
@@ -161,7 +170,9 @@ def test_with_a_grace_period_the_claimant_is_reserved_not_started() -> None:
     )
     policy = Policy(scorer=scorer_named("pack"), immediate_evictions=False)
     result = run_cycle(snapshot, 1.0, policy)
-    assert result.decisions == (Evict("b", EvictReason.RECLAIM, claimant="nb"),)
+    assert result.decisions == (
+        Evict("b", EvictReason.RECLAIM, claimant="nb", lost_seconds=1.0, lost_gpu_seconds=1.0),
+    )
     assert "as soon as" in result.pending["nb"].reason
 
     releasing = Snapshot(
