@@ -146,10 +146,11 @@ projects:
 UNIVERSITY = """\
 name: university
 description: >
-  A university's research computing service: 12 nodes x 4 GPUs of 48 GiB shared by five
-  small labs and a course. Two science labs sit in a department capped at 20 GPUs; chem
-  runs long single-GPU jobs that never checkpoint, physics saves hourly. The course fills
-  the day with quarter-GPU notebooks whose students give up after 20 minutes.
+  A university's research computing service: 12 nodes x 4 GPUs of 48 GiB shared by four
+  labs and a course. Two science labs sit in a department capped at 20 GPUs; chem runs
+  long single-GPU jobs that never checkpoint, physics saves hourly. Jobs run three times
+  Philly's lengths. The course fills the day with quarter-GPU notebooks whose students
+  give up after 20 minutes.
 cluster:
   nodes:
     - {name: node, count: 12, gpus: 4, gpu_memory_gib: 48}
@@ -167,7 +168,8 @@ projects:
       patience_minutes: 60
       shapes: [{gpus: 0.25, weight: 2}, {gpus: 0.5, weight: 1}]
     training:
-      per_day: 14
+      per_day: 36
+      runtime_scale: 3
       max_runtime_hours: 72
       weekend_factor: 0.5
       shapes: [{gpus: 1, weight: 8}, {gpus: 2, weight: 1}]
@@ -178,8 +180,9 @@ projects:
       per_day: 6
       shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
     training:
-      per_day: 10
+      per_day: 30
       checkpoint_minutes: 60
+      runtime_scale: 3
       max_runtime_hours: 96
       shapes: [{gpus: 1, weight: 4}, {gpus: 2, weight: 2}, {gpus: 4, weight: 1}]
   - name: robotics
@@ -188,8 +191,9 @@ projects:
       per_day: 6
       shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
     training:
-      per_day: 12
+      per_day: 36
       checkpoint_minutes: 20
+      runtime_scale: 3
       max_runtime_hours: 48
       shapes: [{gpus: 1, weight: 3}, {gpus: 4, weight: 2}, {gpus: 4, replicas: 2, weight: 1}]
   - name: linguistics
@@ -199,7 +203,8 @@ projects:
       session_hours: {median: 3, p90: 8}
       shapes: [{gpus: 0.25, weight: 1}, {gpus: 0.5, weight: 2}, {gpus: 1, weight: 1}]
     training:
-      per_day: 4
+      per_day: 12
+      runtime_scale: 3
       max_runtime_hours: 24
       shapes: [{gpus: 1, weight: 1}]
   - name: course
