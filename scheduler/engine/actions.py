@@ -358,16 +358,24 @@ class _Search:
         dropped ones. The kept victims stay in the order they were taken (rule 4)."""
         ledger = self.session.ledger
         home_levels = set(self.session.ancestry[self.claimant.queue])
-        kept: list[Workload] = []
-        order = {victim.name: i for i, victim in enumerate(self.victims)}
-        costliest = sorted(self.victims, key=lambda v: (-self.session.at_risk(v), order[v.name]))
-        for victim in costliest:
+        victims = self.victims
+        # victims never given back on the ledger can only matter to a quota: first, as taken;
+        # then those the fit may use, the costliest first
+        order = [i for i, victim in enumerate(victims) if victim.name not in self._applied]
+        applied = [i for i, victim in enumerate(victims) if victim.name in self._applied]
+        if len(applied) > 1:
+            risk = {i: self.session.at_risk(victims[i]) for i in applied}
+            applied.sort(key=lambda i: (-risk[i], i))
+        order += applied
+        kept_at: list[int] = []
+        for i in order:
+            victim = victims[i]
             if victim.name not in self._applied:
                 # on nodes the claimant cannot use: only a quota could need it
                 self._account(victim, -1)
                 if not self.admissible(placement):
                     self._account(victim, +1)
-                    kept.append(victim)
+                    kept_at.append(i)
                 continue
             nodes = {ledger.index[r.node] for r in victim.placement}
             if (
@@ -390,8 +398,8 @@ class _Search:
                 continue
             ledger.rollback(mark)
             self._account(victim, +1)
-            kept.append(victim)
-        self.victims = sorted(kept, key=lambda v: order[v.name])
+            kept_at.append(i)
+        self.victims = [victims[i] for i in sorted(kept_at)]
         return placement
 
     def abandon(self) -> None:
