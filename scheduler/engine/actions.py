@@ -440,9 +440,11 @@ class Candidates:
 
     A queue's list is filtered on first use: work protected by min_runtime is set aside (with
     the earliest end of its protection, for the pending reason), since nothing in one cycle
-    ends a protection. Workloads evicted during the cycle are skipped for good; moved ones are
-    looked up again so the victim is always the workload as it runs now. Work started in this
-    cycle is never a victim in the same cycle.
+    ends a protection. A second list per queue keeps only the work within ``Policy.loss_bound``
+    for claimants the bound applies to (work at risk does not change within a cycle either).
+    Workloads evicted during the cycle are skipped for good; moved ones are looked up again so
+    the victim is always the workload as it runs now. Work started in this cycle is never a
+    victim in the same cycle.
     """
 
     def __init__(self, session: Session) -> None:
