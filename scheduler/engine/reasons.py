@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler.engine.model import MILLI, Kind, Workload
+from scheduler.engine.model import MILLI, Evict, EvictReason, Kind, Move, Workload
 
 if TYPE_CHECKING:
     from scheduler.engine.session import Session
@@ -114,4 +114,49 @@ def protected(session: Session, until: float) -> str:
     return (
         f"; the work that could make room is protected by min_runtime until "
         f"{session.policy.format_time(until)}"
+    )
+
+
+def over_loss_bound(bound: float) -> str:
+    return (
+        f"; the work that could make room has more than {gpu_hours(bound)} of unsaved work, "
+        "which only a notebook or work inside its deserved quota may cost"
+    )
+
+
+def gpu_hours(gpu_seconds: float) -> str:
+    """3600 -> "1 GPU-hour", 5400 -> "1.5 GPU-hours"."""
+    value = round(gpu_seconds / 3600, 2)
+    return f"{value:g} GPU-hour" if value == 1 else f"{value:g} GPU-hours"
+
+
+def span(seconds: float) -> str:
+    """45 -> "45 s", 720 -> "12 min", 9000 -> "2.5 h", 259200 -> "3 days"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
+    return f"{seconds / 86400:.1f} days".replace(".0 days", " days")
+
+
+_EVICTED = {
+    EvictReason.RECLAIM: "reclaimed for {claimant}",
+    EvictReason.PREEMPT: "preempted for {claimant}",
+    EvictReason.CONSOLIDATE: "moved to make room for {claimant}",
+    EvictReason.NODE_LOST: "its node was lost",
+}
+
+
+def evicted(decision: Evict | Move) -> str:
+    """An eviction or move in words, with the work it destroyed: "preempted for
+    nlp/notebook-carol; 12 min since last checkpoint lost (0.2 GPU-hours)"."""
+    reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
+    text = _EVICTED[reason].format(claimant=decision.claimant or "another workload")
+    if decision.lost_seconds <= 0:
+        return f"{text}; no work lost"
+    return (
+        f"{text}; {span(decision.lost_seconds)} since last checkpoint lost "
+        f"({gpu_hours(decision.lost_gpu_seconds)})"
     )

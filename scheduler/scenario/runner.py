@@ -119,6 +119,7 @@ def life_of(spec: WorkloadSpec, seq: int) -> Life:
         seq=seq,
         min_runtime=spec.min_runtime,
         user=spec.user,
+        checkpoint_interval=spec.checkpoint_interval,
     )
     return Life(ask, title=spec.name)
 

@@ -54,6 +54,8 @@ class WorkloadSpec:
     running: bool
     placement: tuple[ReplicaPlacement, ...] | None
     user: str | None
+    checkpoint_interval: float | None = None
+    """Seconds between the job's checkpoints (``checkpoint_interval_seconds``), if it saves."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,7 @@ _WORKLOAD_FIELDS = (
     "placement",
     "cpu",
     "memory_gib",
+    "checkpoint_interval_seconds",
 )
 
 
@@ -287,6 +290,14 @@ def _workloads(
                 running=running,
                 placement=placement,
                 user=user,
+                checkpoint_interval=number_field(
+                    entry,
+                    "checkpoint_interval_seconds",
+                    where,
+                    None,
+                    optional=True,
+                    strictly_positive=True,
+                ),
             )
         )
     _check_initial_capacity(specs, node_index)
