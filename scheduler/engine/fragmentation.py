@@ -290,7 +290,8 @@ class FragmentationTable:
                     & (usable2 >= t_num)
                 )
                 total2 = (total - kg)[:, None, None]
-                after = np.where(fit, small2, total2) @ p  # (K, D)
+                # rounded: float noise must not beat "the tightest among equals"
+                after = np.round(np.where(fit, small2, total2) @ p, 6)  # (K, D)
                 after = np.where(left >= 0, after, np.inf)
                 best = after.argmin(axis=1)
                 rows = np.arange(share.size)

@@ -230,6 +230,9 @@ class FracHub:
             delta, pick = columns.fraction_growth(request)
         else:
             delta, pick = columns.growth((0, 0), request)
+        # Growth is a difference of float sums: no growth may come out as +-1e-13, which
+        # would put a node on either side of the sigmoid's cut at 0. Micro-milli is noise.
+        delta = np.round(delta, 6)
         ok = np.isfinite(delta) & (columns.cpu >= request.cpu_milli)
         ok &= columns.mem >= request.memory_mib
         if request.gpu_models:
