@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -134,6 +134,8 @@ def recent_workload(
 
     A request sized by GPU memory counts as the share it takes of a ``gpu_memory_mib`` GPU
     (the cluster's most common size); CPU-only requests count too (they strand GPUs).
+    Probabilities are rounded to the percent, so the target (and a scorer's memo built
+    for it) changes when the mix of requests does, not with every arrival.
     """
     shapes = []
     for request in requests:
@@ -145,7 +147,10 @@ def recent_workload(
             milli, num = 0, 0
         shape = (request.cpu_milli, request.memory_mib, milli, num, request.gpu_models)
         shapes.extend([shape] * request.replicas)
-    return target_workload(shapes, coverage=coverage, with_memory=True)
+    return tuple(
+        replace(shape, probability=round(shape.probability, 2))
+        for shape in target_workload(shapes, coverage=coverage, with_memory=True)
+    )
 
 
 ScoreKey = tuple[int, int, int, int]

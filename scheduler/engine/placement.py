@@ -41,6 +41,18 @@ class Scorer(Protocol):
         self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None: ...
 
+    def with_workload(self, workload: Sequence[TaskShape]) -> Scorer:
+        """This scorer for a target workload (the shapes the cluster expects); scorers that
+        do not look ahead return themselves."""
+        ...
+
+
+class _Myopic:
+    """Scorers that look at the request alone, not at what the cluster expects next."""
+
+    def with_workload(self, workload: Sequence[TaskShape]) -> Scorer:
+        return self  # type: ignore[return-value]
+
 
 def _fraction_candidates(ledger: Ledger, request: Request, nodes: Iterable[int]):
     """(free before, node, gpu, milli) for every GPU a fractional replica fits on."""
@@ -83,7 +95,7 @@ _SCAN_BELOW = 16
 """Restricted to this few nodes, scanning them beats walking the cluster-wide index."""
 
 
-class Pack:
+class Pack(_Myopic):
     """Most-used first: keeps free capacity together (rule 5's default).
 
     Walks the ledger's sorted indexes from the smallest free amount that fits, so the first
@@ -134,7 +146,7 @@ class Pack:
         return _first_host(ledger, request, nodes)
 
 
-class Spread:
+class Spread(_Myopic):
     """Least-used first: each workload gets as quiet a GPU as possible."""
 
     name = "spread"

@@ -168,7 +168,9 @@ class Runner:
             if life.state == "waiting" and life.spec.at <= now:
                 life.state = "pending"
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            self.result = run_cycle(self._snapshot(), now, self.policy)
+            snapshot = self._snapshot()
+            self.policy = self.policy.for_snapshot(snapshot)  # target: the requests so far
+            self.result = run_cycle(snapshot, now, self.policy)
             if not self.result.decisions:
                 break
             self._apply(self.result, now)
