@@ -180,7 +180,7 @@ def _limited(session: Session, workload: Workload, size: int) -> bool:
 
 def _no_room(session: Session, workload: Workload) -> Outcome:
     """Capacity is missing; evictions can only help if an empty node could hold it."""
-    ever = fits_somewhere_ever(session.ledger.shapes, workload.request)
+    ever = fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request)
     return Outcome(reasons.no_room(session, workload), capacity=ever)
 
 
@@ -315,6 +315,8 @@ class _Search:
         need = MILLI if request.whole_gpus else round(request.gpus * MILLI)  # per GPU
         count = max(request.whole_gpus, 1)
         for n in nodes:
+            if not request.allows(ledger.nodes[n].gpu_model):
+                continue
             gpus, host = self._tallied[n]
             cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
             if cpu is not None and cpu + host[0] < request.cpu_milli:

@@ -60,6 +60,9 @@ class Ledger:
         self._dirty: set[int] = set()
         self.shapes = frozenset((node.gpus, node.gpu_memory_mib) for node in self.nodes)
         self.models = frozenset(node.gpu_model for node in self.nodes if node.gpus)
+        self.model_shapes = frozenset(
+            (node.gpu_model, node.gpus, node.gpu_memory_mib) for node in self.nodes
+        )
         self.domains: dict[tuple[tuple[str, str], ...], list[int]] | None = None
         """Nodes grouped by identical labels (topology domains), filled in by placement."""
         self._log: list[tuple[int, ReplicaPlacement, int, int]] = []
@@ -79,7 +82,7 @@ class Ledger:
         self.sync()
         twin = object.__new__(Ledger)
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
-        twin.models = self.models
+        twin.models, twin.model_shapes = self.models, self.model_shapes
         twin.domains = self.domains
         twin.free = [list(gpus) for gpus in self.free]
         twin.cpu_free = list(self.cpu_free)
@@ -168,6 +171,16 @@ class Ledger:
     def host_fits(self, n: int, cpu_milli: int, memory_mib: int) -> bool:
         cpu, mem = self.cpu_free[n], self.mem_free[n]
         return (cpu is None or cpu >= cpu_milli) and (mem is None or mem >= memory_mib)
+
+    def shapes_for(self, request: Request) -> frozenset[tuple[int, int]]:
+        """(GPU count, GPU memory MiB) of the nodes whose GPU model ``request`` may use."""
+        if not request.gpu_models:
+            return self.shapes
+        return frozenset(
+            (gpus, memory)
+            for model, gpus, memory in self.model_shapes
+            if model in request.gpu_models
+        )
 
     def admits(self, n: int, request: Request) -> bool:
         """Node ``n`` has the CPU and memory a replica needs, and a GPU model it may use."""

@@ -270,7 +270,7 @@ def never_starts(
     session = Session(
         Snapshot(tuple(nodes), tuple(queues), ()), 0.0, Policy(scorer=scorer_named("pack"))
     )
-    if not fits_somewhere_ever(session.ledger.shapes, workload.request):
+    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
         return f"a notebook that {reasons.no_room(session, workload)}"
     if request.preemptible:
         return None  # preemptible notebooks may borrow beyond the quota
