@@ -298,6 +298,7 @@ class SchedulingLoop:
                         gpus=record.gpus or 0.0,
                         gpu_memory_mib=record.gpu_memory_mib,
                         replicas=record.replicas,
+                        gpu_models=frozenset(record.gpu_model or ()),
                     ),
                     priority=record.priority,
                     preemptible=record.preemptible,

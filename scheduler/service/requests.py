@@ -31,6 +31,7 @@ from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
     QUEUE_FIELDS,
     InvalidSpec,
+    gpu_model_field,
     gpus_field,
     integer_field,
     mapping_field,
@@ -51,6 +52,7 @@ SUBMIT_FIELDS = (
     "env",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "replicas",
     "priority",
     "kind",
@@ -64,6 +66,7 @@ ALLOCATE_FIELDS = (
     "project",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "preemptible",
     "idle_timeout_seconds",
 )
@@ -89,6 +92,8 @@ class Submission:
     preemptible: bool
     max_runtime: float | None
     min_runtime: float | None
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models it may run on (``gpu_model``); empty: any."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class AllocationRequest:
     idle_timeout: float | None = None
     """Seconds of idleness after which the server is stopped; None: never (the profile's
     limit, which the spawner sends)."""
+    gpu_models: frozenset[str] = frozenset()
 
 
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -207,6 +213,7 @@ def parse_submission(document: Any) -> Submission:
             body, "max_runtime_seconds", "", None, optional=True, strictly_positive=True
         ),
         min_runtime=number_field(body, "min_runtime_seconds", "", None, optional=True),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -224,6 +231,7 @@ def parse_allocation(document: Any) -> AllocationRequest:
         gpu_memory_mib=memory_mib,
         preemptible=_bool(body, "preemptible", False),
         idle_timeout=_idle_timeout(body),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -261,7 +269,11 @@ def never_starts(
         name="new",
         queue=project,
         kind=Kind.INTERACTIVE,
-        request=Request(gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib),
+        request=Request(
+            gpus=request.gpus or 0.0,
+            gpu_memory_mib=request.gpu_memory_mib,
+            gpu_models=request.gpu_models,
+        ),
         priority=default_priority(Kind.INTERACTIVE, request.preemptible),
         preemptible=request.preemptible,
         submitted_at=0.0,
