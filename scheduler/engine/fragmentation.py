@@ -242,7 +242,7 @@ class FragmentationTable:
         return float(self.t_p @ np.where(fit, small, total))
 
     def row(
-        self, free: np.ndarray, cpu: int, mem: int, model: int
+        self, free: Sequence[int], cpu: int, mem: int, model: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """For every key: the least fragmentation growth on this node, and the GPU to use.
 
@@ -252,12 +252,14 @@ class FragmentationTable:
         one-GPU key (the least free among equal deltas), -1 otherwise.
         """
         mem = mem if self.uses_memory else 0
-        memo_key = (model, cpu, mem, *sorted(free.tolist()))
+        values = free.tolist() if isinstance(free, np.ndarray) else free
+        memo_key = (model, cpu, mem, *sorted(values))
         hit = self._memo.get(memo_key)
         if hit is not None and hit[0].size == len(self.keys):
             return hit
         done = 0 if hit is None else hit[0].size
-        delta, pick = self._compute(free, cpu, mem, model, self._k[done:])
+        array = np.asarray(values, dtype=np.int64)
+        delta, pick = self._compute(array, cpu, mem, model, self._k[done:])
         if hit is not None:
             delta, pick = np.concatenate((hit[0], delta)), np.concatenate((hit[1], pick))
         self._memo[memo_key] = (delta, pick)

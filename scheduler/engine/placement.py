@@ -284,11 +284,16 @@ class _Columns:
         count = len(ledger.nodes)
         self.model = [table.model_index(node.gpu_model) for node in ledger.nodes]
         self.memory = np.array([node.gpu_memory_mib for node in ledger.nodes], dtype=np.int64)
-        self.cpu = np.zeros(count, dtype=np.int64)
-        self.mem = np.zeros(count, dtype=np.int64)
-        self.state: list[tuple[np.ndarray, int, int, int]] = []
-        for n in range(count):
-            self.state.append(self._read(ledger, n))
+        self.cpu = np.array(
+            [_UNTRACKED if c is None else c for c in ledger.cpu_free], dtype=np.int64
+        ).reshape(count)
+        self.mem = np.array(
+            [_UNTRACKED if m is None else m for m in ledger.mem_free], dtype=np.int64
+        ).reshape(count)
+        cpu, mem = self.cpu.tolist(), self.mem.tolist()
+        self.state: list[tuple[list[int], int, int, int]] = [
+            (list(ledger.free[n]), cpu[n], mem[n], self.model[n]) for n in range(count)
+        ]
         self.columns: dict[ScoreKey, tuple[np.ndarray, np.ndarray]] = {}
         self.stale: dict[ScoreKey, set[int]] = {}
         self._models: dict[frozenset[str], np.ndarray] = {}
@@ -305,12 +310,12 @@ class _Columns:
         other.stale = {key: set(nodes) for key, nodes in self.stale.items()}
         return other
 
-    def _read(self, ledger: Ledger, n: int) -> tuple[np.ndarray, int, int, int]:
+    def _read(self, ledger: Ledger, n: int) -> tuple[list[int], int, int, int]:
         cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
-        self.cpu[n] = _UNTRACKED if cpu is None else cpu
-        self.mem[n] = _UNTRACKED if mem is None else mem
-        free = np.array(ledger.free[n], dtype=np.int64)
-        return (free, int(self.cpu[n]), int(self.mem[n]), self.model[n])
+        cpu = _UNTRACKED if cpu is None else cpu
+        mem = _UNTRACKED if mem is None else mem
+        self.cpu[n], self.mem[n] = cpu, mem
+        return (list(ledger.free[n]), cpu, mem, self.model[n])
 
     def refresh(self, ledger: Ledger) -> None:
         journal = ledger.watch()
