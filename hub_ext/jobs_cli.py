@@ -41,6 +41,7 @@ from hub_ext.client import (
     state_line,
     submitted_text,
 )
+from scheduler.fields import MAX_NAME_LENGTH
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 
@@ -93,6 +94,15 @@ def gpu_memory(text: str) -> float:
     return round(value, 6)
 
 
+def gpu_model(text: str) -> str:
+    """A GPU model name as the cluster's nodes report it (bounded as the API bounds it)."""
+    if not 0 < len(text) <= MAX_NAME_LENGTH:
+        raise argparse.ArgumentTypeError(
+            f"a GPU model name is 1 to {MAX_NAME_LENGTH} characters, got {len(text)}"
+        )
+    return text
+
+
 def env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -134,6 +144,14 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         type=positive_int,
         metavar="N",
         help="replicas started together as a gang (default 1)",
+    )
+    parser.add_argument(
+        "--gpu-model",
+        type=gpu_model,
+        action="append",
+        metavar="MODEL",
+        help="run only on GPUs of this model (as the cluster's nodes name it, e.g. "
+        "NVIDIA-A100-SXM4-80GB); repeat to allow several (default: any model)",
     )
     parser.add_argument("--name", help="a name for the job (default job-<id>)")
     parser.add_argument(
@@ -230,6 +248,7 @@ def submission(
         "project": args.project,
         "env": dict(args.env) or None,
         "working_dir": working_dir,
+        **({"gpu_model": args.gpu_model} if args.gpu_model else {}),
     }
 
 
