@@ -8,51 +8,25 @@ and a job that names a GPU model (``gpu_model``) waits for that model and says s
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess
 from service_client import checked, submit, wait_for, wait_state, workload
 
 from .conftest import report_reserved_gpu
 from .fakeapi import FakeKube
+from .test_service_on_kubernetes import CONFIG as SERVICE_CONFIG
+from .test_service_on_kubernetes import hub  # noqa: F401 - the same module-scoped hub fixture
 
 NAMESPACE = "default"
 ZONE = "topology.kubernetes.io/zone"
 A100 = "NVIDIA-A100-SXM4-80GB"
 T4 = "Tesla-T4"
 
-CONFIG = """
-c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
-c.FracHubService.queues = [{{"name": "lab", "deserved_gpus": 16}}]
-c.FracHubService.grace_period = 2
-c.FracHubService.poll_interval = 0.1
-c.FracHubService.cycle_interval = 1
-c.FracHubService.idle_check_interval = 0
-c.KubernetesBackend.kubeconfig = {kubeconfig!r}
-c.KubernetesBackend.namespace = {namespace!r}
-c.KubernetesBackend.image = "busybox:1.36"
-c.KubernetesBackend.home_volumes = []
-c.KubernetesBackend.home_volume_mounts = []
-c.KubernetesBackend.reservation_timeout = 10.0
-c.KubernetesBackend.lease_seconds = 3.0
-c.KubernetesBackend.lease_renew_seconds = 0.5
-c.KubernetesBackend.lease_retry_seconds = 0.2
-"""
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
+# the issue-5 tests' service configuration, with one big project
+CONFIG = SERVICE_CONFIG + 'c.FracHubService.queues = [{{"name": "lab", "deserved_gpus": 16}}]\n'
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +45,9 @@ def fake() -> Iterator[FakeKube]:
 
 @pytest.fixture(scope="module")
 def client(
-    hub: Hub, fake: FakeKube, tmp_path_factory: pytest.TempPathFactory
+    hub: Hub,  # noqa: F811 - the fixture imported above
+    fake: FakeKube,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[httpx.Client]:
     workdir = tmp_path_factory.mktemp("kube-labels")
     kubeconfig = fake.kubeconfig(str(workdir / "kubeconfig"), NAMESPACE)
