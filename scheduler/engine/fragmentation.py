@@ -153,6 +153,9 @@ def recent_workload(
     )
 
 
+MEMO_LIMIT = 200_000
+"""Node states a table remembers before it starts again (a few tens of MB at most)."""
+
 ScoreKey = tuple[int, int, int, int]
 """(cpu_milli, memory_mib, gpu_milli, num_gpu): what decides a request's effect on a node."""
 
@@ -262,6 +265,8 @@ class FragmentationTable:
         delta, pick = self._compute(array, cpu, mem, model, self._k[done:])
         if hit is not None:
             delta, pick = np.concatenate((hit[0], delta)), np.concatenate((hit[1], pick))
+        if len(self._memo) >= MEMO_LIMIT:
+            self._memo.clear()  # a long-lived service meets ever new states: stay bounded
         self._memo[memo_key] = (delta, pick)
         return delta, pick
 

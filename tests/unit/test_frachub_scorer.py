@@ -187,3 +187,13 @@ def test_a_new_target_workload_is_a_new_scorer_an_equal_one_is_the_same() -> Non
     fed = scorer.with_workload(shapes)
     assert fed is not scorer and fed.workload == shapes
     assert fed.with_workload(shapes) is fed
+
+
+def test_the_memo_stays_bounded(monkeypatch) -> None:
+    from scheduler.engine import fragmentation
+
+    monkeypatch.setattr(fragmentation, "MEMO_LIMIT", 5)
+    table = fragmentation.FragmentationTable(DEFAULT_SHAPES, ["m"], [(0, 0, 500, 1)])
+    for free in range(0, 1000, 50):
+        table.row([free, MILLI], 0, 0, 0)
+        assert len(table._memo) <= 5
