@@ -112,8 +112,10 @@ class LocalBackend(LoggingConfigurable):
         default_value=[{"name": "local", "gpus": 2, "gpu_memory_gib": 80, "model": "declared"}],
         help="""Nodes to schedule onto when NVML is not used: a list of
         ``{"name": str, "gpus": positive int, "gpu_memory_gib": number (default 80),
-        "model": str (default "declared")}``. Every job still runs on this machine; declared
-        GPUs get the UUIDs ``GPU-declared-<node>-<index>``.""",
+        "model": str (default "declared"), "labels": {str: str} (optional topology, e.g.
+        ``{"topology.kubernetes.io/zone": "a"}``; gangs prefer nodes whose labels all match)}``.
+        Every job still runs on this machine; declared GPUs get the UUIDs
+        ``GPU-declared-<node>-<index>``.""",
     ).tag(config=True)
 
     inventory_refresh_seconds = Float(

@@ -70,22 +70,30 @@ def quota_refusal(
 class Failures:
     """Request shapes that found no idle room. Idle capacity only shrinks until an eviction
     frees some (the cycle then clears this), so meanwhile any request at least as large fails
-    too and need not be placed again."""
+    too and need not be placed again, if it may use no GPU model the failed one could not."""
 
-    shapes: list[tuple[bool, int, int, int, int]] = field(default_factory=list)
+    shapes: list[tuple[bool, int, int, int, int, frozenset[str]]] = field(default_factory=list)
 
     @staticmethod
-    def shape(workload: Workload) -> tuple[bool, int, int, int, int] | None:
+    def shape(workload: Workload) -> tuple[bool, int, int, int, int, frozenset[str]] | None:
         request = workload.request
         if request.gpu_memory_mib is not None:
             return None
         size = request.whole_gpus * MILLI if request.whole_gpus else round(request.gpus * MILLI)
-        return (request.is_fraction, size, request.replicas, request.cpu_milli, request.memory_mib)
+        return (
+            request.is_fraction,
+            size,
+            request.replicas,
+            request.cpu_milli,
+            request.memory_mib,
+            request.gpu_models,
+        )
 
-    def known(self, shape: tuple[bool, int, int, int, int] | None) -> bool:
+    def known(self, shape: tuple[bool, int, int, int, int, frozenset[str]] | None) -> bool:
         return shape is not None and any(
             failed[0] == shape[0]
-            and all(a >= b for a, b in zip(shape[1:], failed[1:], strict=True))
+            and all(a >= b for a, b in zip(shape[1:5], failed[1:5], strict=True))
+            and (not failed[5] or (shape[5] and shape[5] <= failed[5]))
             for failed in self.shapes
         )
 
@@ -185,7 +193,7 @@ def _limited(session: Session, workload: Workload, size: int) -> bool:
 
 def _no_room(session: Session, workload: Workload) -> Outcome:
     """Capacity is missing; evictions can only help if an empty node could hold it."""
-    ever = fits_somewhere_ever(session.ledger.shapes, workload.request)
+    ever = fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request)
     return Outcome(reasons.no_room(session, workload), capacity=ever)
 
 
@@ -338,6 +346,8 @@ class _Search:
         need = MILLI if request.whole_gpus else round(request.gpus * MILLI)  # per GPU
         count = max(request.whole_gpus, 1)
         for n in nodes:
+            if not request.allows(ledger.nodes[n].gpu_model):
+                continue
             gpus, host = self._tallied[n]
             cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
             if cpu is not None and cpu + host[0] < request.cpu_milli:

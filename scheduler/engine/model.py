@@ -96,6 +96,12 @@ class Request:
     replicas: int = 1
     cpu_milli: int = 0
     memory_mib: int = 0
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models the replicas may run on (any of them); empty means any model."""
+
+    def allows(self, gpu_model: str) -> bool:
+        """May a replica use a GPU of this model?"""
+        return not self.gpu_models or gpu_model in self.gpu_models
 
     @property
     def whole_gpus(self) -> int:

@@ -58,6 +58,8 @@ def beyond_deserved(session: Session, name: str, workload: Workload, used: float
 def no_room(session: Session, workload: Workload) -> str:
     """Nothing fits now; says whether it ever could on this cluster."""
     request = workload.request
+    if request.gpu_models:
+        return _no_room_on_models(session, workload)
     ledger = session.ledger
     if request.gpu_memory_mib is not None:
         need = f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
@@ -160,3 +162,36 @@ def evicted(decision: Evict | Move) -> str:
         f"{text}; {span(decision.lost_seconds)} since last checkpoint lost "
         f"({gpu_hours(decision.lost_gpu_seconds)})"
     )
+
+
+def _no_room_on_models(session: Session, workload: Workload) -> str:
+    """Held for its GPU model: the numbers are those of the GPUs it may use, and it says so."""
+    request = workload.request
+    ledger = session.ledger
+    models = " or ".join(sorted(request.gpu_models))
+    held = f"waits for a GPU of model {models} (its gpu_model)"
+    mine = [n for n, node in enumerate(ledger.nodes) if node.gpu_model in request.gpu_models]
+    if not any(ledger.nodes[n].gpus for n in mine):
+        have = ", ".join(sorted(ledger.models)) or "no GPUs"
+        return (
+            f"needs a GPU of model {models} (its gpu_model); this cluster has only {have}, "
+            "so it can never start"
+        )
+    if request.whole_gpus:
+        need = f"{request.whole_gpus} GPUs on one node" if request.whole_gpus > 1 else "1 GPU"
+        most = max(ledger.whole_free[n] for n in mine)
+        where = f"the most wholly free on any {models} node is {most}"
+    elif request.is_fraction:
+        need = (
+            f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
+            if request.gpu_memory_mib is not None
+            else f"{request.gpus:g} of a GPU"
+        )
+        most = max(max(ledger.free[n], default=0) for n in mine)
+        where = f"the most free on any {models} GPU is {most / MILLI:g} of a GPU"
+    else:
+        return f"{held}: no {models} node has the CPU or memory free"
+    if request.replicas > 1:
+        need = f"{request.replicas} replicas × {need}, all at once"
+    elsewhere = "; other models do not count" if ledger.models - request.gpu_models else ""
+    return f"{held}: needs {need}; {where}{elsewhere}"

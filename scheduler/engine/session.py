@@ -16,12 +16,15 @@ a cascade that never settles under a grace period.
 from __future__ import annotations
 
 import bisect
+import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from scheduler.engine import reasons
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
+from scheduler.engine.fragmentation import recent_workload
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import (
     MILLI,
@@ -118,6 +121,24 @@ class Policy:
     immediate_evictions: bool = True
     """False when evicted work keeps its GPUs for a grace period: whatever is placed on them
     is reserved, not started, until the driver reports the evicted work gone."""
+
+    def for_snapshot(self, snapshot: Snapshot) -> Policy:
+        """This policy with the scorer's target workload taken from the cluster's own recent
+        requests: the latest :data:`RECENT_REQUESTS` workloads of ``snapshot`` by submission.
+
+        FGD-style placement keeps room for the shapes the cluster expects; a cluster's own
+        requests say that better than any fixed guess. The same policy comes back while
+        the mix stays the same, so a scorer's memo lives across cycles.
+        """
+        sizes = Counter(node.gpu_memory_mib for node in snapshot.nodes if node.gpus)
+        memory = sizes.most_common(1)[0][0] if sizes else 80 * 1024
+        recent = heapq.nlargest(RECENT_REQUESTS, snapshot.workloads, key=lambda w: w.seq)
+        scorer = self.scorer.with_workload(recent_workload((w.request for w in recent), memory))
+        return self if scorer is self.scorer else replace(self, scorer=scorer)
+
+
+RECENT_REQUESTS = 1000
+"""How many of the latest workloads describe the cluster's target workload."""
 
 
 @dataclass

@@ -191,6 +191,7 @@ class Runner:
                 self.submit(seq, spec, now)
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.snapshot()
+            self.policy = self.policy.for_snapshot(snapshot)  # target: the requests so far
             self.result = run_cycle(snapshot, now, self.policy)
             if not self.result.decisions:
                 break

@@ -30,8 +30,10 @@ from scheduler.engine.lifecycle import WorkloadState
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     InvalidSpec,
+    gpu_model_field,
     gpus_field,
     integer_field,
+    labels_field,
     list_field,
     mapping_field,
     name_field,
@@ -154,9 +156,7 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
     memory = number_field(entry, "gpu_memory_gib", where, 80, strictly_positive=True)
     cpu = number_field(entry, "cpu", where, None, optional=True)
     ram = number_field(entry, "memory_gib", where, None, optional=True)
-    labels = entry.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(isinstance(k, str) for k in labels):
-        raise InvalidSpec(f"{where}.labels", "must be a mapping of label names to values")
+    labels = labels_field(entry, where)
     model = entry.get("gpu_model", "")
     if not isinstance(model, str):
         raise InvalidSpec(f"{where}.gpu_model", "must be a string")
@@ -169,7 +169,7 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
             gpu_model=model,
             cpu_milli=None if cpu is None else round(cpu * 1000),
             memory_mib=None if ram is None else round(ram * 1024),
-            labels={str(k): str(v) for k, v in labels.items()},
+            labels=labels,
         )
         for node_name in names
     ]
@@ -205,6 +205,7 @@ _WORKLOAD_FIELDS = (
     "cpu",
     "memory_gib",
     "checkpoint_interval_seconds",
+    "gpu_model",
 )
 
 
@@ -249,6 +250,7 @@ def _workloads(
             replicas=replicas,
             cpu_milli=round(cpu * 1000),
             memory_mib=round(ram * 1024),
+            gpu_models=gpu_model_field(entry, where),
         )
         preemptible = entry.get("preemptible")
         if preemptible is not None and not isinstance(preemptible, bool):

@@ -244,7 +244,10 @@ class SchedulingLoop:
         result = None
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
-            result = run_cycle(self.snapshot(), now, self.policy)
+            snapshot = self.snapshot()
+            # the placement's target workload: the cluster's own recent requests
+            self.policy = self.policy.for_snapshot(snapshot)
+            result = run_cycle(snapshot, now, self.policy)
             if not result.decisions:
                 break
             await self._carry_out(self.lifecycle.apply(result, now), now)

@@ -37,6 +37,7 @@ from scheduler.fields import (
     MAX_REPLICAS,
     QUEUE_FIELDS,
     InvalidSpec,
+    gpu_model_field,
     gpus_field,
     integer_field,
     mapping_field,
@@ -58,6 +59,7 @@ SUBMIT_FIELDS = (
     "env",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "replicas",
     "priority",
     "kind",
@@ -71,6 +73,7 @@ ALLOCATE_FIELDS = (
     "project",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "preemptible",
     "idle_timeout_seconds",
 )
@@ -112,6 +115,8 @@ class Submission:
     preemptible: bool
     max_runtime: float | None
     min_runtime: float | None
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models it may run on (``gpu_model``); empty: any."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class AllocationRequest:
     idle_timeout: float | None = None
     """Seconds of idleness after which the server is stopped; None: never (the profile's
     limit, which the spawner sends)."""
+    gpu_models: frozenset[str] = frozenset()
 
 
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -272,6 +278,7 @@ def parse_submission(document: Any) -> Submission:
         min_runtime=number_field(
             body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
         ),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -292,6 +299,7 @@ def parse_allocation(document: Any) -> AllocationRequest:
         gpu_memory_mib=memory_mib,
         preemptible=_bool(body, "preemptible", False),
         idle_timeout=_idle_timeout(body),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -329,14 +337,18 @@ def never_starts(
         name="new",
         queue=project,
         kind=Kind.INTERACTIVE,
-        request=Request(gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib),
+        request=Request(
+            gpus=request.gpus or 0.0,
+            gpu_memory_mib=request.gpu_memory_mib,
+            gpu_models=request.gpu_models,
+        ),
         priority=default_priority(Kind.INTERACTIVE, request.preemptible),
         preemptible=request.preemptible,
         submitted_at=0.0,
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if not fits_somewhere_ever(session.ledger.shapes, workload.request):
+    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
         return f"a notebook that {reasons.no_room(session, workload)}"
     if request.preemptible:
         return None  # preemptible notebooks may borrow beyond the quota
@@ -377,6 +389,7 @@ def job_never_fits(
             gpus=submission.gpus or 0.0,
             gpu_memory_mib=submission.gpu_memory_mib,
             replicas=submission.replicas,
+            gpu_models=submission.gpu_models,
         ),
         priority=submission.priority,
         preemptible=submission.preemptible,
@@ -384,7 +397,7 @@ def job_never_fits(
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if fits_somewhere_ever(session.ledger.shapes, workload.request):
+    if fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
         return None
     return f"a job that {reasons.no_room(session, workload)}"
 

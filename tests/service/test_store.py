@@ -35,7 +35,7 @@ def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
     )
     store.close()
     with sqlite3.connect(tmp_path / "old.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
 
 
 def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> None:
@@ -64,12 +64,13 @@ def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> 
     assert record.placement[0].gpus[0].milli == 500
     assert (record.idle_timeout, record.last_activity, record.idle_stop_at) == (None, None, None)
     assert record.idle_warning is None
+    assert record.gpu_model is None  # 0004: any GPU model
     record.idle_timeout = 3600.0
     record.idle_warning = "idle since 14:05 UTC; ..."
     store.commit()
     store.close()
     with sqlite3.connect(tmp_path / "v2.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
         row = db.execute("SELECT idle_timeout, idle_warning FROM workloads").fetchone()
         assert row == (3600.0, "idle since 14:05 UTC; ...")
 

@@ -220,7 +220,7 @@ def test_spread_uses_the_quietest_gpu() -> None:
 
 
 def test_unknown_scorer_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="choose one of: frag, pack, spread"):
+    with pytest.raises(ValueError, match="choose one of: frachub, pack, spread"):
         scorer_named("best")
 
 
@@ -290,7 +290,7 @@ def test_forks_chain_through_their_own_decisions() -> None:
     assert chained.decisions == fresh.decisions
 
 
-def test_frag_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> None:
+def test_frachub_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> None:
     """0.75 of a GPU: on the half-used node it strands 0.5 GPU that quarter notebooks can
     still use; on the empty node it would break up two GPUs that 2-GPU jobs need."""
     snapshot = Snapshot(
@@ -298,7 +298,7 @@ def test_frag_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> Non
         (Queue("lab", deserved_gpus=4),),
         (running("q", "a", [(0, 750)]), workload("new", gpus=0.75, seq=2)),
     )
-    (start,) = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("frag"))).decisions
+    (start,) = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("frachub"))).decisions
     assert start.placement[0].node == "a"
     assert start.placement[0].gpus == (GpuShare(1, 750),)
 

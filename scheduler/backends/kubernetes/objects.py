@@ -78,6 +78,15 @@ def reservation_name(node: str, index: int) -> str:
 # --- inventory ------------------------------------------------------------------------------
 
 
+TOPOLOGY_LABELS = (
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "nvidia.com/gpu.clique",
+)
+"""Node labels kept as the engine's topology: gangs prefer nodes that share all of them.
+(The GPU model, ``nvidia.com/gpu.product``, becomes the node's GPU model.)"""
+
+
 def node_ready(node: Obj) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -92,7 +101,8 @@ def inventory_from(
 ) -> Inventory:
     """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
     ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
-    the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``). Nodes not
+    the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``); the
+    :data:`TOPOLOGY_LABELS` a node has become its engine labels. Nodes not
     Ready, cordoned, or without GPUs are left out. A GPU's UUID is the one its reservation pod
     reported, else ``GPU-unreserved-<node>-<index>`` (whole-GPU pods get theirs from the device
     plugin and never use it)."""
@@ -115,7 +125,10 @@ def inventory_from(
         memory = int(labels.get("nvidia.com/gpu.memory") or default_memory_mib)
         model = labels.get("nvidia.com/gpu.product", "unknown")
         name = meta["name"]
-        out_nodes.append(Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model))
+        topology = {key: labels[key] for key in TOPOLOGY_LABELS if labels.get(key)}
+        out_nodes.append(
+            Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model, labels=topology)
+        )
         for index in range(count):
             uuid = reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
             gpus.append(Gpu(name, index, uuid, model, memory))

@@ -133,6 +133,7 @@ class WorkloadListHandler(WorkloadAccess):
             env=submission.env,
             gpus=submission.gpus,
             gpu_memory_mib=submission.gpu_memory_mib,
+            gpu_model=sorted(submission.gpu_models) or None,
             replicas=submission.replicas,
             priority=submission.priority,
             preemptible=submission.preemptible,
