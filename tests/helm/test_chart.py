@@ -34,6 +34,7 @@ WORKLOAD_RULES = {
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get"},
 }
 LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 NODE_RULES = {("", "nodes"): {"get", "list", "watch"}}
@@ -210,7 +211,7 @@ def test_the_config_map_holds_the_projects_from_values(case, chart):
         ]
     )
     backend = settings["KubernetesBackend"]
-    assert backend["sharing"] == merged(chart, values)["sharing"]
+    assert backend["sharing_mode"] == merged(chart, values)["sharing"]
     assert settings["FracHubService"]["backend_class"].endswith(".KubernetesBackend")
 
 
@@ -335,16 +336,15 @@ def test_priority_classes_follow_the_workload_kinds(chart):
         "frachub-inference": 125,
         "frachub-training": 50,
     }
-    named = config(documents)["KubernetesBackend"]["priority_classes"]
-    assert set(named.values()) == set(classes)
+    backend = config(documents)["KubernetesBackend"]
+    assert backend["priority_class"] == "frachub-training"
+    assert backend["reservation_priority_class"] == "frachub-notebook"
 
 
 def test_priority_classes_can_be_left_to_another_release(chart):
     documents = render(chart, CASES["custom-projects"])
     assert by_kind(documents, "PriorityClass") == []
-    assert config(documents)["KubernetesBackend"]["priority_classes"]["training"] == (
-        "frachub-training"
-    )
+    assert config(documents)["KubernetesBackend"]["priority_class"] == "frachub-training"
 
 
 def test_values_files_directory_is_not_empty():

@@ -210,6 +210,104 @@ def json_patch(target: Obj, operations: list[Obj]) -> Obj:
     return result
 
 
+def _tolerates(toleration: Obj, taint: Obj) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+def _untolerated(node: Obj, tolerations: list[Obj]) -> str:
+    """The first NoSchedule/NoExecute taint of ``node`` no toleration matches, or ""."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
+    return ""
+
+
+def _extended_resource_toleration(spec: Obj) -> None:
+    """The ExtendedResourceToleration admission plugin: a pod asking an extended resource
+    (``nvidia.com/gpu``) tolerates the taint of the same key."""
+    names = set()
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            names.update(n for n in (resources.get(part) or {}) if "/" in n)
+    for name in sorted(names):
+        toleration = {"key": name, "operator": "Exists", "effect": "NoSchedule"}
+        if toleration not in (spec.get("tolerations") or []):
+            spec.setdefault("tolerations", []).append(toleration)
+
+
+# --- authorization (RBAC) -------------------------------------------------------------------
+
+# z2jh's hub Role (jupyterhub/zero-to-jupyterhub-k8s, templates/hub/rbac.yaml, 3.x and 4.x):
+# what FracKubeSpawner may do in the notebooks' namespace. No patch, no pods/log.
+Z2JH_HUB_RULES: list[Obj] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+
+def rules_for_service_account(
+    documents: list[Obj], namespace: str, name: str
+) -> list[tuple[str | None, Obj]]:
+    """(namespace or None for cluster-wide, rule) of every Role and ClusterRole that the
+    RoleBindings and ClusterRoleBindings in ``documents`` (rendered manifests) grant the
+    service account ``namespace/name``."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in documents
+        if d.get("kind") in ("Role", "ClusterRole")
+    }
+    out: list[tuple[str | None, Obj]] = []
+    for binding in documents:
+        if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == name
+            and s.get("namespace") == namespace
+            for s in binding.get("subjects") or []
+        ):
+            continue
+        ref = binding["roleRef"]
+        bound_ns = (
+            binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        )
+        role = roles.get(
+            (ref["kind"], bound_ns or "" if ref["kind"] == "Role" else "", ref["name"])
+        )
+        if role is None:
+            continue
+        out.extend((bound_ns, rule) for rule in role.get("rules") or [])
+    return out
+
+
+def _allowed(
+    rules: list[tuple[str | None, Obj]], verb: str, group: str, resource: str, namespace: str
+) -> bool:
+    for scope, rule in rules:
+        if scope is not None and scope != namespace:
+            continue
+        if (
+            group in rule.get("apiGroups", [])
+            and resource in rule.get("resources", [])
+            and verb in rule.get("verbs", [])
+        ):
+            return True
+    return False
+
+
 # --- the server ---------------------------------------------------------------------------
 
 
@@ -248,6 +346,8 @@ class FakeKube:
         self._watchers: set[_Watcher] = set()
         self._faults: list[dict[str, Any]] = []
         self._devices: dict[str, list[str]] = {}  # pod uid -> GPU uuids
+        self._logs: dict[str, list[str]] = {}  # pod uid -> lines its container printed
+        self._tokens: dict[str, tuple[str, list[tuple[str | None, Obj]]]] = {}
         self._job_counted: dict[str, set[str]] = {}  # job uid -> pod uids counted
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
@@ -304,13 +404,14 @@ class FakeKube:
         self._thread.join(5)
         self._loop = None
 
-    def kubeconfig(self, path: str, namespace: str = "default") -> str:
-        """Write a kubeconfig for this server to ``path`` and return the path."""
+    def kubeconfig(self, path: str, namespace: str = "default", token: str = "fake-token") -> str:
+        """Write a kubeconfig for this server to ``path`` and return the path; ``token`` is
+        the bearer token (an admin unless ``grant`` limited it)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "fake",
@@ -349,6 +450,7 @@ class FakeKube:
         product: str = "NVIDIA-A100-SXM4-80GB",
         labels: dict[str, str] | None = None,
         gfd: bool = True,
+        taints: list[Obj] | None = None,
     ) -> None:
         """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does."""
         all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
@@ -365,7 +467,7 @@ class FakeKube:
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
         node = {
             "metadata": {"name": name, "labels": all_labels},
-            "spec": {},
+            "spec": {"taints": list(taints)} if taints else {},
             "status": {
                 "capacity": dict(resources),
                 "allocatable": dict(resources),
@@ -392,6 +494,21 @@ class FakeKube:
     def exit_on_sigterm(self, namespace: str, name: str) -> None:
         """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
         self.call(self._terminate, namespace, name, 143, "SIGTERM")
+
+    def grant(self, token: str, user: str, rules: list[tuple[str | None, Obj]]) -> None:
+        """Requests with ``token`` may do only what ``rules`` allow ((namespace or None for
+        cluster-wide, PolicyRule)); anything else is 403 Forbidden, worded as RBAC words it.
+        Tokens never granted are cluster admins."""
+        self.call(self._tokens.__setitem__, token, (user, list(rules)))
+
+    def write_log(self, namespace: str, name: str, text: str) -> None:
+        """What the pod's container prints (read back through ``pods/log``)."""
+
+        def run() -> None:
+            uid = self._get("pods", namespace, name)["metadata"]["uid"]
+            self._logs.setdefault(uid, []).extend(text.splitlines())
+
+        self.call(run)
 
     def compact(self) -> None:
         """Forget the watch history, so a watch from any older resourceVersion gets 410."""
@@ -515,6 +632,7 @@ class FakeKube:
         spec = obj.setdefault("spec", {}) if plural in ("pods", "jobs", "services") else None
         if plural == "pods":
             assert spec is not None
+            _extended_resource_toleration(spec)
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("restartPolicy", "Always")
             obj.setdefault("status", {})["phase"] = "Pending"
@@ -705,6 +823,10 @@ class FakeKube:
             if not ready or any(
                 labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()
             ):
+                continue
+            untolerated = _untolerated(node, spec.get("tolerations") or [])
+            if untolerated:
+                reasons.append(f"node {name}: untolerated taint {untolerated}")
                 continue
             used = sum(
                 self._gpu_request(other)
@@ -1021,9 +1143,37 @@ class _Handler(web.RequestHandler):
                 return
         try:
             plural, namespace, name, sub = self._parse()
+            self._authorize(method, plural, namespace, name, sub)
             await getattr(self, f"_{method.lower()}")(plural, namespace, name, sub)
         except ApiError as error:
             self._send(error.status(), error.code)
+
+    def _authorize(
+        self, method: str, plural: str, namespace: str, name: str | None, sub: str | None
+    ) -> None:
+        header = self.request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip()
+        if token not in self.fake._tokens:
+            return
+        user, rules = self.fake._tokens[token]
+        parts = [p for p in urlparse(self.request.path).path.split("/") if p]
+        group = "" if parts[0] == "api" else parts[1]
+        if method == "GET":
+            watching = self._query().get("watch", "").lower() in ("true", "1")
+            verb = "get" if name is not None else ("watch" if watching else "list")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
+            verb = verb or ("delete" if name is not None else "deletecollection")
+        resource = f"{plural}/{sub}" if sub else plural
+        if not _allowed(rules, verb, group, resource, namespace):
+            where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+            target = f'{plural} "{name}"' if name else plural
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+                f'in API group "{group}"{where}',
+            )
 
     async def get(self, _path: str) -> None:
         await self._dispatch("GET")
@@ -1042,6 +1192,9 @@ class _Handler(web.RequestHandler):
 
     async def _get(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
         fake = self.fake
+        if plural == "pods" and sub == "log" and name is not None:
+            await self._pod_log(namespace, name)
+            return
         if name is not None:
             self._send(fake._get(plural, namespace, name))
             return
@@ -1067,6 +1220,38 @@ class _Handler(web.RequestHandler):
                 "items": items,
             }
         )
+
+    async def _pod_log(self, namespace: str, name: str) -> None:
+        """``pods/log``: text; ``tailLines``; ``follow`` streams until the pod ends."""
+        fake = self.fake
+        pod = fake._get("pods", namespace, name)
+        if not pod["spec"].get("nodeName") or (
+            pod["status"].get("phase") == "Pending" and not fake._logs.get(pod["metadata"]["uid"])
+        ):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{fake._container_name(pod)}" in pod "{name}" is waiting to start',
+            )
+        query = self._query()
+        uid = pod["metadata"]["uid"]
+        lines = list(fake._logs.get(uid, []))
+        if query.get("tailLines"):
+            lines = lines[-int(query["tailLines"]) :] if int(query["tailLines"]) else []
+        self.set_header("Content-Type", "text/plain")
+        self.write("".join(line + "\n" for line in lines))
+        if query.get("follow", "").lower() in ("true", "1"):
+            sent = len(fake._logs.get(uid, []))
+            while True:
+                await self.flush()
+                current = fake._objects.get(("pods", namespace, name))
+                new = fake._logs.get(uid, [])[sent:]
+                sent += len(new)
+                self.write("".join(line + "\n" for line in new))
+                if current is None or current["status"].get("phase") in TERMINAL:
+                    break
+                await asyncio.sleep(0.05)
+        self.finish()
 
     async def _watch(
         self, plural: str, namespace: str | None, labels: str, fields: str, query: dict[str, str]

@@ -42,6 +42,7 @@ from scheduler.backends.kubernetes.leader import LeaseElector
 from scheduler.backends.kubernetes.reservation import (
     ReservationTimeout,
     ensure_reservation,
+    report_uuid,
     utc_stamp,
 )
 from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
@@ -78,11 +79,18 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("namespace")
     def _default_namespace(self) -> str:
-        path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-        if os.path.exists(path):
-            with open(path) as f:
-                return f.read().strip()
-        return "default"
+        return _own_namespace()
+
+    lease_namespace = Unicode(
+        help="""Namespace of the leader Lease: where the scheduler's Role grants ``leases``
+        (the chart's: the release namespace, which differs from ``namespace`` when jobs run
+        elsewhere). Default: the pod's own namespace in a cluster ($POD_NAMESPACE or its
+        service account's), else ``namespace``.""",
+    ).tag(config=True)
+
+    @default("lease_namespace")
+    def _default_lease_namespace(self) -> str:
+        return os.environ.get("POD_NAMESPACE") or _own_namespace(self.namespace)
 
     sharing_mode = CaselessStrEnum(
         list(o.SHARING_MODES),
@@ -102,15 +110,17 @@ class KubernetesBackend(LoggingConfigurable):
 
     reservation_image = Unicode(
         "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-        help="""Image of reservation pods; it needs nvidia-smi and curl for the default
-        reservation_command (or set your own command).""",
+        help="""Image of reservation pods: any image with /bin/sh, sleep and head (the default
+        reservation_command asks nvidia-smi, which the NVIDIA runtime mounts, else reads the
+        device plugin's NVIDIA_VISIBLE_DEVICES). It gets no API access.""",
     ).tag(config=True)
 
     reservation_command = List(
         Unicode(),
         default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
-        help="""Command of reservation pods: it must annotate its own pod with
-        frachub.io/gpu-uuid=<the UUID of the GPU it holds> and keep running.""",
+        help="""Command of reservation pods: it must print the line
+        ``frachub.io/gpu-uuid=<UUID of the GPU it holds>`` and keep running; the scheduler
+        reads it through pods/log and annotates the pod.""",
     ).tag(config=True)
 
     reservation_timeout = Float(
@@ -125,8 +135,23 @@ class KubernetesBackend(LoggingConfigurable):
 
     service_account = Unicode(
         "",
-        help="Service account of job and reservation pods (empty: the namespace default). "
-        "Reservation pods need permission to patch their own pod.",
+        help="Service account of job pods (empty: the namespace default). Reservation pods "
+        "run without one (no API access).",
+    ).tag(config=True)
+
+    tolerations = List(
+        Dict(),
+        help="""Tolerations of job and reservation pods, e.g. [{"key": "nvidia.com/gpu",
+        "operator": "Exists", "effect": "NoSchedule"}] for tainted GPU nodes. Fractional pods
+        in reservation mode request no nvidia.com/gpu, so the ExtendedResourceToleration
+        admission plugin does not add one for them: set it here (and in KubeSpawner's
+        ``tolerations`` for notebooks).""",
+    ).tag(config=True)
+
+    runtime_class_name = Unicode(
+        "",
+        help="""runtimeClassName of job and reservation pods (e.g. "nvidia" where the NVIDIA
+        runtime is not the node's default, as KAI sets it); empty: the node's default.""",
     ).tag(config=True)
 
     priority_class = Unicode(
@@ -255,6 +280,9 @@ class KubernetesBackend(LoggingConfigurable):
         self._attempts: dict[str, _Attempt] = {}
         self._last_gc = 0.0
         self._exit_codes: dict[str, dict[str, int]] = {}
+        self._reporting: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._last_used: dict[tuple[str, int], float] = {}
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -279,6 +307,8 @@ class KubernetesBackend(LoggingConfigurable):
             reservation_image=self.reservation_image,
             reservation_command=tuple(self.reservation_command),
             reservation_priority_class=self.reservation_priority_class,
+            tolerations=tuple(self.tolerations),
+            runtime_class_name=self.runtime_class_name,
         )
 
     async def connect(self) -> None:
@@ -288,7 +318,7 @@ class KubernetesBackend(LoggingConfigurable):
         if self.leader_election:
             self.elector = LeaseElector(
                 self.kube,
-                self.namespace,
+                self.lease_namespace,
                 self.lease_name,
                 self.identity,
                 lease_seconds=self.lease_seconds,
@@ -318,14 +348,45 @@ class KubernetesBackend(LoggingConfigurable):
         )
         for informer in (self.nodes, self.pods, self.jobs):
             await informer.start()
+        self._pod_changed("RELISTED", {})  # reservation pods still to report their UUID
 
     def _pod_changed(self, kind: str, pod: dict) -> None:
-        """Keep exit codes of job pods: a deleted pod leaves the cache with its code."""
+        """Keep exit codes of job pods (a deleted pod leaves the cache with its code), and
+        write the UUID a running reservation pod printed onto it (see reservation.py)."""
         if not pod:
+            if kind == "RELISTED" and self.pods is not None:
+                for cached in list(self.pods.objects.values()):
+                    self._pod_changed("ADDED", cached)
             return
+        meta = pod["metadata"]
+        if (
+            kind != "DELETED"
+            and (meta.get("labels") or {}).get(o.COMPONENT) == o.RESERVATION
+            and o.pod_phase(pod) == "Running"
+            and not (meta.get("annotations") or {}).get(o.GPU_UUID)
+            and meta["name"] not in self._reporting
+        ):
+            self._reporting.add(meta["name"])
+            task = asyncio.get_running_loop().create_task(self._report_uuid(pod))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         owner, code = o.owner_job(pod), o.pod_exit_code(pod)
         if owner is not None and code is not None:
             self._exit_codes.setdefault(owner, {})[pod["metadata"]["name"]] = code
+
+    async def _report_uuid(self, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        try:
+            for attempt in range(20):  # the line may come a moment after Running
+                if self.kube is None or await report_uuid(self.kube, self.namespace, pod):
+                    return
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+            self.log.warning("reservation pod %s printed no GPU UUID", name)
+        except KubeError as error:
+            if error.status != 404:
+                self.log.warning("reading the GPU UUID of %s failed: %s", name, error)
+        finally:
+            self._reporting.discard(name)
 
     def _lost_lease(self) -> None:
         self.leadership_lost.set()
@@ -383,6 +444,7 @@ class KubernetesBackend(LoggingConfigurable):
             await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
             base = f"{base}-{int(time.time() * 1000) % 100000}"
             existing = []
+        await self._check_home_claims(job)
         names = o.job_names(job.placement, base)
         gang = len(job.placement) > 1
         service = base if gang else None
@@ -529,6 +591,8 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def close(self) -> None:
         """Stop watching and give the Lease back; running jobs go on."""
+        for task in list(self._tasks):
+            task.cancel()
         for informer in (self.nodes, self.pods, self.jobs):
             if informer is not None:
                 await informer.stop()
@@ -595,6 +659,49 @@ class KubernetesBackend(LoggingConfigurable):
                 if error.status != 404:
                     raise
 
+    async def _check_home_claims(self, job: JobSpec) -> None:
+        """A ReadWriteOnce claim (z2jh's default home) attaches to one node: a gang across
+        nodes, or a job on another node than a pod already using the claim, would wait in
+        ContainerCreating (Multi-Attach) forever. Refuse those starts with words instead."""
+        kube, _, pods, _ = self._require()
+        nodes = sorted({replica.node for replica in job.placement})
+        for volume in o.format_template(list(self.home_volumes), **o.user_fields(job.user)):
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+            try:
+                pvc = await kube.call(
+                    kube.core.read_namespaced_persistent_volume_claim, claim, self.namespace
+                )
+            except KubeError as error:
+                if error.status in (403, 404):  # not ours to read, or not made yet
+                    continue
+                raise
+            modes = set((pvc.get("spec") or {}).get("accessModes") or [])
+            if modes & {"ReadWriteMany", "ReadOnlyMany"}:
+                continue
+            held = sorted(
+                {
+                    pod["spec"]["nodeName"]
+                    for pod in pods.objects.values()
+                    if pod.get("spec", {}).get("nodeName")
+                    and o.pod_live(pod)
+                    and any(
+                        (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+                        for v in pod["spec"].get("volumes") or []
+                    )
+                }
+            )
+            where = set(nodes) | set(held)
+            if len(where) > 1:
+                raise BackendError(
+                    f"the home volume claim {claim} is {'/'.join(sorted(modes)) or 'ReadWriteOnce'}"
+                    f": it cannot be mounted on {', '.join(sorted(where))} at once"
+                    + (f" (pods on {', '.join(held)} use it)" if held else "")
+                    + "; give jobs ReadWriteMany storage (KubernetesBackend.home_volumes, "
+                    "docs/kubernetes.md)"
+                )
+
     async def _reserve(self, job: JobSpec) -> dict[tuple[str, int], str]:
         """Reservation mode: the UUID of every GPU the job shares (reservation pods)."""
         if self.sharing_mode != "reservation":
@@ -605,7 +712,7 @@ class KubernetesBackend(LoggingConfigurable):
         for node, index in wanted:
             try:
                 uuids[(node, index)] = await ensure_reservation(
-                    kube, self.settings, node, index, self.reservation_timeout
+                    kube, self.settings, node, index, self.reservation_timeout, scheduler=True
                 )
             except ReservationTimeout as error:
                 raise BackendError(str(error)) from error
@@ -798,13 +905,19 @@ class KubernetesBackend(LoggingConfigurable):
             if (pod["metadata"].get("labels") or {}).get(o.COMPONENT) == o.RESERVATION
         ]
         wall = time.time()
+        for key in used:
+            self._last_used[key] = wall
         for pod in reservations:
             annotations = pod["metadata"].get("annotations") or {}
             key = (annotations.get(o.NODE, ""), int(annotations.get(o.GPU_INDEX, -1)))
             if key in used:
                 continue
-            claimed = _parse_time(annotations.get(o.CLAIMED, ""))
-            if claimed is not None and wall - claimed < self.reservation_linger_seconds:
+            # a spawner finds a reservation without stamping it (z2jh's hub Role cannot
+            # patch pods): keep it for the linger after its last use as well as its claim
+            claimed = max(
+                _parse_time(annotations.get(o.CLAIMED, "")) or 0.0, self._last_used.get(key, 0.0)
+            )
+            if wall - claimed < self.reservation_linger_seconds:
                 continue
             self.log.info("releasing the unused reservation %s", pod["metadata"]["name"])
             with contextlib.suppress(KubeError):
@@ -839,6 +952,15 @@ class KubernetesBackend(LoggingConfigurable):
         if not jobs:
             return None
         return _Attempt(workload_id, name, jobs, str(service) if service else None, shares)
+
+
+def _own_namespace(fallback: str = "default") -> str:
+    """The pod's namespace in a cluster (its service account's), else ``fallback``."""
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip() or fallback
+    return fallback
 
 
 def _parse_time(text: str) -> float | None:

@@ -86,6 +86,11 @@ class Kube:
 
     async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Obj:
         """``fn(*args, **kwargs)`` as a dict; retried on timeouts, 429 and 5xx."""
+        text = await self.text(fn, *args, **kwargs)
+        return json.loads(text) if text else {}
+
+    async def text(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> str:
+        """The body of ``fn(*args, **kwargs)`` as text (``read_namespaced_pod_log``)."""
         for attempt in range(self.retries + 1):
             try:
                 response = await fn(
@@ -93,9 +98,12 @@ class Kube:
                 )
                 async with response:
                     text = await response.text()
-                body = json.loads(text) if text else {}
                 if response.status < 300:
-                    return body
+                    return text
+                try:
+                    body = json.loads(text) if text else {}
+                except ValueError:
+                    body = {}
                 error = KubeError(
                     response.status,
                     str(body.get("reason") or response.reason),
@@ -104,11 +112,15 @@ class Kube:
                 if response.status not in RETRIED_STATUS or attempt == self.retries:
                     raise error
                 problem: Exception = error
+                delay = backoff(attempt)
+                retry_after = response.headers.get("Retry-After", "")
+                if response.status == 429 and retry_after.isdigit():
+                    delay = max(delay, min(float(retry_after), 30.0))
             except (TimeoutError, aiohttp.ClientError) as e:
                 if attempt == self.retries:
                     raise KubeError(0, "Unreachable", f"{type(e).__name__}: {e}") from e
                 problem = e
-            delay = backoff(attempt)
+                delay = backoff(attempt)
             self.log.warning(
                 "Kubernetes API %s failed (%s); retrying in %.1fs", fn.__name__, problem, delay
             )

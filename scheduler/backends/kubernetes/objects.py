@@ -148,6 +148,26 @@ class PodSettings:
     reservation_image: str = ""
     reservation_command: Sequence[str] = ()
     reservation_priority_class: str = ""
+    tolerations: Sequence[Obj] = ()
+    runtime_class_name: str = ""
+
+
+def user_fields(username: str) -> dict[str, str]:
+    """The ``{username}``-style fields of volume templates, expanded as KubeSpawner (>= 7)
+    expands them for a user's default server, so ``claim-{username}`` names the claim z2jh
+    made for ``a@b.org``: ``username`` and ``user_server`` are KubeSpawner's safe slug,
+    ``escaped_username`` its legacy (< 7) escaping, ``unescaped_username`` the name itself."""
+    from kubespawner.slugs import escape_slug, safe_slug
+
+    safe = safe_slug(username, max_length=48)
+    return {
+        "username": safe,
+        "user_server": safe,
+        "safe_username": safe,
+        "escaped_username": escape_slug(username),
+        "unescaped_username": username,
+        "servername": "",
+    }
 
 
 def format_template(value: Any, **names: str) -> Any:
@@ -285,8 +305,9 @@ def job_manifests(
             env.pop("LOCAL_RANK")
         pod_labels = {**labels, GROUP: str(number), ATTEMPT_NAME: base}
         limits = gpu_resources(settings.sharing, replica, job.gpu_memory_mib)
-        volumes = [format_template(v, username=job.user) for v in settings.volumes]
-        mounts = [format_template(m, username=job.user) for m in settings.volume_mounts]
+        fields = user_fields(job.user)
+        volumes = [format_template(v, **fields) for v in settings.volumes]
+        mounts = [format_template(m, **fields) for m in settings.volume_mounts]
         container: Obj = {
             "name": "job",
             "image": settings.image,
@@ -317,6 +338,7 @@ def job_manifests(
             pod_spec["priorityClassName"] = settings.priority_class
         if settings.scheduler_name:
             pod_spec["schedulerName"] = settings.scheduler_name
+        add_node_settings(pod_spec, settings)
         annotations = {
             USER: job.user,
             PROJECT: job.project,
@@ -347,6 +369,16 @@ def job_manifests(
             }
         )
     return manifests
+
+
+def add_node_settings(spec: Obj, settings: PodSettings) -> None:
+    """Tolerations (tainted GPU nodes) and runtimeClassName (e.g. ``nvidia``) of a pod spec.
+    A fractional pod in reservation mode requests no ``nvidia.com/gpu``, so the
+    ExtendedResourceToleration admission plugin adds it no toleration: it needs these."""
+    if settings.tolerations:
+        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.runtime_class_name:
+        spec["runtimeClassName"] = settings.runtime_class_name
 
 
 def admit_patch(node: str, settings: PodSettings) -> Obj:
@@ -391,14 +423,6 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
         "name": "reserve",
         "image": settings.reservation_image or settings.image,
         "resources": {"limits": {GPU: "1"}},
-        "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {
-                "name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            },
-            {"name": "FRACHUB_UUID_ANNOTATION", "value": GPU_UUID},
-        ],
     }
     if settings.reservation_command:
         container["command"] = list(settings.reservation_command)
@@ -407,9 +431,11 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
         "terminationGracePeriodSeconds": 0,
         "nodeSelector": {settings.node_label: node},
         "containers": [container],
+        # the program only prints the UUID; the scheduler reads it through pods/log
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
     }
-    if settings.service_account:
-        spec["serviceAccountName"] = settings.service_account
+    add_node_settings(spec, settings)
     if settings.reservation_priority_class or settings.priority_class:
         spec["priorityClassName"] = settings.reservation_priority_class or settings.priority_class
     if settings.scheduler_name and settings.sharing != "hami":
@@ -433,18 +459,32 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
     }
 
 
-# The reservation pod's program, for images with Python and NVML (nvidia-ml-py) is not
-# assumed: nvidia-smi is in every image the NVIDIA runtime sets up. It patches its own pod
-# with the UUID through the API, using its service account, then sleeps.
-RESERVATION_SCRIPT = r"""set -e
-uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1)
-token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)
-curl -sf --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
-  -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
-  -X PATCH "https://kubernetes.default.svc/api/v1/namespaces/$POD_NAMESPACE/pods/$POD_NAME" \
-  -d "{\"metadata\":{\"annotations\":{\"$FRACHUB_UUID_ANNOTATION\":\"$uuid\"}}}" >/dev/null
+# The reservation pod's program needs no API access, no curl and no Python: it prints the
+# UUID of the GPU it holds and sleeps; the scheduler reads the line through ``pods/log`` and
+# annotates the pod (``frachub.io/gpu-uuid``), where FracKubeSpawner, whose z2jh hub Role
+# reads pods but not their logs, finds it. nvidia-smi is mounted by the NVIDIA container
+# runtime into every GPU container; without it, the device plugin's NVIDIA_VISIBLE_DEVICES
+# (its default "envvar" strategy) names the device.
+UUID_LINE = "frachub.io/gpu-uuid="
+RESERVATION_SCRIPT = r"""
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -n1)
+case "$uuid" in GPU-*) ;; *) uuid=${NVIDIA_VISIBLE_DEVICES%%,*} ;; esac
+case "$uuid" in
+  GPU-*) echo "frachub.io/gpu-uuid=$uuid" ;;
+  *) echo "no GPU UUID from nvidia-smi or NVIDIA_VISIBLE_DEVICES" >&2; exit 1 ;;
+esac
 exec sleep infinity
 """
+
+
+def reported_uuid(log: str) -> str | None:
+    """The UUID a reservation pod's program printed (its last ``frachub.io/gpu-uuid=`` line)."""
+    found = None
+    for line in log.splitlines():
+        line = line.strip()
+        if line.startswith(UUID_LINE) and line[len(UUID_LINE) :].startswith("GPU-"):
+            found = line[len(UUID_LINE) :]
+    return found
 
 
 # --- reading pods and jobs back -------------------------------------------------------------
