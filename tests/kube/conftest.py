@@ -90,6 +90,15 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         fake.stop()
 
 
+@pytest.fixture
+def kube_default(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
+    """KubeSpawner loads the default kubeconfig at construction (path read at import)."""
+    from kubernetes_asyncio.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", cluster.kubeconfig)
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
+
+
 def backend_for(cluster: Cluster, **traits: Any) -> KubernetesBackend:
     settings: dict[str, Any] = {
         "kubeconfig": cluster.kubeconfig,

@@ -27,7 +27,7 @@ from spawner.kube import FracKubeSpawner
 from .conftest import Cluster, eventually, run
 from .fakeapi import Z2JH_HUB_RULES, FakeKube, rules_for_service_account
 from .test_backend import exits_of, make_job, pods_of
-from .test_spawner import allocation, create, kube_default  # noqa: F401 (a fixture)
+from .test_spawner import allocation, create
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "frachub"
@@ -242,7 +242,7 @@ def test_the_hub_token_is_refused_a_patch(cluster: Cluster, hub_kubeconfig: str)
         await create(spawner)  # no scheduler runs: the reservation stays without a UUID
 
     cluster.require_fake("grants RBAC per token")
-    with pytest.raises(SpawnException, match="did not report a GPU.*is it running"):
+    with pytest.raises(SpawnException, match=r"did not report a GPU.*is it running"):
         run(scenario)
     (reservation,) = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
 

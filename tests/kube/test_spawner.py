@@ -61,15 +61,6 @@ async def create(spawner: FracKubeSpawner) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture
-def kube_default(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
-    """KubeSpawner loads the default kubeconfig at construction (path read at import)."""
-    from kubernetes_asyncio.config import kube_config
-
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", cluster.kubeconfig)
-    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
-
-
 def test_fractional_notebook_is_placed_on_the_reserved_gpu(
     cluster: Cluster, kube_default: None, backend: Any
 ) -> None:
