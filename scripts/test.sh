@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 source scripts/venv.sh test
 source scripts/proxy.sh
 source scripts/browser.sh
+source scripts/postgres.sh
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest "$@"
