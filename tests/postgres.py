@@ -9,6 +9,7 @@ scripts/postgres.sh, so CI fails rather than skips).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -105,10 +106,8 @@ class PostgresServer:
         return self
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass
         shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, database: str = "postgres") -> str:
