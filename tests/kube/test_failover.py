@@ -1,0 +1,205 @@
+"""Two scheduler replicas on one PostgreSQL database, as the chart runs them with
+``replicas: 2``: the real ``frachub service`` twice, the KubernetesBackend's Lease deciding
+which one acts. The leader is killed with SIGKILL in the middle of a burst of submissions;
+the standby takes over, adopts the running Job, and nothing acknowledged is lost or doubled.
+
+The takeover time (SIGKILL to the API answering again from the standby) is printed; with the
+Lease timing below it is about ``lease_seconds`` plus the standby's start."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from postgres import PostgresServer
+from service_client import checked, submit, wait_for, wait_state, workload
+
+from scheduler.backends.kubernetes import objects as o
+
+from .conftest import report_reserved_gpu
+from .fakeapi import FakeKube
+
+NAMESPACE = "default"
+CONFIG = """
+c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
+c.FracHubService.db_url = {db_url!r}
+c.FracHubService.queues = [{{"name": "vision", "deserved_gpus": 2}}]
+c.FracHubService.grace_period = 2
+c.FracHubService.poll_interval = 0.1
+c.FracHubService.cycle_interval = 0.5
+c.FracHubService.idle_check_interval = 0
+c.FracHubService.log_level = "INFO"
+c.FracHubService.log_format = "%(asctime)s.%(msecs)03d %(message)s"
+c.FracHubService.log_datefmt = "%H:%M:%S"
+c.KubernetesBackend.kubeconfig = {kubeconfig!r}
+c.KubernetesBackend.namespace = {namespace!r}
+c.KubernetesBackend.image = "busybox:1.36"
+c.KubernetesBackend.home_volumes = []
+c.KubernetesBackend.home_volume_mounts = []
+c.KubernetesBackend.identity = {identity!r}
+c.KubernetesBackend.lease_seconds = 3.0
+c.KubernetesBackend.lease_renew_seconds = 0.5
+c.KubernetesBackend.lease_retry_seconds = 0.2
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    if not os.environ.get("CI"):
+        if importlib.util.find_spec("jupyterhub") is None:
+            pytest.skip("jupyterhub is not installed")
+        if find_proxy() is None:
+            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
+    with Hub(tmp_path_factory.mktemp("hub")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    server = PostgresServer().start()
+    try:
+        yield server.database()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKube]:
+    cluster = FakeKube().start()
+    cluster.on_running.append(report_reserved_gpu)
+    cluster.add_node("node-a", gpus=2, memory_mib=81920)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def replica(hub: Hub, fake: FakeKube, database: str, workdir: Path, name: str) -> ServiceProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = fake.kubeconfig(str(workdir / "kubeconfig"), NAMESPACE)
+    config = CONFIG.format(
+        db_url=database, kubeconfig=kubeconfig, namespace=NAMESPACE, identity=name
+    )
+    return ServiceProcess(hub, config, workdir, env={"KUBECONFIG": kubeconfig})
+
+
+def lease_holder(fake: FakeKube) -> str | None:
+    lease = fake.get("leases", NAMESPACE, "frachub-scheduler")
+    return (lease or {}).get("spec", {}).get("holderIdentity")
+
+
+def test_the_standby_takes_over_from_a_killed_leader(
+    hub: Hub, fake: FakeKube, database: str, tmp_path: Path
+) -> None:
+    leader = replica(hub, fake, database, tmp_path / "a", "replica-a").start()
+    wait_for(lambda: lease_holder(fake) == "replica-a", 10, "replica-a leading")
+    standby = replica(hub, fake, database, tmp_path / "b", "replica-b")
+    standby.start()  # blocks in connect() for the Lease; the leader answers meanwhile
+    wait_for(
+        lambda: "waiting for the lease" in standby.log_path.read_text(),
+        60,
+        "the standby waiting for the Lease",
+    )
+    try:
+        hub.create_user("failover-alice", groups=["vision"])
+        token = hub.token_for("failover-alice")
+        headers = {"Authorization": f"token {token}"}
+        alice = httpx.Client(base_url=hub.service_url(API_PATH), headers=headers, timeout=10)
+        survivor = submit(alice, command="sleep 600", gpus=1, name="survivor")
+        wait_state(alice, survivor["id"], "running")
+        [survivor_pod] = wait_for(
+            lambda: [
+                p
+                for p in fake.objects("pods", NAMESPACE, f"{o.WORKLOAD}={survivor['id']}")
+                if o.pod_phase(p) == "Running"
+            ],
+            10,
+            "the survivor's pod running",
+        )
+
+        acknowledged: list[int] = []
+        errors: list[str] = []
+        stop = threading.Event()
+
+        def submitter() -> None:
+            with httpx.Client(base_url=str(alice.base_url), headers=headers, timeout=5) as c:
+                while not stop.is_set():
+                    try:
+                        response = c.post("workloads", json={"command": "sleep 600", "gpus": 1})
+                    except httpx.HTTPError:
+                        time.sleep(0.05)
+                        continue
+                    if response.status_code == 201:
+                        acknowledged.append(response.json()["id"])
+                    elif response.status_code in (502, 503):
+                        time.sleep(0.05)  # the proxy has no service behind it right now
+                    else:
+                        errors.append(response.text)
+
+        threads = [threading.Thread(target=submitter) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: len(acknowledged) >= 10, 30, "10 acknowledged submissions")
+        killed_at = time.monotonic()
+        leader.kill(signal.SIGKILL)
+        before_kill = len(acknowledged)
+
+        leased: list[float] = []
+
+        def answering() -> bool:
+            if not leased and lease_holder(fake) == "replica-b":
+                leased.append(time.monotonic() - killed_at)
+            try:
+                return alice.get("workloads?limit=1").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answering, 30, "the standby answering")
+        takeover = time.monotonic() - killed_at
+        assert lease_holder(fake) == "replica-b"
+        wait_for(lambda: len(acknowledged) >= before_kill + 10, 30, "submissions after")
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors[:3]
+
+        listed = checked(alice.get("workloads?limit=500")).json()
+        ids = [item["id"] for item in listed]
+        lost = set(acknowledged) - set(ids)
+        doubled = len(ids) - len(set(ids))
+        kept = workload(alice, survivor["id"])
+        assert kept["state"] == "running" and kept["restart_count"] == 0
+        assert [e["type"] for e in kept["events"]] == ["submitted", "started"]
+        jobs = fake.objects("jobs", NAMESPACE, o.MANAGED_SELECTOR)
+        names = [job["metadata"]["name"] for job in jobs]
+        per_workload = {}
+        for job in jobs:
+            key = job["metadata"]["labels"][o.WORKLOAD]
+            per_workload[key] = per_workload.get(key, 0) + 1
+        [pod] = fake.objects("pods", NAMESPACE, f"{o.WORKLOAD}={survivor['id']}")
+        running = [item for item in listed if item["state"] == "running"]
+        print(
+            f"\nfailover: the standby held the Lease {leased[0] if leased else takeover:.2f} s "
+            f"and answered {takeover:.2f} s after the leader's SIGKILL; "
+            f"{len(acknowledged)} acknowledged submissions ({before_kill} before the kill), "
+            f"{len(lost)} lost, {doubled} doubled; {len(names)} Jobs for {len(per_workload)} "
+            f"workloads"
+        )
+        assert not lost and doubled == 0
+        assert pod["metadata"]["uid"] == survivor_pod["metadata"]["uid"]  # adopted
+        assert all(count == 1 for count in per_workload.values()), per_workload
+        assert len(running) == 2  # two GPUs, whole-GPU jobs: never more than two
+        for item in listed:
+            alice.delete(f"workloads/{item['id']}")
+        alice.close()
+    finally:
+        standby.stop()
+        leader.stop()
