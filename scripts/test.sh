@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh test
+source scripts/torch.sh
 source scripts/proxy.sh
 source scripts/browser.sh
 source scripts/postgres.sh
