@@ -638,3 +638,28 @@ def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
         await second.close()
 
     run(scenario)
+
+
+def test_a_fractional_gang_on_one_node_sees_its_reserved_gpus_in_rank_order(
+    cluster: Cluster, backend: Any
+) -> None:
+    """Reservation mode names shares by UUID, so each pod of a 2 x 0.5 gang is shown both
+    reserved GPUs, its own at cuda:LOCAL_RANK (torchrun's set_device(LOCAL_RANK))."""
+    cluster.require_fake("reads the pods' environment")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(31, [("node-a", [2], 0.5), ("node-a", [1], 0.5)]))
+            pods = await pods_of(cluster, 31, count=2)
+            uuid_of = made.inventory().uuid
+            shown = f"{uuid_of('node-a', 2)},{uuid_of('node-a', 1)}"
+            for pod in pods:
+                assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == shown
+            commands = sorted(" ".join(p["spec"]["containers"][0]["command"]) for p in pods)
+            assert "RANK=0; LOCAL_RANK=0" in commands[0] + commands[1]
+            assert "RANK=1; LOCAL_RANK=1" in commands[0] + commands[1]
+        finally:
+            await made.close()
+
+    run(scenario)

@@ -45,7 +45,7 @@ from scheduler.backends.kubernetes.reservation import (
     report_uuid,
     utc_stamp,
 )
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
+from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous, visible_gpus
 
 HANDLE_KIND = "kubernetes"
 
@@ -796,6 +796,7 @@ class KubernetesBackend(LoggingConfigurable):
         replica = job.placement[rank]
         home = self.home_mount_path.rstrip("/") or "/"
         master = o.master_address(job.placement, base, service) if service else ""
+        reserved = o.is_fractional(replica) and self.sharing_mode == "reservation"
         contract = contract_env(
             workload_id=job.workload_id,
             replica=replica,
@@ -810,8 +811,12 @@ class KubernetesBackend(LoggingConfigurable):
             rendezvous=rendezvous(job.placement, rank, master, self.rendezvous_port)
             if service
             else None,
+            # reserved shares are named by UUID, so a gang's pods on one node can be shown
+            # each other's GPUs (cuda:LOCAL_RANK is their own); the device plugin and HAMi
+            # show a pod only its own
+            visible=visible_gpus(job.placement, rank) if reserved else None,
         )
-        if not (o.is_fractional(replica) and self.sharing_mode == "reservation"):
+        if not reserved:
             contract.pop(NVIDIA_VISIBLE_DEVICES, None)
             contract.pop("FRACHUB_GPU_UUIDS", None)
         env = dict(self.environment)
