@@ -37,7 +37,7 @@ WORKLOAD_RULES = {
     ("", "persistentvolumeclaims"): {"get"},
 }
 LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-NODE_RULES = {("", "nodes"): {"get", "list", "watch"}}
+NODE_RULES = {("", "nodes"): {"get", "list", "watch"}, ("", "pods"): {"list", "watch"}}
 
 
 @pytest.fixture(scope="module", params=IDS)

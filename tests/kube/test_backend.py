@@ -663,3 +663,43 @@ def test_a_fractional_gang_on_one_node_sees_its_reserved_gpus_in_rank_order(
             await made.close()
 
     run(scenario)
+
+
+def test_gpus_held_by_pods_frachub_did_not_create_are_left_out(
+    cluster: Cluster, backend: Any
+) -> None:
+    fake = cluster.require_fake("creates another team's pod")
+    fake.call(fake._put_namespace, "other-team")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            assert {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 4
+            fake.call(
+                fake._create,
+                "pods",
+                "other-team",
+                {
+                    "metadata": {"name": "their-training"},
+                    "spec": {
+                        "nodeSelector": {o.HOSTNAME: "node-a"},
+                        "containers": [{"name": "main", "resources": {"limits": {o.GPU: "3"}}}],
+                    },
+                },
+            )
+            await eventually(
+                lambda: {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 1,
+                what="node-a down to the one GPU nobody else holds",
+            )
+            await made.start(make_job(41, [("node-a", [0], 1.0)]))  # FracHub's own: not foreign
+            await pods_of(cluster, 41)
+            assert {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 1
+            fake.call(fake._delete_now, "pods", "other-team", "their-training")
+            await eventually(
+                lambda: {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 4,
+                what="node-a whole again",
+            )
+        finally:
+            await made.close()
+
+    run(scenario)

@@ -37,7 +37,13 @@ from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.kubernetes import objects as o
-from scheduler.backends.kubernetes.client import Informer, Kube, KubeError, load_configuration
+from scheduler.backends.kubernetes.client import (
+    Informer,
+    Kube,
+    KubeError,
+    load_configuration,
+    namespaced_key,
+)
 from scheduler.backends.kubernetes.leader import LeaseElector
 from scheduler.backends.kubernetes.reservation import (
     ReservationTimeout,
@@ -177,6 +183,14 @@ class KubernetesBackend(LoggingConfigurable):
         {"frachub.io/pool": "gpu"}. Empty: every Ready node with GPUs.""",
     ).tag(config=True)
 
+    count_foreign_pods = Bool(
+        True,
+        help="""Watch pods in every namespace and leave the GPUs of those FracHub did not
+        create out of the inventory (the chart's ClusterRole grants pods list/watch). Off, or
+        without the grant (a warning says so), FracHub assumes it has the GPU nodes to itself:
+        dedicate them with taints or ``node_selector``.""",
+    ).tag(config=True)
+
     default_gpu_memory_mib = Integer(
         0, help="GPU memory (MiB) of nodes without the nvidia.com/gpu.memory label."
     ).tag(config=True)
@@ -275,6 +289,7 @@ class KubernetesBackend(LoggingConfigurable):
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.jobs: Informer | None = None
+        self.foreign: Informer | None = None
         self.elector: LeaseElector | None = None
         self.leadership_lost = asyncio.Event()
         self._attempts: dict[str, _Attempt] = {}
@@ -348,6 +363,26 @@ class KubernetesBackend(LoggingConfigurable):
         )
         for informer in (self.nodes, self.pods, self.jobs):
             await informer.start()
+        if self.count_foreign_pods:
+            foreign = Informer(
+                kube,
+                kube.core.list_pod_for_all_namespaces,
+                label_selector=f"!{o.TRACKED}",
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                watch_timeout=self.watch_timeout,
+                key=namespaced_key,
+            )
+            try:
+                await foreign.start()
+                self.foreign = foreign
+            except KubeError as error:
+                if error.status != 403:
+                    raise
+                self.log.warning(
+                    "cannot list pods in every namespace (%s): GPUs held by pods FracHub did "
+                    "not create are not subtracted from the inventory",
+                    error.message,
+                )
         self._pod_changed("RELISTED", {})  # reservation pods still to report their UUID
 
     def _pod_changed(self, kind: str, pod: dict) -> None:
@@ -409,6 +444,7 @@ class KubernetesBackend(LoggingConfigurable):
             self.reserved_uuids(),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
+            held=o.foreign_gpus(list(self.foreign.objects.values())) if self.foreign else None,
         )
 
     def reserved_uuids(self) -> dict[tuple[str, int], str]:
@@ -593,7 +629,7 @@ class KubernetesBackend(LoggingConfigurable):
         """Stop watching and give the Lease back; running jobs go on."""
         for task in list(self._tasks):
             task.cancel()
-        for informer in (self.nodes, self.pods, self.jobs):
+        for informer in (self.nodes, self.pods, self.jobs, self.foreign):
             if informer is not None:
                 await informer.stop()
         if self.elector is not None:

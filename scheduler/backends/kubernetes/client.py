@@ -144,8 +144,14 @@ class Informer:
         label_selector: str = "",
         watch_timeout: int = 300,
         on_change: Callable[[str, Obj], None] | None = None,
+        field_selector: str = "",
+        key: Callable[[Obj], str] | None = None,
     ) -> None:
+        """``key`` names an object in ``objects`` (default: its name; a watch across
+        namespaces needs ``namespaced_key``)."""
         self.kube = kube
+        self.field_selector = field_selector
+        self._key = key or _key
         self.list_fn = list_fn
         self.args = args
         self.label_selector = label_selector
@@ -172,8 +178,11 @@ class Informer:
                 await self._watch.close()
 
     async def _list(self) -> None:
-        body = await self.kube.call(self.list_fn, *self.args, label_selector=self.label_selector)
-        self.objects = {_key(obj): obj for obj in body.get("items", [])}
+        extra = {"field_selector": self.field_selector} if self.field_selector else {}
+        body = await self.kube.call(
+            self.list_fn, *self.args, label_selector=self.label_selector, **extra
+        )
+        self.objects = {self._key(obj): obj for obj in body.get("items", [])}
         self.resource_version = str(body.get("metadata", {}).get("resourceVersion", ""))
 
     async def _run(self) -> None:
@@ -210,6 +219,7 @@ class Informer:
                 self.list_fn,
                 *self.args,
                 label_selector=self.label_selector,
+                **({"field_selector": self.field_selector} if self.field_selector else {}),
                 resource_version=self.resource_version,
                 timeout_seconds=self.watch_timeout,
                 allow_watch_bookmarks=True,
@@ -223,9 +233,9 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 if kind == "DELETED":
-                    self.objects.pop(_key(obj), None)
+                    self.objects.pop(self._key(obj), None)
                 else:
-                    self.objects[_key(obj)] = obj
+                    self.objects[self._key(obj)] = obj
                 if self.on_change is not None:
                     self.on_change(kind, obj)
         finally:
@@ -234,3 +244,7 @@ class Informer:
 
 def _key(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
+
+
+def namespaced_key(obj: Obj) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"

@@ -90,13 +90,15 @@ def inventory_from(
     *,
     node_selector: Mapping[str, str] | None = None,
     default_memory_mib: int = 0,
+    held: Mapping[str, int] | None = None,
 ) -> Inventory:
     """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
     ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
     the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``). Nodes not
     Ready, cordoned, or without GPUs are left out. A GPU's UUID is the one its reservation pod
     reported, else ``GPU-unreserved-<node>-<index>`` (whole-GPU pods get theirs from the device
-    plugin and never use it)."""
+    plugin and never use it). ``held`` (node -> GPUs) are held by pods FracHub did not
+    create (``foreign_gpus``): they are left out of the node's count."""
     out_nodes: list[Node] = []
     gpus: list[Gpu] = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -110,7 +112,7 @@ def inventory_from(
         counts = [int(allocatable.get(GPU, 0) or 0)]
         if labels.get("nvidia.com/gpu.count"):
             counts.append(int(labels["nvidia.com/gpu.count"]))
-        count = min(counts)
+        count = min(counts) - int((held or {}).get(meta["name"], 0))
         if count <= 0:
             continue
         memory = int(labels.get("nvidia.com/gpu.memory") or default_memory_mib)
@@ -121,6 +123,40 @@ def inventory_from(
             uuid = reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
             gpus.append(Gpu(name, index, uuid, model, memory))
     return Inventory(nodes=tuple(out_nodes), gpus=tuple(gpus), source="kubernetes")
+
+
+def pod_gpus(pod: Obj) -> int:
+    """Whole ``nvidia.com/gpu`` a pod asks (limits, else requests; init containers too)."""
+    spec = pod.get("spec") or {}
+    total = 0
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(
+            GPU
+        )
+        total += int(amount or 0)
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(
+            GPU
+        )
+        total = max(total, int(amount or 0))
+    return total
+
+
+def foreign_gpus(pods: Sequence[Obj]) -> dict[str, int]:
+    """node -> GPUs held by bound, live pods FracHub neither created nor placed (no
+    ``frachub.io/managed`` label): another scheduler's work, a DaemonSet, a user's pod."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if labels.get(TRACKED) == "true" or not node or not pod_live(pod):
+            continue
+        gpus = pod_gpus(pod)
+        if gpus:
+            held[node] = held.get(node, 0) + gpus
+    return held
 
 
 # --- pods and jobs --------------------------------------------------------------------------
