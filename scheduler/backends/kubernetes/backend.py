@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -622,8 +623,53 @@ class KubernetesBackend(LoggingConfigurable):
         return exits
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
-        """Logs stay with the pods (``kubectl logs -l frachub.io/workload-id=<id>``)."""
+        """Logs stay with the pods: ``read_log`` streams them through pods/log."""
         return None
+
+    async def read_log(
+        self, workload_id: int, replica: int = 0, *, tail: int = -1, follow: bool = False
+    ) -> AsyncIterator[bytes]:
+        """What replica ``replica`` of the workload's latest attempt printed, from its pod
+        (pods/log): the last ``tail`` lines (all when negative), then, with ``follow``, what
+        it prints until it ends. Nothing when no pod of it is left (finished Jobs keep
+        theirs for ``ttl_seconds_after_finished``)."""
+        kube, _, pods, _ = self._require()
+        candidates = [
+            pod
+            for pod in pods.objects.values()
+            if (pod["metadata"].get("labels") or {}).get(o.WORKLOAD) == str(workload_id)
+            and (pod["metadata"].get("labels") or {}).get(o.COMPONENT) == o.TRAINING
+            and o.pod_rank(pod) == replica
+            and (pod.get("spec") or {}).get("nodeName")
+        ]
+        if not candidates:
+            return
+        pod = max(
+            candidates,
+            key=lambda p: (
+                int((p["metadata"].get("labels") or {}).get(o.ATTEMPT, 0)),
+                p["metadata"].get("creationTimestamp", ""),
+            ),
+        )
+        options: dict[str, Any] = {"container": "job", "follow": follow}
+        if tail >= 0:
+            options["tail_lines"] = tail
+        try:
+            response = await kube.core.read_namespaced_pod_log(
+                pod["metadata"]["name"],
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=None if follow else self.request_timeout,
+                **options,
+            )
+        except Exception as error:  # ApiException, connection errors: no log to show
+            self.log.warning("reading the log of %s failed: %s", pod["metadata"]["name"], error)
+            return
+        async with response:
+            if response.status >= 300:
+                return
+            async for chunk in response.content.iter_any():
+                yield chunk
 
     async def close(self) -> None:
         """Stop watching and give the Lease back; running jobs go on."""

@@ -45,6 +45,8 @@ SHARES = "frachub.io/gpu-shares"
 GPU_UUID = "frachub.io/gpu-uuid"
 CLAIMED = "frachub.io/claimed-at"
 STOPPED = "frachub.io/stop-requested"
+RANKS = "frachub.io/ranks"
+"""On a Job's pods: the gang rank of each completion index, in index order."""
 MANAGED = "frachub"
 TRAINING, RESERVATION, NOTEBOOK = "training", "gpu-reservation", "notebook"
 HOSTNAME = "kubernetes.io/hostname"
@@ -380,6 +382,7 @@ def job_manifests(
             PROJECT: job.project,
             SHARES: shares_text(tuple(job.placement[r] for r in ranks)),
             "frachub.io/workload-name": job.name,
+            RANKS: ",".join(str(rank) for rank in ranks),
         }
         manifests.append(
             {
@@ -545,6 +548,14 @@ def pod_exit_code(pod: Obj) -> int | None:
 def job_condition(job: Obj, kind: str) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def pod_rank(pod: Obj) -> int:
+    """The gang rank of a training pod (its completion index through ``frachub.io/ranks``)."""
+    meta = pod["metadata"]
+    index = int((meta.get("labels") or {}).get("batch.kubernetes.io/job-completion-index", 0))
+    ranks = [r for r in ((meta.get("annotations") or {}).get(RANKS) or "").split(",") if r]
+    return int(ranks[index]) if index < len(ranks) else index
 
 
 def owner_job(pod: Obj) -> str | None:
