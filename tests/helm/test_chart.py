@@ -176,11 +176,11 @@ def test_probes_use_the_service_port_and_a_path_open_without_a_token(case):
     assert scheduler["livenessProbe"]["tcpSocket"] == {"port": "http"}
     path = scheduler["readinessProbe"]["httpGet"]["path"]
     assert path.startswith(SERVICE_PREFIX)
-    # the path is served by the OpenAPI handler, which needs no token (the API answers 403)
+    # the health handler needs no token (the API answers 403) and answers 503 on a standby
     routes = {pattern: handler for pattern, handler in info.default_handlers}
-    assert routes[r"/api/v1/openapi\.json"] is info.OpenAPIHandler
-    assert path == f"{SERVICE_PREFIX}api/v1/openapi.json"
-    assert not issubclass(info.OpenAPIHandler, APIHandler)  # APIHandler authenticates
+    assert routes[r"/api/v1/health/?"] is info.HealthHandler
+    assert path == f"{SERVICE_PREFIX}api/v1/health"
+    assert not issubclass(info.HealthHandler, APIHandler)  # APIHandler authenticates
 
 
 def test_the_command_runs_the_service_with_the_config_map(case):

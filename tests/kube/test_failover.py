@@ -3,24 +3,29 @@
 which one acts. The leader is killed with SIGKILL in the middle of a burst of submissions;
 the standby takes over, adopts the running Job, and nothing acknowledged is lost or doubled.
 
-The takeover time (SIGKILL to the API answering again from the standby) is printed; with the
-Lease timing below it is about ``lease_seconds`` plus the standby's start."""
+Each replica has its own address, as pods do; the standby answers 503 (``api/v1/health``
+and every other path) until it holds the Lease, which is what keeps it out of a Service's
+endpoints through the chart's readinessProbe. The takeover time (SIGKILL to the standby's
+health answering 200) is printed; with the Lease timing below it is about
+``lease_seconds`` plus the standby's start."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, find_proxy
 from postgres import PostgresServer
-from service_client import checked, submit, wait_for, wait_state, workload
+from service_client import checked, wait_for
 
 from scheduler.backends.kubernetes import objects as o
 
@@ -82,13 +87,18 @@ def fake() -> Iterator[FakeKube]:
         cluster.stop()
 
 
-def replica(hub: Hub, fake: FakeKube, database: str, workdir: Path, name: str) -> ServiceProcess:
+def replica(
+    hub: Hub, fake: FakeKube, database: str, workdir: Path, name: str, port: int
+) -> tuple[ServiceProcess, str]:
+    """One replica on its own port (each pod has its own address); its API's base URL."""
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = fake.kubeconfig(str(workdir / "kubeconfig"), NAMESPACE)
     config = CONFIG.format(
         db_url=database, kubeconfig=kubeconfig, namespace=NAMESPACE, identity=name
     )
-    return ServiceProcess(hub, config, workdir, env={"KUBECONFIG": kubeconfig})
+    url = f"http://127.0.0.1:{port}"
+    env = {"KUBECONFIG": kubeconfig, "JUPYTERHUB_SERVICE_URL": url}
+    return ServiceProcess(hub, config, workdir, env=env), f"{url}{SERVICE_PREFIX}{API_PATH}"
 
 
 def lease_holder(fake: FakeKube) -> str | None:
@@ -96,25 +106,68 @@ def lease_holder(fake: FakeKube) -> str | None:
     return (lease or {}).get("spec", {}).get("holderIdentity")
 
 
+def health(base: str) -> int:
+    try:
+        return httpx.get(f"{base}health", timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_the_standby_takes_over_from_a_killed_leader(
     hub: Hub, fake: FakeKube, database: str, tmp_path: Path
 ) -> None:
-    leader = replica(hub, fake, database, tmp_path / "a", "replica-a").start()
-    wait_for(lambda: lease_holder(fake) == "replica-a", 10, "replica-a leading")
-    standby = replica(hub, fake, database, tmp_path / "b", "replica-b")
-    standby.start()  # blocks in connect() for the Lease; the leader answers meanwhile
-    wait_for(
-        lambda: "waiting for the lease" in standby.log_path.read_text(),
-        60,
-        "the standby waiting for the Lease",
+    """A Service in front of both replicas sends requests to the ready one (health 200);
+    the callers here do the same: the first replica that accepts."""
+    leader, leader_api = replica(
+        hub,
+        fake,
+        database,
+        tmp_path / "a",
+        "replica-a",
+        int(hub.service_bind_url.rsplit(":", 1)[1]),
     )
+    leader.start()
+    wait_for(lambda: lease_holder(fake) == "replica-a", 10, "replica-a leading")
+    standby, standby_api = replica(hub, fake, database, tmp_path / "b", "replica-b", _free_port())
+    standby.start()  # its own _wait_up asks the hub's URL, where the leader answers
+    wait_for(lambda: health(standby_api) == 503, 60, "the standby answering 503 (not ready)")
+    refused = httpx.get(f"{standby_api}workloads", timeout=5)
+    assert refused.status_code == 503 and "standby" in refused.json()["message"]
+    assert health(leader_api) == 200
+    apis = [leader_api, standby_api]
     try:
         hub.create_user("failover-alice", groups=["vision"])
-        token = hub.token_for("failover-alice")
-        headers = {"Authorization": f"token {token}"}
-        alice = httpx.Client(base_url=hub.service_url(API_PATH), headers=headers, timeout=10)
-        survivor = submit(alice, command="sleep 600", gpus=1, name="survivor")
-        wait_state(alice, survivor["id"], "running")
+        headers = {"Authorization": f"token {hub.token_for('failover-alice')}"}
+
+        def call(method: str, path: str, **kwargs: Any) -> httpx.Response:
+            """What a Service does: the request goes to a ready replica."""
+            for base in apis:
+                try:
+                    response = httpx.request(
+                        method, f"{base}{path}", headers=headers, timeout=5, **kwargs
+                    )
+                except httpx.HTTPError:
+                    continue
+                if response.status_code != 503:
+                    return response
+            raise httpx.ConnectError("no replica is ready")
+
+        survivor = checked(
+            call("POST", "workloads", json={"command": "sleep 600", "gpus": 1, "name": "s"})
+        ).json()
+        wait_for(
+            lambda: (
+                checked(call("GET", f"workloads/{survivor['id']}")).json()["state"] == "running"
+            ),
+            20,
+            "the survivor running",
+        )
         [survivor_pod] = wait_for(
             lambda: [
                 p
@@ -130,19 +183,16 @@ def test_the_standby_takes_over_from_a_killed_leader(
         stop = threading.Event()
 
         def submitter() -> None:
-            with httpx.Client(base_url=str(alice.base_url), headers=headers, timeout=5) as c:
-                while not stop.is_set():
-                    try:
-                        response = c.post("workloads", json={"command": "sleep 600", "gpus": 1})
-                    except httpx.HTTPError:
-                        time.sleep(0.05)
-                        continue
-                    if response.status_code == 201:
-                        acknowledged.append(response.json()["id"])
-                    elif response.status_code in (502, 503):
-                        time.sleep(0.05)  # the proxy has no service behind it right now
-                    else:
-                        errors.append(response.text)
+            while not stop.is_set():
+                try:
+                    response = call("POST", "workloads", json={"command": "sleep 600", "gpus": 1})
+                except httpx.HTTPError:
+                    time.sleep(0.05)  # no replica ready: between the kill and the takeover
+                    continue
+                if response.status_code == 201:
+                    acknowledged.append(response.json()["id"])
+                else:
+                    errors.append(response.text)
 
         threads = [threading.Thread(target=submitter) for _ in range(2)]
         for thread in threads:
@@ -151,36 +201,30 @@ def test_the_standby_takes_over_from_a_killed_leader(
         killed_at = time.monotonic()
         leader.kill(signal.SIGKILL)
         before_kill = len(acknowledged)
-
         leased: list[float] = []
 
-        def answering() -> bool:
+        def ready() -> bool:
             if not leased and lease_holder(fake) == "replica-b":
                 leased.append(time.monotonic() - killed_at)
-            try:
-                return alice.get("workloads?limit=1").status_code == 200
-            except httpx.HTTPError:
-                return False
+            return health(standby_api) == 200
 
-        wait_for(answering, 30, "the standby answering")
+        wait_for(ready, 30, "the standby ready")
         takeover = time.monotonic() - killed_at
-        assert lease_holder(fake) == "replica-b"
         wait_for(lambda: len(acknowledged) >= before_kill + 10, 30, "submissions after")
         stop.set()
         for thread in threads:
             thread.join()
         assert not errors, errors[:3]
 
-        listed = checked(alice.get("workloads?limit=500")).json()
+        listed = checked(call("GET", "workloads?limit=500")).json()
         ids = [item["id"] for item in listed]
         lost = set(acknowledged) - set(ids)
         doubled = len(ids) - len(set(ids))
-        kept = workload(alice, survivor["id"])
+        kept = checked(call("GET", f"workloads/{survivor['id']}")).json()
         assert kept["state"] == "running" and kept["restart_count"] == 0
         assert [e["type"] for e in kept["events"]] == ["submitted", "started"]
         jobs = fake.objects("jobs", NAMESPACE, o.MANAGED_SELECTOR)
-        names = [job["metadata"]["name"] for job in jobs]
-        per_workload = {}
+        per_workload: dict[str, int] = {}
         for job in jobs:
             key = job["metadata"]["labels"][o.WORKLOAD]
             per_workload[key] = per_workload.get(key, 0) + 1
@@ -188,18 +232,17 @@ def test_the_standby_takes_over_from_a_killed_leader(
         running = [item for item in listed if item["state"] == "running"]
         print(
             f"\nfailover: the standby held the Lease {leased[0] if leased else takeover:.2f} s "
-            f"and answered {takeover:.2f} s after the leader's SIGKILL; "
+            f"and was ready (health 200) {takeover:.2f} s after the leader's SIGKILL; "
             f"{len(acknowledged)} acknowledged submissions ({before_kill} before the kill), "
-            f"{len(lost)} lost, {doubled} doubled; {len(names)} Jobs for {len(per_workload)} "
-            f"workloads"
+            f"{len(lost)} lost, {doubled} doubled; {len(jobs)} Jobs for {len(per_workload)} "
+            "workloads"
         )
         assert not lost and doubled == 0
         assert pod["metadata"]["uid"] == survivor_pod["metadata"]["uid"]  # adopted
         assert all(count == 1 for count in per_workload.values()), per_workload
         assert len(running) == 2  # two GPUs, whole-GPU jobs: never more than two
         for item in listed:
-            alice.delete(f"workloads/{item['id']}")
-        alice.close()
+            call("DELETE", f"workloads/{item['id']}")
     finally:
         standby.stop()
         leader.stop()

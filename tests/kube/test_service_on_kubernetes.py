@@ -447,7 +447,12 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
         5,
         "the finisher's Job failed",
     )
-    service.start()
+    service.start()  # a standby until the dead one's Lease expires: 503 until then
+    wait_for(
+        lambda: httpx.get(f"{service.api_url}health", timeout=2).status_code == 200,
+        20,
+        "the restarted service holding the Lease (health 200)",
+    )
 
     done = wait_state(bob, finisher["id"], "failed", "succeeded")
     assert done["exit_code"] == 7, done
