@@ -329,8 +329,12 @@ class _Watcher:
 class FakeKube:
     """The fake cluster; see the module docstring. Test-facing methods are thread-safe."""
 
-    def __init__(self, *, start_delay: float = 0.02, history: int = 10_000) -> None:
+    def __init__(
+        self, *, start_delay: float = 0.02, history: int = 10_000, schema_version: str = "1.32.0"
+    ) -> None:
         self.start_delay = start_delay
+        self.schema_version = schema_version
+        """Objects clients write are validated against this Kubernetes version's schemas."""
         self.ignore_sigterm = False
         """True: running pods ignore SIGTERM and are killed after their grace period."""
         self.on_running: list[Hook] = []
@@ -494,6 +498,27 @@ class FakeKube:
     def exit_on_sigterm(self, namespace: str, name: str) -> None:
         """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
         self.call(self._terminate, namespace, name, 143, "SIGTERM")
+
+    def validate(self, plural: str, obj: Obj) -> None:
+        """What a client writes must be a valid object of the pinned Kubernetes version
+        (kubernetes-validate's schemas), unknown fields refused (as ``fieldValidation=Strict``
+        does): 422 Invalid naming the field."""
+        if not self.schema_version:
+            return
+        import kubernetes_validate
+
+        kind, api_version, _ = RESOURCES[plural]
+        document = {**obj, "kind": kind, "apiVersion": api_version}
+        try:
+            kubernetes_validate.validate(document, self.schema_version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            where = ".".join(str(part) for part in error.path) or "(root)"
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind} "{(obj.get("metadata") or {}).get("name", "")}" is invalid: '
+                f"{where}: {error.message}",
+            ) from None
 
     def grant(self, token: str, user: str, rules: list[tuple[str | None, Obj]]) -> None:
         """Requests with ``token`` may do only what ``rules`` allow ((namespace or None for
@@ -1298,6 +1323,7 @@ class _Handler(web.RequestHandler):
 
     async def _post(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
         body = self._body()
+        self.fake.validate(plural, body)
         self._send(self.fake._create(plural, namespace, body), 201)
 
     async def _put(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
@@ -1308,6 +1334,7 @@ class _Handler(web.RequestHandler):
         if RESOURCES[plural][2]:
             body["metadata"]["namespace"] = namespace
         rv = body["metadata"].get("resourceVersion")
+        self.fake.validate(plural, body)
         self._send(self.fake._update(plural, body, check_rv=rv, status=sub == "status"))
 
     async def _patch(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
@@ -1325,6 +1352,7 @@ class _Handler(web.RequestHandler):
             if sub != "status":
                 new["status"] = current.get("status")
         new["metadata"]["name"] = name
+        self.fake.validate(plural, new)
         self._send(self.fake._update(plural, new, check_rv=rv, status=sub == "status"))
 
     async def _delete(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:

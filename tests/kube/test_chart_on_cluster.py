@@ -416,3 +416,32 @@ def _handle(backend: KubernetesBackend, workload_id: int) -> dict[str, Any]:
         if attempt.workload_id == workload_id:
             return backend._handle(attempt)
     raise AssertionError(f"no attempt of {workload_id}")
+
+
+# --- the fake refuses what a real server refuses --------------------------------------------------
+
+
+def test_the_fake_refuses_objects_a_real_server_refuses(cluster: Cluster, backend: Any) -> None:
+    """Every object a client writes is checked against the pinned Kubernetes schemas with
+    unknown fields refused, so a manifest with a typo fails here and not on a cluster."""
+    cluster.require_fake("checks the fake itself")
+
+    async def scenario() -> None:
+        made = await backend()
+        kube = made.kube
+        assert kube is not None
+        try:
+            pod = o.reservation_manifest("node-a", 0, made.settings, "2026-01-01T00:00:00.0Z")
+            pod["spec"]["tolerance"] = []  # a typo of tolerations
+            with pytest.raises(Exception, match=r"422.*tolerance"):
+                await kube.call(kube.core.create_namespaced_pod, cluster.namespace, pod)
+            job = {
+                "metadata": {"name": "bad"},
+                "spec": {"template": {"spec": {"containers": "not a list"}}},
+            }
+            with pytest.raises(Exception, match=r"422"):
+                await kube.call(kube.batch.create_namespaced_job, cluster.namespace, job)
+        finally:
+            await made.close()
+
+    run(scenario)
