@@ -38,8 +38,23 @@ The simulation, run after every change:
   conditions; deleting a job with ``propagationPolicy`` Background/Foreground deletes its
   pods (the default, as for ``batch/v1`` on a real server, orphans them).
 
-What it leaves out: authentication, admission, defaulting beyond the fields above, quotas,
-affinity and taints, and pod restarts (``restartPolicy`` is treated as ``Never``).
+Refusing what a real server refuses:
+
+- every object a client writes is validated against the schemas of ``schema_version``
+  (kubernetes-validate, unknown fields refused): 422 ``Invalid``;
+- ``grant(token, user, rules)``: requests bearing that token may do only what the RBAC rules
+  allow (``rules_for_service_account`` reads them from rendered Roles and bindings;
+  ``Z2JH_HUB_RULES`` is z2jh's hub Role): 403 ``Forbidden`` worded as RBAC words it;
+- node taints against pod tolerations, with the ExtendedResourceToleration admission plugin;
+- ``pods/log`` (``write_log`` is what a container prints; ``tailLines``, ``follow``), 400 while
+  the container waits to start;
+- a force-deleted running pod's GPUs stay held for ``force_delete_hold`` seconds, and a pod
+  the device plugin cannot serve fails with ``UnexpectedAdmissionError``.
+
+What it leaves out: authentication beyond bearer tokens, other admission plugins, defaulting
+beyond the fields above, quotas, affinity, volume attachment, the Job controller's
+job-tracking finalizer and pod failure policies, and pod restarts (``restartPolicy`` is
+treated as ``Never``).
 """
 
 from __future__ import annotations
@@ -350,6 +365,10 @@ class FakeKube:
         self._watchers: set[_Watcher] = set()
         self._faults: list[dict[str, Any]] = []
         self._devices: dict[str, list[str]] = {}  # pod uid -> GPU uuids
+        self.force_delete_hold = 0.5
+        """Seconds a force-deleted (grace 0) running pod's GPUs stay in use: the API forgets
+        the pod at once, the container on the node is still stopping."""
+        self._held: dict[str, list[str]] = {}  # uid of a force-deleted pod -> its GPUs
         self._logs: dict[str, list[str]] = {}  # pod uid -> lines its container printed
         self._tokens: dict[str, tuple[str, list[tuple[str | None, Obj]]]] = {}
         self._job_counted: dict[str, set[str]] = {}  # job uid -> pod uids counted
@@ -734,6 +753,11 @@ class FakeKube:
 
     def _delete_pod(self, pod: Obj, grace: Any) -> Obj:
         meta, status = pod["metadata"], pod.get("status", {})
+        if status.get("phase") == "Running" and grace == 0 and self._devices.get(meta["uid"]):
+            uid = meta["uid"]
+            self._held[uid] = list(self._devices[uid])
+            assert self._loop is not None
+            self._loop.call_later(self.force_delete_hold, self._release_held, uid)
         if status.get("phase") != "Running" or grace == 0:
             return self._delete_now("pods", meta["namespace"], meta["name"])
         if meta.get("deletionTimestamp"):
@@ -756,6 +780,10 @@ class FakeKube:
                 0.01, self._terminate, meta["namespace"], meta["name"], 143, "SIGTERM"
             )
         return pod
+
+    def _release_held(self, uid: str) -> None:
+        self._held.pop(uid, None)
+        self._schedule_reconcile()
 
     @staticmethod
     def _container_name(pod: Obj) -> str:
@@ -904,11 +932,30 @@ class FakeKube:
         ):
             return
         node = pod["spec"]["nodeName"]
-        taken = {uuid_ for uid, uuids in self._devices.items() for uuid_ in uuids}
+        taken = {
+            uuid_
+            for devices in (*self._devices.values(), *self._held.values())
+            for uuid_ in devices
+        }
         node_obj = self._objects.get(("nodes", "", node))
         count = int(node_obj["status"]["allocatable"].get(GPU, 0)) if node_obj else 0
         free = [f"GPU-{node}-{i}" for i in range(count) if f"GPU-{node}-{i}" not in taken]
-        devices = free[: self._gpu_request(pod)]
+        wanted = self._gpu_request(pod)
+        if len(free) < wanted:
+            # the kubelet's device manager: the scheduler counted the API's pods, the node
+            # still has a force-deleted container on the device
+            pod = copy.deepcopy(pod)
+            pod["status"].update(
+                {
+                    "phase": "Failed",
+                    "reason": "UnexpectedAdmissionError",
+                    "message": "Allocate failed due to requested number of devices unavailable "
+                    f"for {GPU}. Requested: {wanted}, Available: {len(free)}",
+                }
+            )
+            self._set_status("pods", pod)
+            return
+        devices = free[:wanted]
         self._devices[pod["metadata"]["uid"]] = devices
         pod = copy.deepcopy(pod)
         pod["status"].update(

@@ -840,7 +840,7 @@ class KubernetesBackend(LoggingConfigurable):
                     kube.core.delete_namespaced_pod,
                     meta["name"],
                     self.namespace,
-                    grace_period_seconds=0,
+                    grace_period_seconds=o.RESERVATION_GRACE,
                 )
 
     def _shares_in_use(self) -> set[tuple[str, int]]:
@@ -1012,7 +1012,7 @@ class KubernetesBackend(LoggingConfigurable):
                     kube.core.delete_namespaced_pod,
                     pod["metadata"]["name"],
                     self.namespace,
-                    grace_period_seconds=0,
+                    grace_period_seconds=o.RESERVATION_GRACE,
                 )
 
     def _handle(self, attempt: _Attempt) -> Handle:

@@ -46,6 +46,10 @@ GPU_UUID = "frachub.io/gpu-uuid"
 CLAIMED = "frachub.io/claimed-at"
 STOPPED = "frachub.io/stop-requested"
 RANKS = "frachub.io/ranks"
+RESERVATION_GRACE = 1
+"""Reservation pods are deleted gracefully, never forced (grace 0): a forced delete frees the
+GPU in the API while the container still holds it on the node, and the next whole-GPU pod
+there is refused by the kubelet (UnexpectedAdmissionError)."""
 """On a Job's pods: the gang rank of each completion index, in index order."""
 MANAGED = "frachub"
 TRAINING, RESERVATION, NOTEBOOK = "training", "gpu-reservation", "notebook"
@@ -467,7 +471,7 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
         container["command"] = list(settings.reservation_command)
     spec: Obj = {
         "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": RESERVATION_GRACE,
         "nodeSelector": {settings.node_label: node},
         "containers": [container],
         # the program only prints the UUID; the scheduler reads it through pods/log

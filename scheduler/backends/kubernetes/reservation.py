@@ -25,6 +25,7 @@ from scheduler.backends.kubernetes.client import Kube, KubeError
 from scheduler.backends.kubernetes.objects import (
     CLAIMED,
     GPU_UUID,
+    RESERVATION_GRACE,
     PodSettings,
     pod_live,
     pod_phase,
@@ -125,7 +126,10 @@ async def ensure_reservation(
                 # a dead or dying reservation: replace it
                 try:
                     await kube.call(
-                        kube.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0
+                        kube.core.delete_namespaced_pod,
+                        name,
+                        namespace,
+                        grace_period_seconds=RESERVATION_GRACE,
                     )
                 except KubeError as error:
                     if error.status != 404:
