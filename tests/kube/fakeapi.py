@@ -235,6 +235,39 @@ def _tolerates(toleration: Obj, taint: Obj) -> bool:
     )
 
 
+def _requirement(value: str | None, requirement: Obj) -> bool:
+    operator, values = requirement.get("operator"), requirement.get("values") or []
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    raise ApiError(422, "Invalid", f"unsupported node selector operator {operator}")
+
+
+def _affinity_matches(spec: Obj, node: Obj) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution: any term, all of its requirements
+    (``matchExpressions`` on labels, ``matchFields`` on ``metadata.name``)."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not required:
+        return True
+    labels = node["metadata"].get("labels") or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        if all(
+            _requirement(labels.get(r["key"]), r) for r in term.get("matchExpressions") or []
+        ) and all(
+            _requirement(node["metadata"]["name"] if r["key"] == "metadata.name" else None, r)
+            for r in term.get("matchFields") or []
+        ):
+            return True
+    return False
+
+
 def _untolerated(node: Obj, tolerations: list[Obj]) -> str:
     """The first NoSchedule/NoExecute taint of ``node`` no toleration matches, or ""."""
     for taint in (node.get("spec") or {}).get("taints") or []:
@@ -474,9 +507,12 @@ class FakeKube:
         labels: dict[str, str] | None = None,
         gfd: bool = True,
         taints: list[Obj] | None = None,
+        hostname: str = "",
     ) -> None:
-        """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does."""
-        all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does;
+        ``hostname``: its kubernetes.io/hostname label where that differs from its name
+        (hostname-override, FQDN node names)."""
+        all_labels = {"kubernetes.io/hostname": hostname or name, "kubernetes.io/os": "linux"}
         if gfd and gpus:
             all_labels.update(
                 {
@@ -876,6 +912,8 @@ class FakeKube:
             if not ready or any(
                 labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()
             ):
+                continue
+            if not _affinity_matches(spec, node):
                 continue
             untolerated = _untolerated(node, spec.get("tolerations") or [])
             if untolerated:

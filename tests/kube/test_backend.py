@@ -125,7 +125,7 @@ def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
             assert handle["jobs"] == ["frachub-1-0"]
             job = cluster.jobs(f"{o.WORKLOAD}=1")[0]
             assert job["spec"]["suspend"] is False  # admitted
-            assert job["spec"]["template"]["spec"]["nodeSelector"] == {o.HOSTNAME: "node-a"}
+            assert o.pinned_node(job["spec"]["template"]["spec"]) == "node-a"
             assert job["spec"]["completionMode"] == "Indexed"
             labels = job["metadata"]["labels"]
             assert labels[o.USER] == "alice-example.org" and labels[o.PROJECT] == "vision"
@@ -337,9 +337,7 @@ def test_gang_across_nodes_is_one_indexed_job_per_node(cluster: Cluster, backend
             assert handle["jobs"] == ["frachub-9-0-g0", "frachub-9-0-g1"]
             jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{o.WORKLOAD}=9")}
             assert jobs["frachub-9-0-g0"]["spec"]["completions"] == 2
-            assert jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]["nodeSelector"] == {
-                o.HOSTNAME: "node-b"
-            }
+            assert o.pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == "node-b"
             pods = await pods_of(cluster, 9, 3)
             assert {p["spec"]["nodeName"] for p in pods} == {"node-a", "node-b"}
             on_b = next(p for p in pods if p["spec"]["nodeName"] == "node-b")
@@ -701,5 +699,40 @@ def test_gpus_held_by_pods_frachub_did_not_create_are_left_out(
             )
         finally:
             await made.close()
+
+    run(scenario)
+
+
+def test_pods_are_pinned_by_node_name_where_the_hostname_label_differs(
+    cluster: Cluster, backend: Any
+) -> None:
+    """hostname-override or FQDN node names: kubernetes.io/hostname is not the Node's name,
+    so a nodeSelector on it would match no node; affinity on metadata.name does."""
+    fake = cluster.require_fake("adds a node whose hostname label differs")
+    fake.add_node("gpu-1.cluster.internal", gpus=2, hostname="gpu-1")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(51, [("gpu-1.cluster.internal", [0], 1.0)]))
+            await made.start(make_job(52, [("gpu-1.cluster.internal", [1], 0.5)]))
+            for workload_id in (51, 52):
+                (pod,) = await pods_of(cluster, workload_id)
+                assert pod["spec"]["nodeName"] == "gpu-1.cluster.internal"
+            reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
+            assert o.pinned_node(reservation["spec"]) == "gpu-1.cluster.internal"
+        finally:
+            await made.close()
+        labelled = await backend(node_label=o.HOSTNAME)  # the old way: pinned by the label
+        try:
+            await labelled.start(make_job(53, [("gpu-1.cluster.internal", [1], 1.0)]))
+            await asyncio.sleep(0.5)
+            (job,) = cluster.jobs(f"{o.WORKLOAD}=53")
+            assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+                o.HOSTNAME: "gpu-1.cluster.internal"
+            }
+            assert all(o.pod_phase(p) == "Pending" for p in cluster.pods(f"{o.WORKLOAD}=53"))
+        finally:
+            await labelled.close()
 
     run(scenario)

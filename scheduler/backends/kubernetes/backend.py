@@ -175,7 +175,11 @@ class KubernetesBackend(LoggingConfigurable):
     ).tag(config=True)
 
     node_label = Unicode(
-        o.HOSTNAME, help="The node label that pins a pod to the node the engine chose."
+        "",
+        help="""Empty (default): pods are pinned to the engine's node by node affinity on the
+        Node's name (matchFields metadata.name), which holds where the kubernetes.io/hostname
+        label differs from the name. Set a label (e.g. kubernetes.io/hostname) to pin with a
+        nodeSelector on it instead.""",
     ).tag(config=True)
 
     node_selector = Dict(

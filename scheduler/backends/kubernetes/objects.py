@@ -182,7 +182,7 @@ class PodSettings:
     home_mount_path: str = "/home/jovyan"
     volumes: Sequence[Obj] = ()
     volume_mounts: Sequence[Obj] = ()
-    node_label: str = HOSTNAME
+    node_label: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     environment: Mapping[str, str] = field(default_factory=dict)
     ttl_seconds_after_finished: int = 86400
@@ -424,14 +424,40 @@ def add_node_settings(spec: Obj, settings: PodSettings) -> None:
         spec["runtimeClassName"] = settings.runtime_class_name
 
 
-def admit_patch(node: str, settings: PodSettings) -> Obj:
-    """Kueue's admission: pin the (never started) suspended Job to its node and resume it."""
+def pin(node: str, node_label: str) -> Obj:
+    """Pod spec fields that put a pod on ``node``: node affinity on the Node's *name*
+    (``matchFields: metadata.name``), which holds where the ``kubernetes.io/hostname`` label
+    differs from it (hostname-override, FQDN node names); or, with ``node_label`` set, a
+    ``nodeSelector`` on that label."""
+    if node_label:
+        return {"nodeSelector": {node_label: node}}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
     return {
-        "spec": {
-            "suspend": False,
-            "template": {"spec": {"nodeSelector": {settings.node_label: node}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
         }
     }
+
+
+def pinned_node(spec: Obj) -> str | None:
+    """The node ``pin`` put a pod spec on (either form), or None."""
+    for value in (spec.get("nodeSelector") or {}).values():
+        return str(value)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for selector in term.get("matchFields") or []:
+            if selector.get("key") == "metadata.name" and selector.get("values"):
+                return str(selector["values"][0])
+    return None
+
+
+def admit_patch(node: str, settings: PodSettings) -> Obj:
+    """Kueue's admission: pin the (never started) suspended Job to its node and resume it."""
+    return {"spec": {"suspend": False, "template": {"spec": pin(node, settings.node_label)}}}
 
 
 def job_names(placement: Placement, base: str) -> list[str]:
@@ -472,7 +498,7 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
     spec: Obj = {
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": RESERVATION_GRACE,
-        "nodeSelector": {settings.node_label: node},
+        **pin(node, settings.node_label),
         "containers": [container],
         # the program only prints the UUID; the scheduler reads it through pods/log
         "automountServiceAccountToken": False,
