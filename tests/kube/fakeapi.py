@@ -23,8 +23,9 @@ What it serves (``/api/v1`` and ``/apis/<group>/<version>``):
 
 The simulation, run after every change:
 
-- *scheduler*: a pending pod goes to the first ready node matching its ``nodeSelector``
-  (and ``spec.nodeName`` if set) with enough allocatable ``nvidia.com/gpu`` left; otherwise
+- *scheduler*: a pending pod goes to the first ready node matching its ``nodeSelector``,
+  required node affinity and taints (and ``spec.nodeName`` if set) with enough allocatable
+  ``nvidia.com/gpu`` left; otherwise
   it stays pending with a ``FailedScheduling`` event;
 - *kubelet*: a scheduled pod becomes Running after ``start_delay`` seconds, with GPUs handed
   out by a simulated device plugin (UUIDs ``GPU-<node>-<i>``); tests end pods with
@@ -49,12 +50,15 @@ Refusing what a real server refuses:
 - ``pods/log`` (``write_log`` is what a container prints; ``tailLines``, ``follow``), 400 while
   the container waits to start;
 - a force-deleted running pod's GPUs stay held for ``force_delete_hold`` seconds, and a pod
-  the device plugin cannot serve fails with ``UnexpectedAdmissionError``.
+  the device plugin cannot serve fails with ``UnexpectedAdmissionError``;
+- the Job controller counts a pod that ends Failed as a failure, deleted or not, unless the
+  Job is suspended (job-tracking finalizers); ``evict`` gives a pod ``DisruptionTarget`` and
+  deletes it, as a drain does.
 
 What it leaves out: authentication beyond bearer tokens, other admission plugins, defaulting
-beyond the fields above, quotas, affinity, volume attachment, the Job controller's
-job-tracking finalizer and pod failure policies, and pod restarts (``restartPolicy`` is
-treated as ``Never``).
+beyond the fields above, quotas, preferred affinity, volume attachment, pod failure
+policies, scheduling-directive immutability once a Job started, and pod restarts
+(``restartPolicy`` is treated as ``Never``).
 """
 
 from __future__ import annotations
@@ -549,6 +553,26 @@ class FakeKube:
     def finish_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
         """The pod's process exits with ``exit_code`` (Succeeded when 0, else Failed)."""
         self.call(self._terminate, namespace, name, exit_code, "exited")
+
+    def evict(self, namespace: str, name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """A drain or eviction: the pod gets the DisruptionTarget condition, then is deleted
+        (its container gets SIGTERM), as the Eviction API and the taint manager do."""
+
+        def run() -> None:
+            pod = copy.deepcopy(self._get("pods", namespace, name))
+            pod["status"]["conditions"] = [
+                *(pod["status"].get("conditions") or []),
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": reason,
+                    "message": "Eviction API: evicting",
+                },
+            ]
+            pod = self._set_status("pods", pod)
+            self._delete_pod(pod, None)
+
+        self.call(run)
 
     def exit_on_sigterm(self, namespace: str, name: str) -> None:
         """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
@@ -1105,7 +1129,10 @@ class FakeKube:
                     done_indexes.add(
                         int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
                     )
-            elif not pod["metadata"].get("deletionTimestamp"):
+            elif not (pod["metadata"].get("deletionTimestamp") and spec.get("suspend")):
+                # isPodFailed with job-tracking finalizers: a pod that ends Failed counts,
+                # deleted or not (an eviction, FracHub's own short-grace delete), unless the
+                # Job is suspended (the controller removed it)
                 status["failed"] = status.get("failed", 0) + 1
         if indexed:
             status["completedIndexes"] = ",".join(str(i) for i in sorted(done_indexes))

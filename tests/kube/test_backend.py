@@ -736,3 +736,50 @@ def test_pods_are_pinned_by_node_name_where_the_hostname_label_differs(
             await labelled.close()
 
     run(scenario)
+
+
+def test_an_evicted_pod_is_lost_and_requeued_not_failed(cluster: Cluster, backend: Any) -> None:
+    """A drain or eviction gives the pod DisruptionTarget; with backoffLimit 0 the Job
+    fails, but the program did not: the attempt ends with no exit code (the service
+    requeues it) and a message saying why."""
+    fake = cluster.require_fake("evicts a pod")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(61, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 61)
+            fake.evict(cluster.namespace, pod["metadata"]["name"])
+            [end] = await exits_of(made)
+            assert end.workload_id == 61 and end.exit_code is None, end
+            assert "disrupted (EvictionByEvictionAPI" in end.message
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_stop_whose_deleted_pods_fail_the_job_is_still_a_stop(
+    cluster: Cluster, backend: Any
+) -> None:
+    """The Job controller counts pods deleted while the Job is not (yet) suspended as
+    failures (job-tracking finalizers); a stop FracHub asked for stays a stop."""
+    fake = cluster.require_fake("deletes a pod behind the backend's back")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            handle = await made.start(make_job(62, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 62)
+            attempt = made._attempts[handle["attempt"]]
+            attempt.stopping = True  # the stop is under way; its pod goes first
+            fake.call(
+                fake._delete_pod, fake.get("pods", cluster.namespace, pod["metadata"]["name"]), 0
+            )
+            await made.stop(62, handle, 0)
+            [end] = await exits_of(made)
+            assert end.exit_code != 0 and end.message.startswith("stopped"), end
+        finally:
+            await made.close()
+
+    run(scenario)

@@ -301,6 +301,7 @@ class KubernetesBackend(LoggingConfigurable):
         self._last_gc = 0.0
         self._exit_codes: dict[str, dict[str, int]] = {}
         self._reporting: set[str] = set()
+        self._disrupted: dict[str, dict] = {}  # Job name -> a pod's DisruptionTarget condition
         self._tasks: set[asyncio.Task] = set()
         self._last_used: dict[tuple[str, int], float] = {}
 
@@ -411,6 +412,9 @@ class KubernetesBackend(LoggingConfigurable):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         owner, code = o.owner_job(pod), o.pod_exit_code(pod)
+        disruption = o.pod_condition(pod, "DisruptionTarget")
+        if owner is not None and disruption is not None:
+            self._disrupted[owner] = disruption
         if owner is not None and code is not None:
             self._exit_codes.setdefault(owner, {})[pod["metadata"]["name"]] = code
 
@@ -616,6 +620,7 @@ class KubernetesBackend(LoggingConfigurable):
             del self._attempts[token]
             for name in attempt.jobs:
                 self._exit_codes.pop(name, None)
+                self._disrupted.pop(name, None)
             exits.append(Exit(attempt.workload_id, code, message))
             if attempt.stopping and attempt.failure is None:
                 with contextlib.suppress(KubeError):
@@ -929,7 +934,9 @@ class KubernetesBackend(LoggingConfigurable):
                 attempt.seen.add(name)
             elif name in attempt.seen:
                 missing.append(name)
-        if attempt.failure is None:
+        if attempt.failure is None and not attempt.stopping:
+            # a Job FracHub is stopping may fail because of the pods it deleted itself (the
+            # Job controller counts them): that is the stop, not the workload's failure
             for name in attempt.jobs:
                 job = jobs.get(name)
                 if job is not None and o.job_condition(job, "Failed"):
@@ -967,6 +974,14 @@ class KubernetesBackend(LoggingConfigurable):
             if o.pod_phase(pod) == "Failed" and not pod["metadata"].get("deletionTimestamp")
         ]
         failed.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        disruptions = [o.pod_condition(pod, "DisruptionTarget") for pod in pods]
+        for disruption in [*disruptions, self._disrupted.get(job_name)]:
+            if disruption is not None:
+                # evicted, drained, preempted by kube-scheduler, node gone: not the program's
+                # failure; None makes the service requeue the workload in its place
+                why = disruption.get("reason") or "DisruptionTarget"
+                detail = disruption.get("message") or ""
+                return None, f"its pod was disrupted ({why}{': ' + detail if detail else ''})"
         for pod in failed:
             code = o.pod_exit_code(pod)
             if code is not None:

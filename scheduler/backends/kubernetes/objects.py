@@ -575,6 +575,14 @@ def pod_exit_code(pod: Obj) -> int | None:
     return None
 
 
+def pod_condition(pod: Obj, kind: str) -> Obj | None:
+    """The pod's condition ``kind`` when it is True (e.g. DisruptionTarget), else None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
 def job_condition(job: Obj, kind: str) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
