@@ -53,12 +53,13 @@ Refusing what a real server refuses:
   the device plugin cannot serve fails with ``UnexpectedAdmissionError``;
 - the Job controller counts a pod that ends Failed as a failure, deleted or not, unless the
   Job is suspended (job-tracking finalizers); ``evict`` gives a pod ``DisruptionTarget`` and
-  deletes it, as a drain does.
+  deletes it, as a drain does;
+- a Job's pod template is immutable, except its scheduling directives while the Job is
+  suspended and not started (422).
 
 What it leaves out: authentication beyond bearer tokens, other admission plugins, defaulting
 beyond the fields above, quotas, preferred affinity, volume attachment, pod failure
-policies, scheduling-directive immutability once a Job started, and pod restarts
-(``restartPolicy`` is treated as ``Never``).
+policies, and pod restarts (``restartPolicy`` is treated as ``Never``).
 """
 
 from __future__ import annotations
@@ -236,6 +237,36 @@ def _tolerates(toleration: Obj, taint: Obj) -> bool:
         return not toleration.get("key") or toleration["key"] == taint.get("key")
     return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
         "value", ""
+    )
+
+
+SCHEDULING_DIRECTIVES = ("nodeSelector", "affinity", "tolerations", "schedulingGates")
+
+
+def _job_template_change(current: Obj, new: Obj) -> str:
+    """Why a real API server refuses this change of a Job's pod template, or "": the
+    template is immutable, except its scheduling directives (and labels, annotations)
+    while the Job is suspended and has not started (``status.startTime`` unset;
+    JobMutableNodeSchedulingDirectives)."""
+    before = (current.get("spec") or {}).get("template") or {}
+    after = (new.get("spec") or {}).get("template") or {}
+    if before == after:
+        return ""
+    mutable = bool((current.get("spec") or {}).get("suspend")) and not (
+        current.get("status") or {}
+    ).get("startTime")
+    spec_rest = [
+        {k: v for k, v in (t.get("spec") or {}).items() if k not in SCHEDULING_DIRECTIVES}
+        for t in (before, after)
+    ]
+    meta_rest = [
+        {k: v for k, v in (t.get("metadata") or {}).items() if k not in ("labels", "annotations")}
+        for t in (before, after)
+    ]
+    if mutable and spec_rest[0] == spec_rest[1] and meta_rest[0] == meta_rest[1]:
+        return ""
+    return "spec.template: Invalid value: field is immutable" + (
+        "" if mutable else " (scheduling directives only while suspended and never started)"
     )
 
 
@@ -1358,6 +1389,15 @@ class _Handler(web.RequestHandler):
             }
         )
 
+    def _check_immutable(
+        self, plural: str, namespace: str, name: str, new: Obj, sub: str | None
+    ) -> None:
+        if plural != "jobs" or sub == "status":
+            return
+        why = _job_template_change(self.fake._get(plural, namespace, name), new)
+        if why:
+            raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: {why}')
+
     async def _pod_log(self, namespace: str, name: str) -> None:
         """``pods/log``: text; ``tailLines``; ``follow`` streams until the pod ends."""
         fake = self.fake
@@ -1447,6 +1487,7 @@ class _Handler(web.RequestHandler):
             body["metadata"]["namespace"] = namespace
         rv = body["metadata"].get("resourceVersion")
         self.fake.validate(plural, body)
+        self._check_immutable(plural, namespace, name, body, sub)
         self._send(self.fake._update(plural, body, check_rv=rv, status=sub == "status"))
 
     async def _patch(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
@@ -1465,6 +1506,7 @@ class _Handler(web.RequestHandler):
                 new["status"] = current.get("status")
         new["metadata"]["name"] = name
         self.fake.validate(plural, new)
+        self._check_immutable(plural, namespace, name, new, sub)
         self._send(self.fake._update(plural, new, check_rv=rv, status=sub == "status"))
 
     async def _delete(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:

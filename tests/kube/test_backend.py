@@ -783,3 +783,42 @@ def test_a_stop_whose_deleted_pods_fail_the_job_is_still_a_stop(
             await made.close()
 
     run(scenario)
+
+
+def test_a_retried_start_leaves_a_started_jobs_template_alone(
+    cluster: Cluster, backend: Any
+) -> None:
+    """A started Job's pod template is immutable on a real server (the fake refuses it
+    too): a retried start that finds its Job running, here one an older FracHub pinned with
+    a nodeSelector, takes it over without re-admitting it."""
+    fake = cluster.require_fake("edits a Job as an older version left it")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            job = make_job(15, [("node-a", [0], 1.0)])
+            await made.start(job)
+            await pods_of(cluster, 15)
+            name = o.attempt_name(15, 0)
+            current = fake.get("jobs", cluster.namespace, name)
+            assert current is not None
+            template = current["spec"]["template"]["spec"]
+            template.pop("affinity")
+            template["nodeSelector"] = {o.HOSTNAME: "node-a"}
+            fake.call(fake._update, "jobs", current)  # as an older FracHub admitted it
+            with pytest.raises(Exception, match=r"422.*immutable"):
+                await made.kube.call(  # type: ignore[union-attr]
+                    made.kube.batch.patch_namespaced_job,  # type: ignore[union-attr]
+                    name,
+                    cluster.namespace,
+                    o.admit_patch("node-a", made.settings),
+                    _content_type="application/merge-patch+json",
+                )
+            again = await made.start(job)
+            assert again["jobs"] == [name]
+            assert len(await pods_of(cluster, 15)) == 1
+            assert len(cluster.jobs(f"{o.WORKLOAD}=15")) == 1
+        finally:
+            await made.close()
+
+    run(scenario)

@@ -498,6 +498,7 @@ class KubernetesBackend(LoggingConfigurable):
         envs = [self._environment(job, rank, uuids, base, service) for rank in range(job.replicas)]
         manifests = o.job_manifests(job, settings, envs, service, base)
         created: list[str] = []
+        admitted: set[str] = set()  # taken-over Jobs that run already: their template stays
         try:
             for manifest in manifests:
                 name = manifest["metadata"]["name"]
@@ -505,9 +506,13 @@ class KubernetesBackend(LoggingConfigurable):
                     await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
                     created.append(name)
                 except KubeError as error:
-                    if error.status != 409 or not await self._same_attempt(name, job):
+                    found = await self._same_attempt(name, job) if error.status == 409 else None
+                    if found is None:
                         raise
                     self.log.info("job %s exists already (a retried start): taking it over", name)
+                    if not found["spec"].get("suspend"):
+                        # a started Job's pod template is immutable on a real server
+                        admitted.add(name)
             if service:
                 try:
                     await kube.call(
@@ -519,6 +524,8 @@ class KubernetesBackend(LoggingConfigurable):
                     if error.status != 409:
                         raise
             for name, ranks in zip(names, o.replica_groups(job.placement), strict=True):
+                if name in admitted:
+                    continue
                 await kube.call(
                     kube.batch.patch_namespaced_job,
                     name,
@@ -724,11 +731,14 @@ class KubernetesBackend(LoggingConfigurable):
             or bool(job["metadata"].get("deletionTimestamp"))
         )
 
-    async def _same_attempt(self, name: str, job: JobSpec) -> bool:
+    async def _same_attempt(self, name: str, job: JobSpec) -> dict | None:
+        """The existing Job ``name`` when it is a live Job of this workload, else None."""
         kube, _, _, _ = self._require()
         found = await kube.call(kube.batch.read_namespaced_job, name, self.namespace)
         labels = found["metadata"].get("labels") or {}
-        return labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found)
+        if labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found):
+            return found
+        return None
 
     async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
         kube, _, _, _ = self._require()
