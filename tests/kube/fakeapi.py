@@ -675,7 +675,10 @@ class FakeKube:
                 "path": re.compile(path_re),
                 "code": code,
                 "times": times,
-                "reason": reason or {409: "Conflict", 500: "InternalError"}.get(code, "Error"),
+                "reason": reason
+                or {409: "Conflict", 429: "TooManyRequests", 500: "InternalError"}.get(
+                    code, "Error"
+                ),
             },
         )
 
@@ -1307,6 +1310,8 @@ class _Handler(web.RequestHandler):
                     await asyncio.sleep(60)
                     return
                 error = ApiError(fault["code"], fault["reason"], f"injected {fault['code']}")
+                if fault["code"] == 429:  # API priority and fairness says when to come back
+                    self.set_header("Retry-After", str(fault.get("retry_after", 1)))
                 self._send(error.status(), fault["code"])
                 return
         try:

@@ -467,6 +467,30 @@ def test_server_errors_and_timeouts_are_retried(cluster: Cluster, backend: Any) 
     run(scenario)
 
 
+def test_429_waits_as_long_as_retry_after_says(cluster: Cluster, backend: Any) -> None:
+    """API priority and fairness answers 429 with Retry-After; the client waits that long
+    (not its own 0.1-0.2 s first backoff) before trying again."""
+    fake = cluster.require_fake("injects API errors")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            fake.fail_next("POST", r"/jobs$", 429)
+            began = asyncio.get_running_loop().time()
+            await made.start(make_job(17, [("node-a", [0], 1.0)]))
+            assert asyncio.get_running_loop().time() - began >= 1.0
+            posts = [
+                path
+                for method, path in fake.requests
+                if method == "POST" and path.endswith("/jobs")
+            ]
+            assert len(posts) == 2
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
 def test_a_half_created_gang_is_cleaned_up(cluster: Cluster, backend: Any) -> None:
     fake = cluster.require_fake("injects API errors")
 
