@@ -41,7 +41,13 @@ from traitlets.config import LoggingConfigurable
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.backends.pyhook import HOOK_DIR
-from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path, rendezvous
+from scheduler.contract import (
+    CUDA_VISIBLE_DEVICES,
+    contract_env,
+    prepend_path,
+    rendezvous,
+    visible_gpus,
+)
 
 HANDLE_KIND = "local"
 
@@ -361,6 +367,7 @@ class LocalBackend(LoggingConfigurable):
                 uuid_of=self.inventory().uuid,
                 device_variable=CUDA_VISIBLE_DEVICES,
                 rendezvous=rendezvous(job.placement, rank, "127.0.0.1", master_port),
+                visible=visible_gpus(job.placement, rank),
             )
         except (KeyError, ValueError) as e:
             raise BackendError(f"cannot place replica {rank}: {e}") from e

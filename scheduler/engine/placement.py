@@ -423,12 +423,41 @@ def _place_all(
 ) -> Placement | None:
     placed: list[ReplicaPlacement] = []
     for _ in range(request.replicas):
-        replica = scorer.choose(ledger, request, nodes)
+        replica = None
+        if request.is_fraction and placed:
+            replica = _choose_apart(ledger, request, scorer, nodes, placed)
+        if replica is None:
+            replica = scorer.choose(ledger, request, nodes)
         if replica is None:
             return None
         ledger.take((replica,), request.cpu_milli, request.memory_mib)
         placed.append(replica)
     return tuple(placed)
+
+
+def _choose_apart(
+    ledger: Ledger,
+    request: Request,
+    scorer: Scorer,
+    nodes: Collection[int] | None,
+    placed: Sequence[ReplicaPlacement],
+) -> ReplicaPlacement | None:
+    """A fractional gang's next replica on a GPU none of its replicas holds yet, or None.
+
+    Two ranks on one GPU is NCCL's "duplicate GPU" error and leaves torchrun's LOCAL_RANK
+    without a device of its own, so a gang of fractions spreads over GPUs where it can (the
+    caller stacks it only when no other GPU fits). The gang's GPUs are filled for the
+    question only and given back at once."""
+    mark = ledger.mark()
+    for replica in placed:
+        n = ledger.index[replica.node]
+        for share in replica.gpus:
+            rest = ledger.free[n][share.index]
+            if rest > 0:
+                ledger.take((ledger.replica_on(n, [(share.index, rest)]),))
+    choice = scorer.choose(ledger, request, nodes)
+    ledger.rollback(mark)
+    return choice
 
 
 def _domain_of(ledger: Ledger, n: int) -> tuple[tuple[str, str], ...]:

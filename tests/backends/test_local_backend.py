@@ -276,7 +276,8 @@ def test_gang_replicas_get_rendezvous_and_succeed_together(backend: LocalBackend
         ("0", "0", "2"),
         ("1", "1", "2"),
     ]
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1"]
+    # both see the gang's GPUs on this node, so cuda:LOCAL_RANK is each one's own (torchrun)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "0,1"]
     assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] == "127.0.0.1"
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
 

@@ -16,6 +16,7 @@ import importlib.util
 import itertools
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -380,6 +381,38 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
     assert len(training(fake, "pods", job["id"])) == 1
 
 
+def test_job_logs_come_from_the_pods(client, fake) -> None:
+    """GET workloads/{id}/logs reads the pod's log through pods/log: per replica, tail, and
+    follow until the pod ends."""
+    alice = client("vision")
+    job = submit(alice, command="python train.py", gpus=0.5, replicas=2)
+    wait_state(alice, job["id"], "running")
+    pods = running_pods(fake, job["id"], count=2)
+    by_rank = {o.pod_rank(pod): pod for pod in pods}
+    for rank, pod in by_rank.items():
+        fake.write_log(
+            NAMESPACE, pod["metadata"]["name"], f"rank {rank} epoch 1\nrank {rank} epoch 2"
+        )
+    assert checked(alice.get(f"workloads/{job['id']}/logs")).text == (
+        "rank 0 epoch 1\nrank 0 epoch 2\n"
+    )
+    assert checked(alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1")).text == (
+        "rank 1 epoch 2\n"
+    )
+
+    def later() -> None:  # the job prints while the client follows, then ends
+        time.sleep(1.0)
+        fake.write_log(NAMESPACE, by_rank[0]["metadata"]["name"], "rank 0 epoch 3")
+        time.sleep(0.5)
+        finish(fake, by_rank[0], 0)
+
+    threading.Thread(target=later).start()
+    with alice.stream("GET", f"workloads/{job['id']}/logs?follow=1&tail=0", timeout=20) as stream:
+        received = list(stream.iter_lines())  # ends with the pod
+    assert received == ["rank 0 epoch 3"], received
+    drain(alice)
+
+
 def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     client, fake, service: ServiceProcess
 ) -> None:
@@ -414,7 +447,12 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
         5,
         "the finisher's Job failed",
     )
-    service.start()
+    service.start()  # a standby until the dead one's Lease expires: 503 until then
+    wait_for(
+        lambda: httpx.get(f"{service.api_url}health", timeout=2).status_code == 200,
+        20,
+        "the restarted service holding the Lease (health 200)",
+    )
 
     done = wait_state(bob, finisher["id"], "failed", "succeeded")
     assert done["exit_code"] == 7, done
