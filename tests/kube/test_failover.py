@@ -11,8 +11,6 @@ health answering 200) is printed; with the Lease timing below it is about
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import signal
 import socket
 import threading
@@ -23,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, running_hub
 from postgres import PostgresServer
 from service_client import checked, wait_for
 
@@ -58,12 +56,7 @@ c.KubernetesBackend.lease_retry_seconds = 0.2
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
 
 

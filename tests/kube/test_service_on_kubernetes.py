@@ -12,9 +12,7 @@ leave no workload active. The restart test comes last: it kills and restarts tha
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 import signal
 import threading
 import time
@@ -23,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from service_client import checked, submit, wait_for, wait_state, workload
 
 from scheduler.backends.kubernetes import objects as o
@@ -63,12 +61,7 @@ c.KubernetesBackend.lease_retry_seconds = 0.2
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
 
 

@@ -15,15 +15,13 @@ except in CI (CI=true), where that is an error.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from postgres import PostgresServer
 
 HERE = Path(__file__).resolve().parent
@@ -43,12 +41,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
 
 
