@@ -29,6 +29,7 @@ from scheduler.service.orm import (
     EventRecord,
     QueueRecord,
     UsageRecord,
+    UsageSampleRecord,
     WorkloadRecord,
 )
 
@@ -255,6 +256,23 @@ class Store:
                 totals[key] = totals.get(key, 0.0) + interval.gpus * overlap / 3600
         return [UsageRow(p, u, hours) for (p, u), hours in sorted(totals.items())]
 
+    # -- usage samples (the history charts) -------------------------------------------------
+
+    def add_samples(self, samples: Iterable[UsageSampleRecord]) -> None:
+        self.session.add_all(list(samples))
+
+    def samples(
+        self, start: float, end: float, projects: Iterable[str] | None = None
+    ) -> list[UsageSampleRecord]:
+        """The samples taken within [start, end), oldest first; ``projects`` None means all."""
+        query = select(UsageSampleRecord).where(
+            UsageSampleRecord.time >= start, UsageSampleRecord.time < end
+        )
+        if projects is not None:
+            query = query.where(UsageSampleRecord.project.in_(list(projects)))
+        query = query.order_by(UsageSampleRecord.time, UsageSampleRecord.project)
+        return list(self.session.scalars(query))
+
 
 # -- retention (its own short transactions, apart from the scheduler's session) -------------
 
@@ -293,3 +311,11 @@ def purge_finished(engine: Engine, before: float) -> list[int]:
             session.execute(delete(UsageRecord).where(UsageRecord.workload_id.in_(batch)))
             session.execute(delete(WorkloadRecord).where(WorkloadRecord.id.in_(batch)))
         purged += batch
+
+
+def purge_samples(engine: Engine, before: float) -> int:
+    """Delete the usage samples taken before ``before``, in one short transaction of their
+    own; return how many."""
+    with Session(engine) as session, session.begin():
+        result = session.execute(delete(UsageSampleRecord).where(UsageSampleRecord.time < before))
+    return result.rowcount or 0
