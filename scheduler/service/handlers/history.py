@@ -2,8 +2,8 @@
 project and user as CSV for cost sharing.
 
 ``history`` reads the samples the service writes every ``usage_sample_interval``
-(scheduler/service/sampler.py), averaged into at most ``points`` buckets so a week of
-minute samples stays a small answer. A user sees the projects they belong to; an admin sees
+(scheduler/service/sampler.py), thinned to at most ``points`` buckets so a week of minute
+samples stays a small answer. A user sees the projects they belong to; an admin sees
 every project and the whole cluster (its allocation and queue lengths).
 """
 
@@ -30,24 +30,25 @@ MAX_POINTS = 1000
 
 
 def bucketed(samples: list[UsageSampleRecord], start: float, step: float) -> list[dict]:
-    """One point per ``step``: mean GPUs in use and fair share, the last quota, the longest
-    queues, at the time of the bucket's last sample. ``samples`` are one project's, oldest
-    first."""
+    """One point per ``step``: the bucket's last sample (GPUs in use, quota and fair share
+    as they were then, at its time) with the longest queues seen in the bucket, so a
+    queue that came and went between two points still shows. ``samples`` are one
+    project's, oldest first."""
     buckets: dict[int, list[UsageSampleRecord]] = {}
     for sample in samples:
         buckets.setdefault(int((sample.time - start) // step), []).append(sample)
     points = []
     for group in buckets.values():
-        n = len(group)
+        last = group[-1]
         points.append(
             {
-                "time": iso(group[-1].time),
-                "allocated_gpus": round(sum(s.allocated_gpus for s in group) / n, 3),
-                "fair_share_gpus": round(sum(s.fair_share_gpus for s in group) / n, 3),
-                "deserved_gpus": group[-1].deserved_gpus,
+                "time": iso(last.time),
+                "allocated_gpus": last.allocated_gpus,
+                "fair_share_gpus": last.fair_share_gpus,
+                "deserved_gpus": last.deserved_gpus,
                 "running": max(s.running for s in group),
                 "pending": max(s.pending for s in group),
-                "cluster_gpus": group[-1].cluster_gpus,
+                "cluster_gpus": last.cluster_gpus,
             }
         )
     return points

@@ -5,9 +5,10 @@
 
 import { api, el, isAdmin, number } from "./common.js";
 
-const Chart = window.Chart;
+let Chart = null; // loaded by loadChart()
 const HOUR = 3600 * 1000;
 const WINDOWS = {
+  hour: { span: HOUR, points: 240, label: "the last hour" },
   day: { span: 24 * HOUR, points: 288, label: "the last 24 hours" },
   week: { span: 7 * 24 * HOUR, points: 336, label: "the last 7 days" },
 };
@@ -68,7 +69,7 @@ function clusterDatasets(points) {
 function tickLabel(value) {
   const date = new Date(value);
   const time = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-  if (windowName === "day") return time;
+  if (windowName !== "week") return time;
   return `${date.toLocaleDateString([], { weekday: "short" })} ${time}`;
 }
 
@@ -163,7 +164,9 @@ async function refresh() {
     points: String(points),
   });
   const history = await api(`history?${query}`);
-  rangeText.textContent = `${WINDOWS[windowName].label}, one point per ${Math.round(history.step_seconds / 60)} min`;
+  const step = history.step_seconds;
+  const every = step < 60 ? `${Math.round(step)} s` : `${Math.round(step / 60)} min`;
+  rangeText.textContent = `${WINDOWS[windowName].label}, one point per ${every}`;
   const wanted = new Set();
   if (history.cluster) {
     wanted.add("cluster");
@@ -203,7 +206,7 @@ for (const input of document.querySelectorAll("input[name='frachub-history-windo
   input.addEventListener("change", () => {
     windowName = input.value;
     delete chartsBox.dataset.loaded;
-    round();
+    if (Chart) round();
   });
 }
 
@@ -250,8 +253,31 @@ form.addEventListener("submit", async (event) => {
   }
 });
 
-if (Chart) {
-  round();
-} else {
-  rangeText.textContent = "history unavailable: the chart library did not load";
+// The hub's page loads RequireJS, and a UMD file under RequireJS registers itself as an
+// anonymous AMD module instead of setting window.Chart: load it through RequireJS then.
+function loadChart() {
+  const src = document.getElementById("frachub-history").dataset.chartSrc;
+  return new Promise((resolve, reject) => {
+    if (window.Chart) {
+      resolve(window.Chart);
+    } else if (typeof window.define === "function" && window.define.amd && window.require) {
+      window.require([src], resolve, reject);
+    } else {
+      const script = el("script", { src });
+      script.addEventListener("load", () => resolve(window.Chart));
+      script.addEventListener("error", () => reject(new Error(`cannot load ${src}`)));
+      document.head.append(script);
+    }
+  });
 }
+
+loadChart().then(
+  (loaded) => {
+    Chart = loaded;
+    window.Chart ??= loaded; // for the browser tests and the console: Chart.getChart(canvas)
+    round();
+  },
+  (error) => {
+    rangeText.textContent = `history unavailable: the chart library did not load (${error.message || error})`;
+  },
+);
