@@ -20,7 +20,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, delete, event, func, or_, select
+from sqlalchemy import Integer, cast, create_engine, delete, event, func, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -98,6 +98,18 @@ class UsageRow:
     project: str
     user: str
     gpu_hours: float
+
+
+@dataclass(frozen=True)
+class SampleBucket:
+    project: str
+    time: float
+    allocated_gpus: float
+    fair_share_gpus: float
+    deserved_gpus: float
+    running: int
+    pending: int
+    cluster_gpus: float
 
 
 class Store:
@@ -261,17 +273,33 @@ class Store:
     def add_samples(self, samples: Iterable[UsageSampleRecord]) -> None:
         self.session.add_all(list(samples))
 
-    def samples(
-        self, start: float, end: float, projects: Iterable[str] | None = None
-    ) -> list[UsageSampleRecord]:
-        """The samples taken within [start, end), oldest first; ``projects`` None means all."""
-        query = select(UsageSampleRecord).where(
-            UsageSampleRecord.time >= start, UsageSampleRecord.time < end
+    def sample_buckets(
+        self, start: float, end: float, step: float, projects: Iterable[str] | None = None
+    ) -> list[SampleBucket]:
+        """The samples taken within [start, end), summed up per project and ``step``-wide
+        bucket by the database (a week of minute samples never becomes Python objects):
+        mean GPUs in use and fair share, the largest quota, cluster size and queues, the
+        time of the bucket's last sample. Sorted by project, then time."""
+        # truncated (SQLite) or rounded (PostgreSQL): either way, equal buckets
+        bucket = cast((UsageSampleRecord.time - start) / step, Integer)
+        query = (
+            select(
+                UsageSampleRecord.project,
+                func.max(UsageSampleRecord.time),
+                func.avg(UsageSampleRecord.allocated_gpus),
+                func.avg(UsageSampleRecord.fair_share_gpus),
+                func.max(UsageSampleRecord.deserved_gpus),
+                func.max(UsageSampleRecord.running),
+                func.max(UsageSampleRecord.pending),
+                func.max(UsageSampleRecord.cluster_gpus),
+            )
+            .where(UsageSampleRecord.time >= start, UsageSampleRecord.time < end)
+            .group_by(UsageSampleRecord.project, bucket)
+            .order_by(UsageSampleRecord.project, func.max(UsageSampleRecord.time))
         )
         if projects is not None:
             query = query.where(UsageSampleRecord.project.in_(list(projects)))
-        query = query.order_by(UsageSampleRecord.time, UsageSampleRecord.project)
-        return list(self.session.scalars(query))
+        return [SampleBucket(*row) for row in self.session.execute(query)]
 
 
 # -- retention (its own short transactions, apart from the scheduler's session) -------------

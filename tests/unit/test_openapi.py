@@ -38,7 +38,8 @@ from scheduler.fields import QUEUE_FIELDS, InvalidSpec
 from scheduler.service import access, requests
 from scheduler.service.handlers import allocations, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
-from scheduler.service.orm import EventRecord, QueueRecord, UsageSampleRecord, WorkloadRecord
+from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.store import SampleBucket
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit
@@ -809,18 +810,9 @@ class FakeStore:
         row = types.SimpleNamespace(project="vision", user="alice", gpu_hours=1.2345678)
         return [row]
 
-    def samples(self, start: float, end: float, projects: Any) -> list[UsageSampleRecord]:
+    def sample_buckets(self, start: float, end: float, step: float, projects: Any) -> list:
         rows = [
-            UsageSampleRecord(
-                time=end - age,
-                project=project,
-                allocated_gpus=1.5,
-                deserved_gpus=2.0,
-                fair_share_gpus=2.5,
-                running=2,
-                pending=1,
-                cluster_gpus=4.0,
-            )
+            SampleBucket(project, end - age, 1.5, 2.5, 2.0, 2, 1, 4.0)
             for age in (600.0, 60.0)
             for project in ("", "vision")
         ]

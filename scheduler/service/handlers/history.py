@@ -2,9 +2,10 @@
 project and user as CSV for cost sharing.
 
 ``history`` reads the samples the service writes every ``usage_sample_interval``
-(scheduler/service/sampler.py), thinned to at most ``points`` buckets so a week of minute
-samples stays a small answer. A user sees the projects they belong to; an admin sees
-every project and the whole cluster (its allocation and queue lengths).
+(scheduler/service/sampler.py), summed up by the database into at most ``points`` buckets,
+so a week of minute samples stays a small answer and a quick query. A user sees the
+projects they belong to; an admin sees every project and the whole cluster (its allocation
+and queue lengths).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from tornado import web
 from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, projects_of
 from scheduler.service.handlers.info import UsageHandler
-from scheduler.service.orm import UsageSampleRecord
 from scheduler.service.sampler import CLUSTER
+from scheduler.service.store import SampleBucket
 from scheduler.service.views import iso
 
 DAY = 86400.0
@@ -29,29 +30,16 @@ DEFAULT_POINTS = 200
 MAX_POINTS = 1000
 
 
-def bucketed(samples: list[UsageSampleRecord], start: float, step: float) -> list[dict]:
-    """One point per ``step``: the bucket's last sample (GPUs in use, quota and fair share
-    as they were then, at its time) with the longest queues seen in the bucket, so a
-    queue that came and went between two points still shows. ``samples`` are one
-    project's, oldest first."""
-    buckets: dict[int, list[UsageSampleRecord]] = {}
-    for sample in samples:
-        buckets.setdefault(int((sample.time - start) // step), []).append(sample)
-    points = []
-    for group in buckets.values():
-        last = group[-1]
-        points.append(
-            {
-                "time": iso(last.time),
-                "allocated_gpus": last.allocated_gpus,
-                "fair_share_gpus": last.fair_share_gpus,
-                "deserved_gpus": last.deserved_gpus,
-                "running": max(s.running for s in group),
-                "pending": max(s.pending for s in group),
-                "cluster_gpus": last.cluster_gpus,
-            }
-        )
-    return points
+def point(bucket: SampleBucket) -> dict:
+    return {
+        "time": iso(bucket.time),
+        "allocated_gpus": round(bucket.allocated_gpus, 3),
+        "fair_share_gpus": round(bucket.fair_share_gpus, 3),
+        "deserved_gpus": bucket.deserved_gpus,
+        "running": bucket.running,
+        "pending": bucket.pending,
+        "cluster_gpus": bucket.cluster_gpus,
+    }
 
 
 class HistoryHandler(UsageHandler):
@@ -79,25 +67,25 @@ class HistoryHandler(UsageHandler):
                     403, f"the history of {others[0]} needs membership of it or {ADMIN}"
                 )
         wanted = asked or allowed
-        samples = self.loop.store.samples(start, end, None if wanted is None else wanted)
+        step = (end - start) / points
+        store = self.loop.store
+        by_project: dict[str, list[dict]] = {name: [] for name in wanted or ()}
+        for bucket in store.sample_buckets(start, end, step, wanted):
+            if bucket.project != CLUSTER:
+                by_project.setdefault(bucket.project, []).append(point(bucket))
         cluster = None
         if caller.is_admin:
-            cluster = self.loop.store.samples(start, end, [CLUSTER])
-        step = (end - start) / points
-        by_project: dict[str, list[UsageSampleRecord]] = {name: [] for name in wanted or ()}
-        for sample in samples:
-            if sample.project != CLUSTER:
-                by_project.setdefault(sample.project, []).append(sample)
+            cluster = [point(b) for b in store.sample_buckets(start, end, step, [CLUSTER])]
         self.write_json(
             {
                 "start": iso(start),
                 "end": iso(end),
                 "step_seconds": round(step, 3),
                 "projects": [
-                    {"project": name, "points": bucketed(rows, start, step)}
-                    for name, rows in sorted(by_project.items())
+                    {"project": name, "points": series}
+                    for name, series in sorted(by_project.items())
                 ],
-                "cluster": None if cluster is None else bucketed(cluster, start, step),
+                "cluster": cluster,
             }
         )
 

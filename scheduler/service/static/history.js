@@ -149,9 +149,20 @@ function draw(key, title, note, points, datasets, start, end, withQueue) {
   box.querySelector(".frachub-history-empty").classList.toggle("d-none", points.length > 0);
 }
 
-function lastNote(points, text) {
+function peak(points, field) {
+  return Math.max(...points.map((point) => point[field]));
+}
+
+function projectNote(points) {
   if (!points.length) return "";
-  return text(points[points.length - 1]);
+  const last = points[points.length - 1];
+  return `peak ${number(peak(points, "allocated_gpus"))} in use, quota ${number(last.deserved_gpus)}`;
+}
+
+function clusterNote(points) {
+  if (!points.length) return "";
+  const last = points[points.length - 1];
+  return `peak ${number(peak(points, "allocated_gpus"))} of ${number(last.cluster_gpus)} GPUs in use, up to ${peak(points, "pending")} queued`;
 }
 
 async function refresh() {
@@ -170,14 +181,12 @@ async function refresh() {
   const wanted = new Set();
   if (history.cluster) {
     wanted.add("cluster");
-    const note = lastNote(history.cluster, (p) => `now ${number(p.allocated_gpus)} of ${number(p.cluster_gpus)} GPUs, ${p.pending} queued`);
-    draw("cluster", "Whole cluster", note, history.cluster, clusterDatasets(history.cluster), start, end, true);
+    draw("cluster", "Whole cluster", clusterNote(history.cluster), history.cluster, clusterDatasets(history.cluster), start, end, true);
   }
   for (const { project, points: projectPoints } of history.projects) {
     const key = `project-${project}`;
     wanted.add(key);
-    const note = lastNote(projectPoints, (p) => `now ${number(p.allocated_gpus)} in use, quota ${number(p.deserved_gpus)}, fair share ${number(p.fair_share_gpus)}`);
-    draw(key, project, note, projectPoints, projectDatasets(projectPoints), start, end, false);
+    draw(key, project, projectNote(projectPoints), projectPoints, projectDatasets(projectPoints), start, end, false);
   }
   for (const [key, chart] of charts) {
     if (!wanted.has(key)) {
