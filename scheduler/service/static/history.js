@@ -175,18 +175,25 @@ async function refresh() {
     points: String(points),
   });
   const history = await api(`history?${query}`);
+  // a young service: the axis starts at the first sample rather than hours of nothing
+  const times = [...(history.cluster || []), ...history.projects.flatMap((item) => item.points)].map(
+    (point) => Date.parse(point.time),
+  );
+  const first = times.length ? Math.min(...times) : start;
+  const from = first - start > span / 10 ? first - 60 * 1000 : start;
   const step = history.step_seconds;
   const every = step < 60 ? `${Math.round(step)} s` : `${Math.round(step / 60)} min`;
-  rangeText.textContent = `${WINDOWS[windowName].label}, one point per ${every}`;
+  const since = from > start ? `; recorded since ${new Date(first).toLocaleString()}` : "";
+  rangeText.textContent = `${WINDOWS[windowName].label}, one point per ${every}${since}`;
   const wanted = new Set();
   if (history.cluster) {
     wanted.add("cluster");
-    draw("cluster", "Whole cluster", clusterNote(history.cluster), history.cluster, clusterDatasets(history.cluster), start, end, true);
+    draw("cluster", "Whole cluster", clusterNote(history.cluster), history.cluster, clusterDatasets(history.cluster), from, end, true);
   }
   for (const { project, points: projectPoints } of history.projects) {
     const key = `project-${project}`;
     wanted.add(key);
-    draw(key, project, projectNote(projectPoints), projectPoints, projectDatasets(projectPoints), start, end, false);
+    draw(key, project, projectNote(projectPoints), projectPoints, projectDatasets(projectPoints), from, end, false);
   }
   for (const [key, chart] of charts) {
     if (!wanted.has(key)) {

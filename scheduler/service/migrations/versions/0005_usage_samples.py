@@ -1,15 +1,16 @@
 """Usage samples: each project's GPUs in use, quota, fair share and queue lengths at regular
 moments, for the panel's history charts.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004 (0003 on the branch that wrote it: merged after 0004_gpu_model, it must say
+"0004", so the chain has one head)
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0003"  # "0004" once merged with 0004_gpu_model
 branch_labels = None
 depends_on = None
 
