@@ -84,6 +84,9 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         cluster = everything["cluster"][-1]
         assert (cluster["cluster_gpus"], cluster["running"]) == (2, 1)
         assert cluster["pending"] >= 1
+        one = checked(admin.get("history", params={"project": "nlp"})).json()
+        assert [item["project"] for item in one["projects"]] == ["nlp"]
+        assert one["cluster"], "an admin naming a project still gets the cluster"
 
         sheet = alice.get("usage.csv")
         assert sheet.status_code == 200

@@ -10,6 +10,7 @@ and queue lengths).
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import time
@@ -68,14 +69,18 @@ class HistoryHandler(UsageHandler):
                 )
         wanted = asked or allowed
         step = (end - start) / points
-        store = self.loop.store
+        # in a thread with a session of its own: a long range must not stall other requests
+        read = wanted if wanted is None or not caller.is_admin else [*wanted, CLUSTER]
+        buckets = await asyncio.get_running_loop().run_in_executor(
+            None, self.loop.store.sample_buckets, start, end, step, read
+        )
         by_project: dict[str, list[dict]] = {name: [] for name in wanted or ()}
-        for bucket in store.sample_buckets(start, end, step, wanted):
+        cluster: list[dict] | None = [] if caller.is_admin else None
+        for bucket in buckets:
             if bucket.project != CLUSTER:
                 by_project.setdefault(bucket.project, []).append(point(bucket))
-        cluster = None
-        if caller.is_admin:
-            cluster = [point(b) for b in store.sample_buckets(start, end, step, [CLUSTER])]
+            elif cluster is not None:
+                cluster.append(point(bucket))
         self.write_json(
             {
                 "start": iso(start),
