@@ -46,17 +46,18 @@ from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service import datalock
 from scheduler.service.directory import HubDirectory
-from scheduler.service.handlers import allocations, info, pages, queues, workloads
+from scheduler.service.handlers import allocations, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.loop import SchedulingLoop, Settings
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import QueueRecord
 from scheduler.service.retention import Retention, purge
+from scheduler.service.sampler import sample_every
 from scheduler.service.store import Store, StoreError, open_store
 
 LOCK_FILE = datalock.SERVICE_LOCK_FILE
-API_MODULES = (workloads, allocations, queues, info)  # what openapi.json describes
+API_MODULES = (workloads, allocations, queues, info, history)  # what openapi.json describes
 HANDLER_MODULES = (*API_MODULES, pages)
 
 
@@ -252,11 +253,29 @@ class FracHubService(Application):
         deleted by the service.""",
     ).tag(config=True)
 
+    usage_sample_interval = Float(
+        60.0,
+        help="""Seconds between usage samples: each project's GPUs in use, quota, fair share
+        and queue lengths, stored for the panel's history charts. 0 takes none.""",
+    ).tag(config=True)
+
+    usage_sample_retention_days = Float(
+        35.0,
+        help="""Days usage samples are kept (the history charts reach back this far). 0 keeps
+        them forever.""",
+    ).tag(config=True)
+
     retention_check_interval = Float(
         3600.0, help="Seconds between retention passes (the first runs at start-up)."
     ).tag(config=True)
 
-    @validate("workload_retention_days", "log_retention_days", "retention_check_interval")
+    @validate(
+        "workload_retention_days",
+        "log_retention_days",
+        "retention_check_interval",
+        "usage_sample_interval",
+        "usage_sample_retention_days",
+    )
     def _validate_retention(self, proposal):
         name, value = proposal.trait.name, proposal.value
         if name == "retention_check_interval" and value <= 0:
@@ -427,7 +446,9 @@ class FracHubService(Application):
 
     async def _retention(self) -> None:
         assert self.store is not None
-        retention = Retention(self.workload_retention_days, self.log_retention_days)
+        retention = Retention(
+            self.workload_retention_days, self.log_retention_days, self.usage_sample_retention_days
+        )
         running = asyncio.get_running_loop()
         while True:
             try:
@@ -496,8 +517,15 @@ class FracHubService(Application):
             )
             idle.start()
         retention = None
-        if self.workload_retention_days > 0 or self.log_retention_days > 0:
+        if (
+            self.workload_retention_days > 0
+            or self.log_retention_days > 0
+            or self.usage_sample_retention_days > 0
+        ):
             retention = asyncio.create_task(self._retention())
+        sampler = None
+        if self.usage_sample_interval > 0:
+            sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
         app = self.make_app(loop, metrics)
         url = urlparse(self.service_url)
         server = HTTPServer(app, xheaders=True)
@@ -512,6 +540,8 @@ class FracHubService(Application):
         server.stop()
         if retention is not None:
             retention.cancel()
+        if sampler is not None:
+            sampler.cancel()
         if idle is not None:
             await idle.stop()
         await loop.stop()

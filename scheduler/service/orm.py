@@ -206,6 +206,25 @@ class UsageRecord(Base):
     end: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
 
 
+class UsageSampleRecord(Base):
+    """One project's state at one moment, written by the service every
+    ``usage_sample_interval``: what the panel's history charts draw (GPUs in use against
+    quota and fair share, queue lengths), kept ``usage_sample_retention_days``."""
+
+    __tablename__ = "usage_samples"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float, index=True)
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    allocated_gpus: Mapped[float] = mapped_column(Float)
+    deserved_gpus: Mapped[float] = mapped_column(Float)
+    fair_share_gpus: Mapped[float] = mapped_column(Float)
+    running: Mapped[int] = mapped_column(Integer)
+    pending: Mapped[int] = mapped_column(Integer)
+    cluster_gpus: Mapped[float] = mapped_column(Float)
+    """The GPUs the cluster had at that moment (the same on every row of one sample)."""
+
+
 def placement_to_json(placement: Placement) -> list:
     return [
         {"node": replica.node, "gpus": [[share.index, share.milli] for share in replica.gpus]}

@@ -3,7 +3,9 @@
 Every ``retention_check_interval`` the service deletes the job logs (and exit files) of
 workloads that finished more than ``log_retention_days`` ago, and the records (events and
 usage intervals included) of workloads that finished more than ``workload_retention_days``
-ago. 0 keeps them forever. Checkpoints are the users' and are never deleted here.
+ago, and the usage samples behind the panel's history charts older than
+``usage_sample_retention_days``. 0 keeps them forever. Checkpoints are the users' and are
+never deleted here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from scheduler.service.store import finished_before, purge_finished
+from scheduler.service.store import finished_before, purge_finished, purge_samples
 
 DAY = 86400.0
 
@@ -24,6 +26,7 @@ DAY = 86400.0
 class Retention:
     workload_days: float
     log_days: float
+    sample_days: float = 0.0
 
 
 def _numbered_dirs(parent: str) -> dict[int, str]:
@@ -55,6 +58,14 @@ def purge(
         for workload_id in purged:  # records gone, so are their logs (whatever log_days says)
             for area in ("logs", "run"):
                 shutil.rmtree(os.path.join(data_dir, area, str(workload_id)), ignore_errors=True)
+    if retention.sample_days > 0:
+        samples = purge_samples(engine, now - retention.sample_days * DAY)
+        if samples:
+            log.info(
+                "retention: deleted %d usage samples (older than %g days)",
+                samples,
+                retention.sample_days,
+            )
     if workloads or logs:
         log.info(
             "retention: deleted %d finished workloads (older than %g days) and the job logs "

@@ -146,3 +146,8 @@ def test_spawn_form_and_panel_render_from_the_install(venv: Path, tmp_path: Path
         script = browser.get("/services/frachub/static/panel.js")
         assert script.status_code == 200
         assert "frachub" in script.text.lower()
+        assert "chart.umd.min.js" in panel.text  # the usage history's charts, shipped
+        chart = browser.get("/services/frachub/static/chart.umd.min.js")
+        assert chart.status_code == 200 and "Chart.js v4" in chart.text[:200]
+        licence = browser.get("/services/frachub/static/chart.js-LICENSE.md")
+        assert licence.status_code == 200 and "MIT License" in licence.text

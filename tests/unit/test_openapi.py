@@ -36,16 +36,17 @@ from scheduler.backends.base import Gpu, Inventory
 from scheduler.engine import Node, Pending, Queue, QueueStatus
 from scheduler.fields import QUEUE_FIELDS, InvalidSpec
 from scheduler.service import access, requests
-from scheduler.service.handlers import allocations, info, queues, workloads
+from scheduler.service.handlers import allocations, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.store import SampleBucket
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit
 
 DOCUMENT_PATH = Path(requests.__file__).with_name("openapi.json")
 DOCUMENT: dict[str, Any] = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
-HANDLER_MODULES = (workloads, allocations, queues, info)
+HANDLER_MODULES = (workloads, allocations, queues, info, history)
 VERBS = ("get", "post", "put", "patch", "delete", "head", "options")
 SCOPE_NAMES = {"READ": access.READ, "SUBMIT": access.SUBMIT, "ADMIN": access.ADMIN}
 ACCESS_SCOPE = "access:services!service=frachub"
@@ -809,6 +810,14 @@ class FakeStore:
         row = types.SimpleNamespace(project="vision", user="alice", gpu_hours=1.2345678)
         return [row]
 
+    def sample_buckets(self, start: float, end: float, step: float, projects: Any) -> list:
+        rows = [
+            SampleBucket(project, end - age, 1.5, 2.5, 2.0, 2, 1, 4.0)
+            for age in (600.0, 60.0)
+            for project in ("", "vision")
+        ]
+        return [row for row in rows if projects is None or row.project in projects]
+
 
 def service_loop() -> types.SimpleNamespace:
     records = [job(id=n) for n in (5, 6, 7)] + [
@@ -927,6 +936,8 @@ def assert_documented(operation: dict, status: int, media_type: str, body: Any) 
         "/api/v1/user",
         "/api/v1/nodes",
         "/api/v1/usage?start=2026-11-01T00:00:00Z&end=2026-11-02T00:00:00%2B01:00",
+        "/api/v1/history",
+        "/api/v1/history?project=vision&points=1&start=2026-11-01T00:00:00Z&end=2026-11-02T00:00:00Z",
         "/api/v1/workloads",
         "/api/v1/workloads/?state=running,pending&kind=training",
         "/api/v1/workloads/7",
@@ -948,6 +959,7 @@ def test_handler_answers_validate_against_the_document(uri: str) -> None:
         ("/api/v1/workloads/7/logs?tail=10", "text/plain"),
         ("/metrics", "text/plain"),
         ("/api/v1/allocations/9/events", "text/event-stream"),
+        ("/api/v1/usage.csv?start=2026-11-01T00:00:00Z&end=2026-11-02T00:00:00Z", "text/csv"),
     ],
 )
 def test_text_answers_have_the_documented_media_type(uri: str, media_type: str) -> None:
@@ -990,6 +1002,11 @@ def test_paginated_answers_validate_against_the_document(uri: str) -> None:
         ("/api/v1/workloads?state=bogus", (access.READ,), 400),
         ("/api/v1/workloads?limit=-1", (access.READ,), 400),
         ("/api/v1/usage?start=yesterday", (access.READ,), 400),
+        ("/api/v1/usage.csv?start=2020-01-01T00:00:00Z", (access.READ,), 400),
+        ("/api/v1/usage.csv?user=bob", (access.READ,), 403),
+        ("/api/v1/history?points=0", (access.READ,), 400),
+        ("/api/v1/history?start=2020-01-01T00:00:00Z", (access.READ,), 400),
+        ("/api/v1/history?project=nlp", (access.READ,), 403),
         ("/api/v1/allocations/8?wait=soon", (access.READ,), 400),
         ("/api/v1/workloads/7/logs?replica=3", (access.READ,), 400),
         ("/api/v1", None, 403),

@@ -14,6 +14,7 @@ from scheduler import __version__
 from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
 from scheduler.service.handlers.base import APIHandler, JSONErrors
+from scheduler.service.store import UsageRow
 from scheduler.service.views import iso, nodes_json
 
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi.json"
@@ -65,19 +66,12 @@ class UsageHandler(APIHandler):
     """GPU-hours per project and user between ``start`` and ``end`` (ISO 8601; default: the
     last 30 days). Users see their own rows; admins see everyone's."""
 
+    max_days: float | None = None
+    """The longest range a request may ask for (None: any)."""
+
     async def get(self) -> None:
         self.require(READ)
-        now = time.time()
-        end = self._time("end", now)
-        start = self._time("start", end - 30 * 86400)
-        if start >= end:
-            raise InvalidSpec("start", "must be before end")
-        users = self.list_argument("user")
-        if not self.caller.is_admin:
-            if any(user != self.caller.name for user in users):
-                raise web.HTTPError(403, f"other users' usage needs {ADMIN}")
-            users = [self.caller.name]
-        rows = self.loop.store.usage(start, end, now, self.list_argument("project"), users)
+        start, end, rows = self.usage_rows()
         self.write_json(
             {
                 "start": iso(start),
@@ -88,6 +82,26 @@ class UsageHandler(APIHandler):
                 ],
                 "total_gpu_hours": round(sum(r.gpu_hours for r in rows), 6),
             }
+        )
+
+    def usage_rows(self) -> tuple[float, float, list[UsageRow]]:
+        """The caller's rows (everyone's for an admin) in the range the request names."""
+        now = time.time()
+        end = self._time("end", now)
+        start = self._time("start", end - 30 * 86400)
+        if start >= end:
+            raise InvalidSpec("start", "must be before end")
+        if self.max_days is not None and end - start > self.max_days * 86400:
+            raise InvalidSpec("start", f"must be at most {self.max_days:g} days before end")
+        users = self.list_argument("user")
+        if not self.caller.is_admin:
+            if any(user != self.caller.name for user in users):
+                raise web.HTTPError(403, f"other users' usage needs {ADMIN}")
+            users = [self.caller.name]
+        return (
+            start,
+            end,
+            self.loop.store.usage(start, end, now, self.list_argument("project"), users),
         )
 
     def _time(self, name: str, default: float) -> float:

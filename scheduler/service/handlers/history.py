@@ -1,0 +1,139 @@
+"""Usage over time: the samples behind the panel's history charts, and GPU-hours per
+project and user as CSV for cost sharing.
+
+``history`` reads the samples the service writes every ``usage_sample_interval``
+(scheduler/service/sampler.py), summed up by the database into at most ``points`` buckets,
+so a week of minute samples stays a small answer and a quick query. A user sees the
+projects they belong to; an admin sees every project and the whole cluster (its allocation
+and queue lengths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import time
+
+from tornado import web
+
+from scheduler.fields import InvalidSpec, shown
+from scheduler.service.access import ADMIN, READ, projects_of
+from scheduler.service.handlers.info import UsageHandler
+from scheduler.service.sampler import CLUSTER
+from scheduler.service.store import SampleBucket
+from scheduler.service.views import iso
+
+DAY = 86400.0
+HISTORY_MAX_DAYS = 31
+CSV_MAX_DAYS = 366
+DEFAULT_POINTS = 200
+MAX_POINTS = 1000
+
+
+def point(bucket: SampleBucket) -> dict:
+    return {
+        "time": iso(bucket.time),
+        "allocated_gpus": round(bucket.allocated_gpus, 3),
+        "fair_share_gpus": round(bucket.fair_share_gpus, 3),
+        "deserved_gpus": bucket.deserved_gpus,
+        "running": bucket.running,
+        "pending": bucket.pending,
+        "cluster_gpus": bucket.cluster_gpus,
+    }
+
+
+class HistoryHandler(UsageHandler):
+    """GET /history: each of the caller's projects over ``start``..``end`` (default: the
+    last day), and for admins the cluster."""
+
+    async def get(self) -> None:
+        self.require(READ)
+        end = self._time("end", time.time())
+        start = self._time("start", end - DAY)
+        if start >= end:
+            raise InvalidSpec("start", "must be before end")
+        if end - start > HISTORY_MAX_DAYS * DAY:
+            raise InvalidSpec("start", f"must be at most {HISTORY_MAX_DAYS} days before end")
+        points = self._points()
+        asked = self.list_argument("project")
+        caller = self.caller
+        if caller.is_admin:
+            allowed = None
+        else:
+            allowed = projects_of(caller.name, caller.groups, self.loop.queues, self.loop.members)
+            others = [name for name in asked if name not in allowed]
+            if others:
+                raise web.HTTPError(
+                    403, f"the history of {others[0]} needs membership of it or {ADMIN}"
+                )
+        wanted = asked or allowed
+        step = (end - start) / points
+        # in a thread with a session of its own: a long range must not stall other requests
+        read = wanted if wanted is None or not caller.is_admin else [*wanted, CLUSTER]
+        buckets = await asyncio.get_running_loop().run_in_executor(
+            None, self.loop.store.sample_buckets, start, end, step, read
+        )
+        by_project: dict[str, list[dict]] = {name: [] for name in wanted or ()}
+        cluster: list[dict] | None = [] if caller.is_admin else None
+        for bucket in buckets:
+            if bucket.project != CLUSTER:
+                by_project.setdefault(bucket.project, []).append(point(bucket))
+            elif cluster is not None:
+                cluster.append(point(bucket))
+        self.write_json(
+            {
+                "start": iso(start),
+                "end": iso(end),
+                "step_seconds": round(step, 3),
+                "projects": [
+                    {"project": name, "points": series}
+                    for name, series in sorted(by_project.items())
+                ],
+                "cluster": cluster,
+            }
+        )
+
+    def _points(self) -> int:
+        raw = self.get_argument("points", None)
+        if raw is None:
+            return DEFAULT_POINTS
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidSpec("points", f"must be a whole number, got {shown(raw)}") from None
+        if not 1 <= value <= MAX_POINTS:
+            raise InvalidSpec("points", f"must be between 1 and {MAX_POINTS}, got {value}")
+        return value
+
+
+def _cell(value: str) -> str:
+    """A spreadsheet must not run a name as a formula (CSV injection)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+class UsageCSVHandler(UsageHandler):
+    """GET /usage.csv: the rows of /usage (same parameters and rights) as a CSV file."""
+
+    max_days = CSV_MAX_DAYS
+
+    async def get(self) -> None:
+        self.require(READ)
+        start, end, rows = self.usage_rows()
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\r\n")
+        writer.writerow(["project", "user", "gpu_hours", "start", "end"])
+        for row in rows:
+            writer.writerow(
+                [_cell(row.project), _cell(row.user), f"{row.gpu_hours:.6f}", iso(start), iso(end)]
+            )
+        name = f"frachub-usage-{iso(start)[:10]}-{iso(end)[:10]}.csv"
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        self.finish(out.getvalue())
+
+
+default_handlers = [
+    (r"/api/v1/history/?", HistoryHandler),
+    (r"/api/v1/usage\.csv", UsageCSVHandler),
+]
