@@ -25,7 +25,7 @@ from hub_ext.client import (
     service_url,
     state_line,
 )
-from hub_ext.jobs_cli import command_from, env_pair, gpu_memory
+from hub_ext.jobs_cli import checkpoint_interval, command_from, env_pair, gpu_memory
 from hub_ext.kernelspec import DISPLAY_NAME, write_kernelspec
 from hub_ext.magics import script_path
 
@@ -185,6 +185,23 @@ def test_gpu_memory_sizes(text, gib) -> None:
 def test_bad_gpu_memory_sizes(text) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         gpu_memory(text)
+
+
+def test_checkpoint_intervals_and_their_bounds() -> None:
+    assert [checkpoint_interval(t) for t in ("600", "600s", "10m", "1.5h")] == [600, 600, 600, 5400]
+    for text in ("0", "-1m", "soon", "nanh", "1e12", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            checkpoint_interval(text)
+
+
+def test_a_job_without_credentials_reports_its_checkpoint_by_a_file(tmp_path) -> None:
+    from hub_ext.client import CHECKPOINT_MARK, checkpointed
+
+    env = {"FRACHUB_WORKLOAD_ID": "7", "FRACHUB_CHECKPOINT_DIR": str(tmp_path)}
+    checkpointed(environ=env)
+    assert (tmp_path / CHECKPOINT_MARK).exists()
+    with pytest.raises(NotConfigured, match="not inside a FracHub job"):
+        checkpointed(environ={})
 
 
 def test_env_pairs_and_commands() -> None:
