@@ -932,6 +932,11 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
             fields.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(w["env"].items()))))
         if w.get("max_runtime_seconds"):
             fields.append(("Max runtime", format_duration(w["max_runtime_seconds"])))
+        if w.get("checkpoint_interval_seconds"):
+            every = format_duration(w["checkpoint_interval_seconds"])
+            fields.append(("Checkpoints", f"every {every}"))
+        if w.get("checkpointed_at"):
+            fields.append(("Last checkpoint", format_time(w["checkpointed_at"], tz)))
     else:
         fields.append(("Server", w.get("server_name") or "(default server)"))
     fields += [

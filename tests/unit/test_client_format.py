@@ -261,6 +261,9 @@ def test_describe_shows_request_placement_and_events() -> None:
     assert "Placement" in text and "GPU-1" in text
     assert "2026-11-22 14:06:30  started    on ws" in text
     assert "<table" in report._repr_html_() and "Events" in report._repr_html_()
+    saving = workload(checkpoint_interval_seconds=600.0, checkpointed_at="2026-11-22T14:20:00.000Z")
+    text = str(describe_report(saving, NOW, tz=timezone.utc))
+    assert "every 10m" in text and "2026-11-22 14:20:00" in text
 
 
 def test_quota_counts_the_callers_own_share() -> None:
