@@ -18,6 +18,10 @@ same way and print the same tables, and the spawner (``spawner/mixin.py``).
     allocations, queues, nodes. Every refusal raises ``FracHubError(status, message)`` with
     the service's own message; ``NotConfigured`` and ``Unreachable`` (subclasses, status 0
     when no answer came) say what to set or check.
+``checkpointed()``
+    Inside a job, after it saved its work: tells the scheduler (``POST
+    workloads/{id}/checkpoint``, or a touched file in ``FRACHUB_CHECKPOINT_DIR`` when the job
+    has no token), so an eviction loses only the work done since.
 ``Table``, ``Report``
     What the CLI prints and the magics display: aligned plain text from ``str()``/``repr()``
     (``text/plain``) and an HTML table from ``_repr_html_()`` (``text/html`` in notebooks).
@@ -157,6 +161,47 @@ def connect(
         timeout=timeout,
         token_source=source,
     )
+
+
+WORKLOAD_ID_ENV = "FRACHUB_WORKLOAD_ID"  # set in every job by the backend (scheduler/contract.py)
+CHECKPOINT_DIR_ENV = "FRACHUB_CHECKPOINT_DIR"
+CHECKPOINT_MARK = ".frachub-checkpointed"
+"""The file ``checkpointed()`` touches when the job carries no credentials for the API."""
+
+
+def _own_workload_id(env: Mapping[str, str]) -> int:
+    value = env.get(WORKLOAD_ID_ENV, "")
+    if not value.isdigit():
+        raise NotConfigured(
+            f"not inside a FracHub job: {WORKLOAD_ID_ENV} is not set; pass the workload's id",
+            flag="workload_id",
+        )
+    return int(value)
+
+
+def checkpointed(environ: Mapping[str, str] | None = None) -> None:
+    """Inside a job, right after saving a checkpoint: ``hub_ext.client.checkpointed()``.
+
+    With the service's URL and a token in the job's environment (``FRACHUB_URL`` and
+    ``FRACHUB_TOKEN``, as ``connect`` reads them) it tells the service through the API.
+    Without them it touches ``$FRACHUB_CHECKPOINT_DIR/.frachub-checkpointed``, which the
+    local backend sees on its next poll like any newer file in that directory."""
+    env = os.environ if environ is None else environ
+    workload_id = _own_workload_id(env)
+    if env.get(URL_ENV) and (env.get(TOKEN_ENV) or env.get(SERVER_TOKEN_ENV)):
+        with connect(environ=env) as client:
+            client.checkpointed(workload_id)
+        return
+    directory = env.get(CHECKPOINT_DIR_ENV)
+    if not directory:
+        raise NotConfigured(
+            f"no way to reach the service: set {URL_ENV} and {TOKEN_ENV} in the job's "
+            f"environment (or run it where {CHECKPOINT_DIR_ENV} is set)"
+        )
+    mark = os.path.join(directory, CHECKPOINT_MARK)
+    with open(mark, "a", encoding="utf-8"):
+        pass
+    os.utime(mark)
 
 
 @dataclass(frozen=True)
@@ -394,6 +439,13 @@ class FracHubClient(ClientCore):
         """Cancel a job: a pending one at once, a running one is asked to stop (SIGTERM, then
         SIGKILL after the grace period) and comes back ``cancelling``."""
         return self._json("DELETE", f"workloads/{int(workload_id)}")
+
+    def checkpointed(self, workload_id: int | None = None) -> dict[str, Any]:
+        """Tell the scheduler a job has just saved its work (default: the job this runs in,
+        ``FRACHUB_WORKLOAD_ID``): an eviction from now on loses only what comes after."""
+        if workload_id is None:
+            workload_id = _own_workload_id(os.environ)
+        return self._json("POST", f"workloads/{int(workload_id)}/checkpoint")
 
     def logs(self, workload_id: int, *, tail: int | None = None, replica: int = 0) -> str:
         """A replica's output so far (empty before it has started)."""
@@ -880,6 +932,11 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
             fields.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(w["env"].items()))))
         if w.get("max_runtime_seconds"):
             fields.append(("Max runtime", format_duration(w["max_runtime_seconds"])))
+        if w.get("checkpoint_interval_seconds"):
+            every = format_duration(w["checkpoint_interval_seconds"])
+            fields.append(("Checkpoints", f"every {every}"))
+        if w.get("checkpointed_at"):
+            fields.append(("Last checkpoint", format_time(w["checkpointed_at"], tz)))
     else:
         fields.append(("Server", w.get("server_name") or "(default server)"))
     fields += [

@@ -108,6 +108,31 @@ def gpu_model(text: str) -> str:
     return text
 
 
+MAX_CHECKPOINT_INTERVAL = 10 * 365 * 24 * 3600
+"""As the API bounds ``checkpoint_interval_seconds`` (ten years)."""
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def checkpoint_interval(text: str) -> float:
+    """Seconds between the job's checkpoints: ``600``, ``600s``, ``10m`` or ``1.5h``."""
+    number, unit = (text[:-1], text[-1].lower()) if text[-1:].lower() in _UNITS else (text, "s")
+    try:
+        value = float(number) * _UNITS[unit] if len(text) <= 40 else None
+    except ValueError:
+        value = None
+    if value is None or value != value:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text[:40]!r} (seconds, or with s, m or h: 600, 10m, 1.5h)"
+        )
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if value > MAX_CHECKPOINT_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_CHECKPOINT_INTERVAL} seconds (ten years), got {text}"
+        )
+    return value
+
+
 def env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -157,6 +182,13 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         metavar="MODEL",
         help="run only on GPUs of this model (as the cluster's nodes name it, e.g. "
         "NVIDIA-A100-SXM4-80GB); repeat to allow several (default: any model)",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=checkpoint_interval,
+        metavar="DURATION",
+        help="how often the job saves its work (600, 10m, 1.5h): the scheduler then prefers "
+        "to evict jobs that lose the least (default: not declared)",
     )
     parser.add_argument("--name", help="a name for the job (default job-<id>)")
     parser.add_argument(
@@ -255,6 +287,11 @@ def submission(
         "env": dict(args.env) or None,
         "working_dir": working_dir,
         **({"gpu_model": args.gpu_model} if args.gpu_model else {}),
+        **(
+            {"checkpoint_interval_seconds": args.checkpoint_interval}
+            if args.checkpoint_interval
+            else {}
+        ),
     }
 
 

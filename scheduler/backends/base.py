@@ -84,6 +84,16 @@ class Exit:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A running attempt saved its work at ``at`` (Unix seconds): the newest file under its
+    ``FRACHUB_CHECKPOINT_DIR`` on the local backend. Reported by ``poll`` beside the exits,
+    the way a job's own ``POST workloads/{id}/checkpoint`` reports it through the API."""
+
+    workload_id: int
+    at: float
+
+
 class BackendError(Exception):
     """A start that cannot happen (missing working directory, unknown user, ...); the message
     is shown to the user as the workload's failure reason."""
@@ -111,8 +121,9 @@ class Backend(Protocol):
         while the service was down is reported by the next ``poll`` with its real code."""
         ...
 
-    async def poll(self) -> list[Exit]:
-        """Attempts that ended since the last call."""
+    async def poll(self) -> list[Exit | Checkpoint]:
+        """Attempts that ended since the last call, and checkpoints newer than the last
+        reported (a backend that cannot see them reports none)."""
         ...
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:

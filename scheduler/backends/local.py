@@ -38,7 +38,7 @@ from typing import Any
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
-from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
+from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import (
@@ -65,6 +65,9 @@ exit "$code"
 """
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+CHECKPOINT_SCAN_LIMIT = 10_000
+"""Entries of a checkpoint directory looked at per poll: a job that keeps more files than
+that is reported by the ones seen (or reports itself through the API)."""
 
 
 @dataclass
@@ -91,6 +94,8 @@ class _Attempt:
     killed: bool = False
     kill_timer: asyncio.TimerHandle | None = None
     kill_at: float = float("inf")
+    checkpointed_at: float | None = None
+    """The newest checkpoint file's time already reported by ``poll``."""
 
 
 class LocalBackend(LoggingConfigurable):
@@ -253,14 +258,22 @@ class LocalBackend(LoggingConfigurable):
         self._attempts[token] = attempt
         return True
 
-    async def poll(self) -> list[Exit]:
-        """Attempts that ended since the last call, each reported once.
+    async def poll(self) -> list[Exit | Checkpoint]:
+        """Attempts that ended since the last call, each reported once, and the running
+        attempts whose checkpoint directory holds a file newer than the last one reported.
 
         Cost: one ``waitpid`` per own replica, one read of ``/proc/<pid>/stat`` per adopted
-        one; exit files are read only for adopted replicas that have ended.
+        one; exit files are read only for adopted replicas that have ended; one walk of each
+        running attempt's checkpoint directory (at most ``CHECKPOINT_SCAN_LIMIT`` entries).
         """
-        exits: list[Exit] = []
+        exits: list[Exit | Checkpoint] = []
         for token, attempt in list(self._attempts.items()):
+            newest = self._newest_checkpoint(attempt.workload_id)
+            if newest is not None and (
+                attempt.checkpointed_at is None or newest > attempt.checkpointed_at
+            ):
+                attempt.checkpointed_at = newest
+                exits.append(Checkpoint(attempt.workload_id, newest))
             for replica in attempt.replicas:
                 self._check(replica, attempt)
             if all(r.ended for r in attempt.replicas):
@@ -276,6 +289,30 @@ class LocalBackend(LoggingConfigurable):
                 )
                 self._terminate(attempt, self.gang_stop_grace_seconds)
         return exits
+
+    def _newest_checkpoint(self, workload_id: int) -> float | None:
+        """The modification time of the newest file under the job's ``FRACHUB_CHECKPOINT_DIR``
+        (None: no file). Symlinks are neither followed nor counted: the directory is the
+        user's."""
+        newest: float | None = None
+        seen = 0
+        stack = [os.path.join(self.data_dir, "checkpoints", str(workload_id))]
+        while stack and seen < CHECKPOINT_SCAN_LIMIT:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        mtime = entry.stat(follow_symlinks=False).st_mtime
+                        newest = mtime if newest is None else max(newest, mtime)
+                except OSError:
+                    continue
+        return newest
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""

@@ -27,6 +27,7 @@ nothing, unless the workload is in one of the states ``ALLOWED`` lists for it):
 * ``exited``: the process ended. ``running`` -> ``succeeded`` (code 0), ``failed`` (other
   codes) or, with no code (the process was lost), ``pending`` again; ``preempting`` ->
   ``pending`` (requeued); ``cancelling`` -> ``cancelled``; ``stopping`` -> ``failed``.
+* ``checkpointed``: a holding job saved its work; the time is kept, the state unchanged.
 * ``launch_failed``: the process could not be started -> ``failed``.
 * ``not_launched``: started but never launched (the service stopped in between) -> ``pending``.
 * ``end``: a scenario's ``finish``/``cancel`` event ends it at once, whatever it was doing.
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
 
+from scheduler.engine import reasons
 from scheduler.engine.model import (
     CycleResult,
     Evict,
@@ -151,6 +153,7 @@ ALLOWED: dict[str, frozenset[WorkloadState]] = {
     "cancel": frozenset({_P, _R, WorkloadState.PREEMPTING}),
     "time_limit": frozenset({_R}),
     "exited": frozenset(HOLDING_STATES),
+    "checkpointed": frozenset(HOLDING_STATES),
     "launch_failed": frozenset(ACTIVE_STATES),
     "not_launched": frozenset(HOLDING_STATES),
     "end": frozenset(ACTIVE_STATES),
@@ -205,9 +208,13 @@ class Launch:
 
 @dataclass(frozen=True)
 class Evicted:
+    """It was evicted or moved; ``message`` says why, for whom and what it lost, in the
+    words of its history line (``reasons.evicted``)."""
+
     name: str
     reason: EvictReason
     claimant: str | None
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -266,6 +273,9 @@ class Life:
     finished_at: float | None = field(default=None, metadata=KEPT)
     exit_code: int | None = field(default=None, metadata=KEPT)
     message: str = field(default="", metadata=KEPT)
+    checkpointed_at: float | None = field(default=None, metadata=KEPT)
+    """When the job last reported a checkpoint (``checkpointed``): the engine counts the work
+    since then, not since its start, as what an eviction would destroy."""
     _view: tuple[tuple, Workload] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -278,7 +288,14 @@ class Life:
     def workload(self) -> Workload:
         """What the engine sees of it now (it must be active); kept until its life changes,
         since most workloads are the same from one cycle to the next."""
-        key = (self.state, self.placement, self.started_at, self.start_seq, self.claimant)
+        key = (
+            self.state,
+            self.placement,
+            self.started_at,
+            self.start_seq,
+            self.claimant,
+            self.checkpointed_at,
+        )
         if self._view is not None and self._view[0] == key:
             return self._view[1]
         state = self.state.engine
@@ -290,6 +307,7 @@ class Life:
             started_at=self.started_at,
             start_seq=self.start_seq,
             claimant=self.claimant if state is not State.RUNNING else None,
+            checkpointed_at=self.checkpointed_at,
         )
         self._view = (key, workload)
         return workload
@@ -376,7 +394,14 @@ class Lifecycle:
                     effects += self.start(life.name, decision.placement, now)
             elif life.state is WorkloadState.RUNNING:
                 reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
-                effects += self.evict(life.name, reason, decision.claimant, now)
+                effects += self.evict(
+                    life.name,
+                    reason,
+                    decision.claimant,
+                    now,
+                    lost_seconds=decision.lost_seconds,
+                    lost_gpu_seconds=decision.lost_gpu_seconds,
+                )
                 if isinstance(decision, Move) and life.state is WorkloadState.PENDING:
                     effects += self.start(life.name, decision.placement, now)
         return effects
@@ -398,21 +423,31 @@ class Lifecycle:
         return effects
 
     def evict(
-        self, name: str, reason: EvictReason, claimant: str | None, now: float
+        self,
+        name: str,
+        reason: EvictReason,
+        claimant: str | None,
+        now: float,
+        *,
+        lost_seconds: float = 0.0,
+        lost_gpu_seconds: float = 0.0,
     ) -> list[Effect]:
+        """``lost_seconds`` and ``lost_gpu_seconds``: the work the eviction destroys, as the
+        engine's decision counted it, for the history line."""
         life = self._life(name, "evict")
         life.preemptions += 1
-        effects: list[Effect] = [Evicted(name, reason, claimant)]
         claim = self.lives.get(claimant) if claimant else None
-        why = reason.value + (f" for {claim.ask.queue}/{claim.title}" if claim else "")
+        who = f"{claim.ask.queue}/{claim.title}" if claim else None
+        decision = Evict(name, reason, claimant, lost_seconds, lost_gpu_seconds)
+        why = reasons.evicted(decision, who)
+        effects: list[Effect] = [Evicted(name, reason, claimant, why)]
         if life.allocation:
-            return effects + self._finish(life, WorkloadState.REVOKED, now, f"preempted ({why})")
+            return effects + self._finish(life, WorkloadState.REVOKED, now, why)
         life.claimant = claimant
         if reason is EvictReason.NODE_LOST or self.immediate:
             gone = reason is EvictReason.NODE_LOST
             effects.append(Stop(name, 0.0 if gone else self.grace_seconds))
-            words = f"its node is gone ({why})" if gone else f"preempted ({why})"
-            effects.append(Note(name, Milestone.REQUEUED, words))
+            effects.append(Note(name, Milestone.REQUEUED, why))
             return effects + self._requeue(life, count_restart=True)
         life.state = WorkloadState.PREEMPTING
         life.stop_reason = reason.value
@@ -421,6 +456,17 @@ class Lifecycle:
         )
         effects.append(Stop(name, self.grace_seconds))
         return effects
+
+    def checkpointed(self, name: str, at: float, now: float) -> bool:
+        """Its process saved its work at ``at`` (never later than ``now``, never earlier than
+        the save already known); True if that is news. A save before its current run began
+        is kept but saves nothing of this run (``Workload.saved_at``)."""
+        life = self._life(name, "checkpointed")
+        at = min(at, now)
+        if life.checkpointed_at is not None and at <= life.checkpointed_at:
+            return False
+        life.checkpointed_at = at
+        return True
 
     def cancel(self, name: str, now: float, by: str = "its owner") -> list[Effect]:
         """Someone asked (``by`` names who, for the record: "its owner", "admin bob", "the

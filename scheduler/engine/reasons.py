@@ -151,11 +151,13 @@ _EVICTED = {
 }
 
 
-def evicted(decision: Evict | Move) -> str:
+def evicted(decision: Evict | Move, claimant: str | None = None) -> str:
     """An eviction or move in words, with the work it destroyed: "preempted for
-    nlp/notebook-carol; 12 min since last checkpoint lost (0.2 GPU-hours)"."""
+    nlp/notebook-carol; 12 min since last checkpoint lost (0.2 GPU-hours)". ``claimant``
+    names the claimant in words (the decision has only its engine name)."""
     reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
-    text = _EVICTED[reason].format(claimant=decision.claimant or "another workload")
+    who = claimant or decision.claimant or "another workload"
+    text = _EVICTED[reason].format(claimant=who)
     if decision.lost_seconds <= 0:
         return f"{text}; no work lost"
     return (

@@ -280,6 +280,7 @@ class Runner:
                         "type": "evicted",
                         "workload": name,
                         "reason": effect.reason.value,
+                        "message": effect.message,
                     }
                 )
             elif isinstance(effect, Stop):

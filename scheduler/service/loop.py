@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from scheduler.backends.base import Backend, BackendError, Inventory, JobSpec
+from scheduler.backends.base import Backend, BackendError, Checkpoint, Inventory, JobSpec
 from scheduler.display import describe_placement
 from scheduler.engine import (
     MILLI,
@@ -206,6 +206,19 @@ class SchedulingLoop:
         self._notify()
         self.request_cycle()
 
+    def checkpointed(self, record: WorkloadRecord, at: float | None = None) -> bool:
+        """The job saved its work at ``at`` (default: now), as it told the API or as its
+        backend saw; kept so the engine counts only the work since then as at risk. False
+        when it was not news. Raises ``LifecycleError`` when the job holds no GPUs."""
+        now = self.clock()
+        name = str(record.id)
+        if not self.lifecycle.checkpointed(name, now if at is None else at, now):
+            return False
+        record.keep(self.lifecycle[name])
+        self.store.commit()
+        self._notify()
+        return True
+
     def queues_changed(self) -> None:
         self.load_queues()
         self.request_cycle()
@@ -299,6 +312,7 @@ class SchedulingLoop:
                 launches.append(record)
             elif isinstance(effect, Evicted):
                 self.metrics.preempted(effect.reason.value)
+                self.log.info("workload %s (%s): %s", record.id, record.name, effect.message)
             elif isinstance(effect, Stop):
                 stops.append((record, record.handle, effect.grace))
             elif isinstance(effect, Freed):
@@ -361,11 +375,22 @@ class SchedulingLoop:
     # -- reality ----------------------------------------------------------------------------
 
     async def poll(self) -> None:
-        exits = await self.backend.poll()
-        if not exits:
+        reports = await self.backend.poll()
+        if not reports:
             return
         now = self.clock()
         effects: list[Effect] = []
+        exits = []
+        for report in reports:
+            if isinstance(report, Checkpoint):
+                record = self.records.get(report.workload_id)
+                if record is not None:
+                    with contextlib.suppress(LifecycleError):  # it stopped holding meanwhile
+                        self.checkpointed(record, report.at)
+            else:
+                exits.append(report)
+        if not exits:
+            return
         for exit_ in exits:
             life = self.lifecycle.get(str(exit_.workload_id))
             if life is None or not life.state.holding:

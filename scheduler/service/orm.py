@@ -61,6 +61,10 @@ class WorkloadRecord(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean)
     min_runtime: Mapped[float] = mapped_column(Float, default=0.0)
     max_runtime: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint_interval: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Seconds between the job's checkpoints, as submitted; None: not declared."""
+    checkpointed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the job last reported a checkpoint (the lifecycle's ``checkpointed_at``)."""
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     start_seq: Mapped[int] = mapped_column(Integer, default=0)
@@ -122,6 +126,7 @@ class WorkloadRecord(Base):
             seq=self.id,
             min_runtime=self.min_runtime,
             user=self.user,
+            checkpoint_interval=self.checkpoint_interval,
         )
 
     def as_life(self, *, new: bool = False) -> Life:

@@ -66,6 +66,7 @@ SUBMIT_FIELDS = (
     "preemptible",
     "max_runtime_seconds",
     "min_runtime_seconds",
+    "checkpoint_interval_seconds",
 )
 ALLOCATE_FIELDS = (
     "user",
@@ -117,6 +118,8 @@ class Submission:
     min_runtime: float | None
     gpu_models: frozenset[str] = frozenset()
     """GPU models it may run on (``gpu_model``); empty: any."""
+    checkpoint_interval: float | None = None
+    """Seconds between its checkpoints, if it declares them (``checkpoint_interval_seconds``)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,15 @@ def parse_submission(document: Any) -> Submission:
             body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
         ),
         gpu_models=gpu_model_field(body, ""),
+        checkpoint_interval=number_field(
+            body,
+            "checkpoint_interval_seconds",
+            "",
+            None,
+            optional=True,
+            strictly_positive=True,
+            maximum=MAX_RUNTIME,
+        ),
     )
 
 

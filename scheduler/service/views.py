@@ -95,6 +95,8 @@ def workload_json(
             env=record.env or {},
             min_runtime_seconds=record.min_runtime,
             max_runtime_seconds=record.max_runtime,
+            checkpoint_interval_seconds=record.checkpoint_interval,
+            checkpointed_at=iso(record.checkpointed_at),
         )
     if events is not None:
         value["events"] = [

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from scheduler.backends import inventory as inventory_module
-from scheduler.backends.base import BackendError, Exit, Handle, JobSpec
+from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, JobSpec
 from scheduler.backends.inventory import declared_inventory, load_inventory, validate_declared
 from scheduler.backends.local import LocalBackend
 from scheduler.backends.pyhook import HOOK_DIR
@@ -83,14 +83,16 @@ def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def exits_of(backend: LocalBackend, count: int, timeout: float = 10.0) -> list[Exit]:
-    """Poll like the service does until ``count`` attempts have ended."""
+    """Poll like the service does until ``count`` attempts have ended (checkpoints the
+    jobs' files show are left out)."""
     found: list[Exit] = []
     deadline = time.monotonic() + timeout
     while len(found) < count:
         assert time.monotonic() < deadline, f"only {found} ended within {timeout}s"
-        found += await backend.poll()
+        found += [report for report in await backend.poll() if isinstance(report, Exit)]
         await asyncio.sleep(0.02)
-    assert await backend.poll() == [], "an end was reported twice"
+    again = [report for report in await backend.poll() if isinstance(report, Exit)]
+    assert again == [], "an end was reported twice"
     return found
 
 
@@ -168,6 +170,36 @@ def test_exit_code_is_reported_once(backend: LocalBackend, command: Any, code: i
 
     [end] = run(scenario)
     assert (end.workload_id, end.exit_code) == (1, code)
+
+
+def test_poll_reports_the_newest_checkpoint_file_once(backend: LocalBackend) -> None:
+    """A job that saves into $FRACHUB_CHECKPOINT_DIR is seen saving: each poll reports the
+    newest file's time when it is newer than the last reported (subdirectories count,
+    symlinks do not: the directory is the user's)."""
+    script = (
+        'cd "$FRACHUB_CHECKPOINT_DIR" && echo 1 > step-1 && sleep 0.5'
+        " && mkdir -p deep && echo 2 > deep/step-2 && ln -s /etc/hostname link && sleep 0.5"
+    )
+
+    async def scenario() -> list:
+        await backend.start(make_job(1, script))
+        reports: list = []
+        deadline = time.monotonic() + 10
+        while not any(isinstance(report, Exit) for report in reports):
+            assert time.monotonic() < deadline, reports
+            reports += await backend.poll()
+            await asyncio.sleep(0.02)
+        assert await backend.poll() == []
+        return reports
+
+    reports = run(scenario)
+    saves = [report for report in reports if isinstance(report, Checkpoint)]
+    directory = Path(backend.data_dir) / "checkpoints" / "1"
+    newest = (directory / "deep" / "step-2").stat().st_mtime
+    assert [save.workload_id for save in saves] == [1] * len(saves)
+    assert len(saves) >= 2 and saves[0].at == (directory / "step-1").stat().st_mtime
+    assert saves[-1].at == newest  # the symlink made later is not counted
+    assert [save.at for save in saves] == sorted({save.at for save in saves})
 
 
 def test_attempts_append_to_one_log(backend: LocalBackend) -> None:

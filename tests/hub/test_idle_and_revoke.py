@@ -99,7 +99,9 @@ def test_revoked_preemptible_notebook_is_stopped_by_its_spawner(short_up: Up) ->
     up.wait_ready("carol", timeout=60)
     wait_for(lambda: up.server("bob") is None, 30, "bob's revoked server to stop")
     (revoked,) = [a for a in up.allocations("bob", ["revoked"]) if a["id"] == bobs["id"]]
-    assert "preempted" in revoked["message"]
+    # why, for whom and what it lost, in words (reasons.evicted)
+    assert revoked["message"].startswith("reclaimed for nlp/"), revoked["message"]
+    assert "lost" in revoked["message"]
     assert up.server("alice")["ready"]  # inside vision's quota: untouched
     for user in ("alice", "carol"):
         up.stop_server(user)

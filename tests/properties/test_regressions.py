@@ -59,7 +59,15 @@ def test_protection_ending_triggers_reclaim_at_that_instant():
         )
     )
     evicted = [e for e in outcome.events if e["type"] == "evicted"]
-    assert evicted == [{"time": 30, "type": "evicted", "workload": "t1", "reason": "reclaim"}]
+    assert evicted == [
+        {
+            "time": 30,
+            "type": "evicted",
+            "workload": "t1",
+            "reason": "reclaim",
+            "message": "reclaimed for owner/o1; 30 s since last checkpoint lost (0.01 GPU-hours)",
+        }
+    ]
     started = {e["workload"]: e["time"] for e in outcome.events if e["type"] == "started"}
     assert started["o1"] == 30
 
@@ -82,7 +90,15 @@ def test_lost_node_evicts_a_gang_whole_and_frees_its_other_replicas():
         )
     )
     evicted = [e for e in outcome.events if e["type"] == "evicted"]
-    assert evicted == [{"time": 10, "type": "evicted", "workload": "gang", "reason": "node-lost"}]
+    assert evicted == [
+        {
+            "time": 10,
+            "type": "evicted",
+            "workload": "gang",
+            "reason": "node-lost",
+            "message": "its node was lost; 10 s since last checkpoint lost (0.01 GPU-hours)",
+        }
+    ]
     states = _states(outcome)
     assert states == {"gang": "pending", "solo": "running"}
     assert outcome.lives["gang"].preemptions == 1

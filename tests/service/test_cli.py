@@ -90,6 +90,13 @@ def submitted_id(result: Result) -> int:
     return int(match.group(1))
 
 
+def test_submit_declares_a_checkpoint_interval(user, api) -> None:
+    alice = user()
+    client = api(alice.token)
+    job = submitted_id(alice("submit", "-g", "1", "--checkpoint-interval", "10m", "--", "true"))
+    assert checked(client.get(f"workloads/{job}")).json()["checkpoint_interval_seconds"] == 600
+
+
 def test_submit_names_gpu_models(user, api) -> None:
     alice = user()
     client = api(alice.token)
@@ -271,6 +278,13 @@ REFUSALS = [
         {},
         1,
         "frachub: gpu_model: must be a GPU model name",
+    ),
+    (
+        "bad-checkpoint-interval",
+        ["submit", "-g", "1", "--checkpoint-interval", "0", "--", "true"],
+        {},
+        2,
+        "--checkpoint-interval: must be above 0",
     ),
     ("odd-fraction", ["submit", "-g", "0.3333", "--", "true"], {}, 1, "frachub: gpus: fractions"),
     (

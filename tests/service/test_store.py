@@ -90,6 +90,7 @@ def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(url) -> None:
     assert (record.idle_timeout, record.last_activity, record.idle_stop_at) == (None, None, None)
     assert record.idle_warning is None
     assert record.gpu_model is None  # 0004: any GPU model
+    assert (record.checkpoint_interval, record.checkpointed_at) == (None, None)  # 0005
     record.idle_timeout = 3600.0
     record.idle_warning = "idle since 14:05 UTC; ..."
     store.commit()

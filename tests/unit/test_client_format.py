@@ -25,7 +25,7 @@ from hub_ext.client import (
     service_url,
     state_line,
 )
-from hub_ext.jobs_cli import command_from, env_pair, gpu_memory
+from hub_ext.jobs_cli import checkpoint_interval, command_from, env_pair, gpu_memory
 from hub_ext.kernelspec import DISPLAY_NAME, write_kernelspec
 from hub_ext.magics import script_path
 
@@ -187,6 +187,23 @@ def test_bad_gpu_memory_sizes(text) -> None:
         gpu_memory(text)
 
 
+def test_checkpoint_intervals_and_their_bounds() -> None:
+    assert [checkpoint_interval(t) for t in ("600", "600s", "10m", "1.5h")] == [600, 600, 600, 5400]
+    for text in ("0", "-1m", "soon", "nanh", "1e12", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            checkpoint_interval(text)
+
+
+def test_a_job_without_credentials_reports_its_checkpoint_by_a_file(tmp_path) -> None:
+    from hub_ext.client import CHECKPOINT_MARK, checkpointed
+
+    env = {"FRACHUB_WORKLOAD_ID": "7", "FRACHUB_CHECKPOINT_DIR": str(tmp_path)}
+    checkpointed(environ=env)
+    assert (tmp_path / CHECKPOINT_MARK).exists()
+    with pytest.raises(NotConfigured, match="not inside a FracHub job"):
+        checkpointed(environ={})
+
+
 def test_env_pairs_and_commands() -> None:
     assert env_pair("A=b=c") == ("A", "b=c")
     assert env_pair("EMPTY=") == ("EMPTY", "")
@@ -244,6 +261,9 @@ def test_describe_shows_request_placement_and_events() -> None:
     assert "Placement" in text and "GPU-1" in text
     assert "2026-11-22 14:06:30  started    on ws" in text
     assert "<table" in report._repr_html_() and "Events" in report._repr_html_()
+    saving = workload(checkpoint_interval_seconds=600.0, checkpointed_at="2026-11-22T14:20:00.000Z")
+    text = str(describe_report(saving, NOW, tz=timezone.utc))
+    assert "every 10m" in text and "2026-11-22 14:20:00" in text
 
 
 def test_quota_counts_the_callers_own_share() -> None:

@@ -101,10 +101,11 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
     lives: Lifecycle,
 ) -> None:
     lives.apply(cycle(Start("1", ONE)), 0)
-    effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2")), 10)
+    effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 600.0, 600.0)), 10)
+    words = "reclaimed for b/job-2; 10 min since last checkpoint lost (0.17 GPU-hours)"
     assert effects == [
-        Evicted("1", EvictReason.RECLAIM, "2"),
-        Note("1", S.PREEMPTING, "reclaim for b/job-2; grace 30s"),
+        Evicted("1", EvictReason.RECLAIM, "2", words),
+        Note("1", S.PREEMPTING, f"{words}; grace 30s"),
         Stop("1", 30),
     ]
     one = lives["1"]
@@ -134,9 +135,9 @@ def test_a_lost_node_requeues_at_once_and_stops_the_process_without_grace(
     lives.apply(cycle(Start("1", ONE)), 0)
     effects = lives.apply(cycle(Evict("1", EvictReason.NODE_LOST)), 10)
     assert effects == [
-        Evicted("1", EvictReason.NODE_LOST, None),
+        Evicted("1", EvictReason.NODE_LOST, None, "its node was lost; no work lost"),
         Stop("1", 0.0),
-        Note("1", Milestone.REQUEUED, "its node is gone (node-lost)"),
+        Note("1", Milestone.REQUEUED, "its node was lost; no work lost"),
         Freed("1"),
     ]
     assert lives["1"].state is S.PENDING
@@ -159,9 +160,9 @@ def test_an_evicted_allocation_is_revoked_and_a_cancelled_one_released(
     lives.apply(cycle(Start("nb", ONE), Start("2", OTHER)), 0)
     effects = lives.apply(cycle(Evict("nb", EvictReason.PREEMPT, "1")), 3)
     assert effects == [
-        Evicted("nb", EvictReason.PREEMPT, "1"),
+        Evicted("nb", EvictReason.PREEMPT, "1", "preempted for a/job-1; no work lost"),
         Freed("nb"),
-        Note("nb", S.REVOKED, "preempted (preempt for a/job-1)"),
+        Note("nb", S.REVOKED, "preempted for a/job-1; no work lost"),
         Ended("nb", S.REVOKED),
     ]
     assert lives.cancel("2", 4) == [
@@ -236,6 +237,24 @@ def test_final_workloads_leave_the_snapshot_and_can_be_forgotten(lives: Lifecycl
     assert lives.get("2") is None
 
 
+def test_a_reported_checkpoint_reaches_the_engine_and_only_moves_forward(
+    lives: Lifecycle,
+) -> None:
+    lives.apply(cycle(Start("1", ONE)), 0)
+    assert lives.checkpointed("1", 70, 100)
+    seen = {w.name: w for w in lives.snapshot(NODES, QUEUES).workloads}["1"]
+    assert (seen.checkpointed_at, seen.work_at_risk(100)) == (70, 30)
+    assert not lives.checkpointed("1", 60, 100)  # older than the one known: not news
+    assert lives.checkpointed("1", 500, 100)  # never later than now
+    assert lives["1"].checkpointed_at == 100
+    # the next eviction says what it lost since that save
+    effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 20.0, 20.0)), 120)
+    assert (
+        effects[0].message
+        == "reclaimed for b/job-2; 20 s since last checkpoint lost (0.01 GPU-hours)"
+    )
+
+
 def test_the_snapshot_is_in_submission_order_whatever_the_order_of_joining() -> None:
     lifecycle = Lifecycle(grace_seconds=0, immediate=True)
     lifecycle.submit(life("late", 2), 0)
@@ -254,6 +273,7 @@ def test_the_snapshot_is_in_submission_order_whatever_the_order_of_joining() -> 
         ("launch_failed", lambda lc: lc.launch_failed("1", 5, "no")),
         ("not_launched", lambda lc: lc.not_launched("1", 5)),
         ("end", lambda lc: lc.end("1", 5, S.SUCCEEDED)),
+        ("checkpointed", lambda lc: lc.checkpointed("1", 4, 5)),
     ],
 )
 @pytest.mark.parametrize("where", [S.PENDING, S.RUNNING, S.PREEMPTING, S.STOPPING, S.FAILED])

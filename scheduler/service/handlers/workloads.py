@@ -9,7 +9,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.engine import default_priority
-from scheduler.engine.lifecycle import CANCELLABLE
+from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
 from scheduler.fields import MAX_ID, InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
 from scheduler.service.directory import HubDirectoryError
@@ -143,6 +143,7 @@ class WorkloadListHandler(WorkloadAccess):
                 else self.settings["default_min_runtime"]
             ),
             max_runtime=submission.max_runtime,
+            checkpoint_interval=submission.checkpoint_interval,
         )
         self.loop.add(record)
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
@@ -167,6 +168,28 @@ class WorkloadHandler(WorkloadAccess):
         if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"workload {workload_id} is already {record.state}")
         await self.loop.cancel(record, by=self.actor(record))
+        self.write_json(workload_json(record, self.loop))
+
+
+class WorkloadCheckpointHandler(WorkloadAccess):
+    """A running job says it has just saved its work (``frachub.checkpointed()``): from now
+    on an eviction destroys only what it does after this."""
+
+    async def post(self, workload_id: str) -> None:
+        self.require(SUBMIT)
+        record = self.find(workload_id)
+        if record.is_allocation:
+            raise web.HTTPError(
+                409, f"workload {workload_id} is a notebook allocation; only jobs checkpoint"
+            )
+        try:
+            self.loop.checkpointed(record)
+        except LifecycleError:
+            raise web.HTTPError(
+                409,
+                f"workload {workload_id} is {record.state}; only a running job can report "
+                "a checkpoint",
+            ) from None
         self.write_json(workload_json(record, self.loop))
 
 
@@ -282,4 +305,5 @@ default_handlers = [
     (r"/api/v1/workloads/?", WorkloadListHandler),
     (r"/api/v1/workloads/([0-9]+)/?", WorkloadHandler),
     (r"/api/v1/workloads/([0-9]+)/logs/?", WorkloadLogsHandler),
+    (r"/api/v1/workloads/([0-9]+)/checkpoint/?", WorkloadCheckpointHandler),
 ]
