@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scheduler import display
 from scheduler.engine.model import MILLI, Kind, Workload
 
 if TYPE_CHECKING:
@@ -22,10 +23,9 @@ _NOUNS = {
 
 
 def gpus(milli: float) -> str:
-    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU"."""
-    value = round(milli / MILLI, 3)
-    text = f"{value:g}"
-    return f"{text} GPU" if value <= 1 else f"{text} GPUs"
+    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs" (thousandths in,
+    worded by ``scheduler.display.gpus``)."""
+    return display.gpus(milli / MILLI)
 
 
 def _queue_label(session: Session, name: str) -> str:

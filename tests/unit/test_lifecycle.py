@@ -104,7 +104,7 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2")), 10)
     assert effects == [
         Evicted("1", EvictReason.RECLAIM, "2"),
-        Note("1", S.PREEMPTING, "reclaim for b/job-2; grace 30s"),
+        Note("1", S.PREEMPTING, "for b/job-2 (its project's borrowed GPUs reclaimed); grace period 30s"),
         Stop("1", 30),
     ]
     one = lives["1"]
@@ -119,10 +119,11 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
 
     effects = lives.exited("1", 40, exit_code=143)
     assert effects == [
-        Note("1", Milestone.REQUEUED, "back in its original place in the queue"),
+        Note("1", Milestone.REQUEUED, "back in its original place in the queue: #1 in a"),
         Freed("1"),
     ]
-    assert (one.state, one.placement, one.started_at, one.restart_count) == (S.PENDING, (), None, 1)
+    # a restart is counted when it happens, not while it waits
+    assert (one.state, one.placement, one.started_at, one.restart_count) == (S.PENDING, (), None, 0)
     seen = {w.name: w for w in lives.snapshot(NODES, QUEUES).workloads}["1"]
     # the same place in the queue, and it yields to the workload it made room for
     assert (seen.state, seen.seq, seen.submitted_at, seen.claimant) == (State.PENDING, 1, 1.0, "2")
@@ -136,7 +137,7 @@ def test_a_lost_node_requeues_at_once_and_stops_the_process_without_grace(
     assert effects == [
         Evicted("1", EvictReason.NODE_LOST, None),
         Stop("1", 0.0),
-        Note("1", Milestone.REQUEUED, "its node is gone (node-lost)"),
+        Note("1", Milestone.REQUEUED, "its node is gone; back in its original place in the queue: #1 in a"),
         Freed("1"),
     ]
     assert lives["1"].state is S.PENDING
@@ -161,7 +162,7 @@ def test_an_evicted_allocation_is_revoked_and_a_cancelled_one_released(
     assert effects == [
         Evicted("nb", EvictReason.PREEMPT, "1"),
         Freed("nb"),
-        Note("nb", S.REVOKED, "preempted (preempt for a/job-1)"),
+        Note("nb", S.REVOKED, "preempted for a/job-1 (higher priority)"),
         Ended("nb", S.REVOKED),
     ]
     assert lives.cancel("2", 4) == [
@@ -212,7 +213,7 @@ def test_max_runtime_stops_the_job_and_it_ends_failed() -> None:
 @pytest.mark.parametrize(
     ("code", "message", "after", "words"),
     [
-        (0, "", S.SUCCEEDED, ""),
+        (0, "", S.SUCCEEDED, "exit code 0"),
         (2, "", S.FAILED, "exited with code 2"),
         (None, "", S.PENDING, "its process vanished"),
     ],
