@@ -4,7 +4,8 @@ Pure functions, shared by every backend and by the notebook spawner, so that a t
 and a notebook on the same share see the same variables (docs/service.md, "Environment"):
 
 - ``contract_env(...)`` builds the variables of one replica: the visible devices, the
-  ``FRACHUB_*`` facts, ``PYTHONUNBUFFERED=1`` (a job's prints reach its log as they happen), and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
+  ``FRACHUB_*`` facts, ``PYTHONUNBUFFERED=1`` (a job's prints reach its log as they
+  happen), and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
   PyTorch cap is applied by the start-up hook in ``scheduler/backends/pyhook``, which reads
   ``FRACHUB_GPU_FRACTION``).
 - ``rendezvous(...)`` gives one replica of a gang its torchrun-style place (``RANK``,

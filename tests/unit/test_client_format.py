@@ -242,8 +242,8 @@ def test_describe_shows_request_placement_and_events() -> None:
     assert "Command:      python train.py --lr '0.1 0.2'" in text
     assert "Submitted:    2026-11-22 14:05:00" in text
     assert "Placement" in text and "GPU-1" in text
-    assert "2026-11-22 14:06:30  started    on ws" in text
-    assert "<table" in report._repr_html_() and "Events" in report._repr_html_()
+    assert "2026-11-22 14:06:30  started on ws" in text
+    assert "<table" in report._repr_html_() and "Timeline" in report._repr_html_()
 
 
 def test_quota_counts_the_callers_own_share() -> None:

@@ -104,7 +104,11 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2")), 10)
     assert effects == [
         Evicted("1", EvictReason.RECLAIM, "2"),
-        Note("1", S.PREEMPTING, "for b/job-2 (its project's borrowed GPUs reclaimed); grace period 30s"),
+        Note(
+            "1",
+            S.PREEMPTING,
+            "for b/job-2 (its project's borrowed GPUs reclaimed); grace period 30s",
+        ),
         Stop("1", 30),
     ]
     one = lives["1"]
@@ -137,7 +141,11 @@ def test_a_lost_node_requeues_at_once_and_stops_the_process_without_grace(
     assert effects == [
         Evicted("1", EvictReason.NODE_LOST, None),
         Stop("1", 0.0),
-        Note("1", Milestone.REQUEUED, "its node is gone; back in its original place in the queue: #1 in a"),
+        Note(
+            "1",
+            Milestone.REQUEUED,
+            "its node is gone; back in its original place in the queue: #1 in a",
+        ),
         Freed("1"),
     ]
     assert lives["1"].state is S.PENDING
