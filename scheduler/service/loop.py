@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, BackendError, Inventory, JobSpec
-from scheduler.display import describe_placement, gpus
+from scheduler.display import describe_placement, event_line, gpus
 from scheduler.engine import (
     MILLI,
     CycleResult,
@@ -264,7 +264,8 @@ class SchedulingLoop:
         for workload_id in sorted(started & self.borrowed.keys()):
             record = self.records[workload_id]
             self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
-            self._log_line(record, now, f"{Milestone.BORROWED}: {self.borrowed[workload_id]}")
+            words = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
+            self._log_line(record, now, words)
         if started & self.borrowed.keys():
             self.store.commit()
         self.next_wakeup = result.next_wakeup
@@ -367,8 +368,7 @@ class SchedulingLoop:
             if isinstance(effect, Note):
                 self.store.event(record, now, effect.type.value, effect.message)
                 if effect.type is not Milestone.SUBMITTED:
-                    words = f"{effect.type}: {effect.message}" if effect.message else effect.type
-                    self._log_line(record, now, str(words))
+                    self._log_line(record, now, event_line(effect.type.value, effect.message))
             elif isinstance(effect, Started):
                 record.handle = None
                 attempt = self.lifecycle[effect.name].restart_count + 1

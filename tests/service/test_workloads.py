@@ -133,7 +133,7 @@ def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
     assert events[5]["type"] == "restarted" and events[5]["text"].startswith("restarted: attempt 2")
     # the same milestones, in words, between the job's own lines in its log
     log = alice.get(f"workloads/{second['id']}/logs").text
-    assert log.index("borrowed: vision is using") < log.index("preempting: for nlp/")
+    assert log.index("borrowed: vision is using") < log.index("preempted for nlp/")
     assert log.index("got-term") < log.index("requeued: back in its original place")
     assert workload(alice, first["id"])["preemptions"] == 0
     drain(alice)

@@ -143,7 +143,8 @@ export function gpusText(workload) {
 export function placementText(workload) {
   return (workload.placement || [])
     .map((replica) => {
-      const gpus = replica.gpus.map((gpu) => `GPU ${gpu.index} (${number(gpu.share)})`);
+      // a share of a GPU says how much of it; a whole GPU needs no "(1)"
+      const gpus = replica.gpus.map((gpu) => `GPU ${gpu.index}${gpu.share < 1 ? ` (${number(gpu.share)})` : ""}`);
       return `${replica.node}: ${gpus.join(", ")}`;
     })
     .join("; ");

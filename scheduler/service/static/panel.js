@@ -190,6 +190,12 @@ function renderTimeline() {
   );
 }
 
+// A command as a shell would read it: a list's items separated and quoted where needed.
+function commandText(command) {
+  if (!Array.isArray(command)) return command;
+  return command.map((part) => (/^[\w@%+=:,./-]+$/.test(part) ? part : `'${part.replaceAll("'", "'\\''")}'`)).join(" ");
+}
+
 function fact(term, value) {
   if (value === null || value === undefined || value === "") return [];
   return [el("dt", { class: "col-sm-3" }, term), el("dd", { class: "col-sm-9 mb-1" }, value)];
@@ -207,7 +213,7 @@ function renderDetail() {
   document.getElementById("frachub-detail-state").replaceChildren(stateBadge(workload.state));
   const pending = workload.state === State.PENDING;
   document.getElementById("frachub-detail-facts").replaceChildren(
-    ...fact("Command", workload.command ? el("code", {}, workload.command) : null),
+    ...fact("Command", workload.command ? el("code", {}, commandText(workload.command)) : null),
     ...fact("Project", workload.project),
     ...fact("Resources", gpusText(workload)),
     ...fact("Queue position", pending && workload.queue_position ? `#${workload.queue_position}` : null),
