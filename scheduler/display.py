@@ -13,30 +13,30 @@ Pure functions, no I/O.
 - ``plural`` / ``gpus``: a count with its noun agreeing (``1 time``, ``2 times``, ``0 GPUs``,
   ``0.5 GPU``, ``4 GPUs``), the one helper every message, table and page uses for that.
 
-This module imports nothing of the engine at load time, so the engine's reasons can word
-their quantities with it too.
+The rule for plurals is the engine's (``scheduler.engine.reasons.plural``: its pending
+reasons count GPUs too, and the engine depends on nothing outside it); this module is where
+everything else gets it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from scheduler.engine.model import Placement
+from scheduler.engine.model import MILLI, GpuShare, Placement, ReplicaPlacement
+from scheduler.engine.reasons import plural
 
-MILLI = 1000
-"""Thousandths of a GPU, as the engine counts them (``scheduler.engine.model.MILLI``)."""
-
-
-def plural(count: float, noun: str, nouns: str | None = None) -> str:
-    """``count`` with ``noun`` agreeing: one, or a fraction of one, is singular ("1 time",
-    "0.5 GPU"); zero and more than one are plural ("0 GPUs", "2 times"). ``nouns`` is the
-    plural when adding "s" is wrong ("1 replica", "3 replicas" need none)."""
-    value = round(float(count), 3)
-    text = f"{value:g}"
-    return f"{text} {noun}" if 0 < abs(value) <= 1 else f"{text} {nouns or noun + 's'}"
+__all__ = [
+    "describe_placement",
+    "event_line",
+    "format_duration",
+    "gpus",
+    "memory_gib",
+    "pending_headline",
+    "placement_of",
+    "plural",
+]
 
 
 def gpus(count: float) -> str:
@@ -60,8 +60,6 @@ def describe_placement(placement: Placement) -> str:
 def placement_of(replicas: Iterable[Mapping[str, Any]] | None) -> Placement:
     """The API's ``placement`` (``[{"node", "gpus": [{"index", "share", ...}]}]``) as the
     engine's, shares back in thousandths."""
-    from scheduler.engine.model import GpuShare, ReplicaPlacement
-
     return tuple(
         ReplicaPlacement(
             node=replica["node"],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler import display
 from scheduler.engine.model import MILLI, Kind, Workload
 
 if TYPE_CHECKING:
@@ -22,10 +21,19 @@ _NOUNS = {
 }
 
 
+def plural(count: float, noun: str, nouns: str | None = None) -> str:
+    """``count`` with ``noun`` agreeing: one, or a fraction of one, is singular ("1 time",
+    "0.5 GPU"); zero and more than one are plural ("0 GPUs", "2 times"). ``nouns`` is the
+    plural when adding "s" is wrong. The one rule for every word FracHub counts with
+    (``scheduler.display`` offers it to everything outside the engine)."""
+    value = round(float(count), 3)
+    text = f"{value:g}"
+    return f"{text} {noun}" if 0 < abs(value) <= 1 else f"{text} {nouns or noun + 's'}"
+
+
 def gpus(milli: float) -> str:
-    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs" (thousandths in,
-    worded by ``scheduler.display.gpus``)."""
-    return display.gpus(milli / MILLI)
+    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs"."""
+    return plural(milli / MILLI, "GPU")
 
 
 def _queue_label(session: Session, name: str) -> str:
