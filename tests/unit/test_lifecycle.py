@@ -357,3 +357,25 @@ def test_the_store_row_keeps_every_kept_field_under_its_name() -> None:
     assert set(KEPT_FIELDS) <= set(vars(Life(again.ask)))
     assert again.kept_values() == lifecycle["7"].kept_values()
     assert again.ask == replace(life("7", 7).ask, user="u")
+
+
+def test_a_restart_is_counted_when_it_happens(lives: Lifecycle) -> None:
+    lives.apply(cycle(Start("1", ONE)), 0)
+    assert lives["1"].restart_count == 0
+    lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2")), 10)
+    lives.exited("1", 11, exit_code=143)
+    assert lives["1"].restart_count == 0  # requeued: it has not restarted yet
+    lives.apply(cycle(Start("1", ONE)), 20)
+    assert lives["1"].restart_count == 1
+    # a start the service never carried out (it stopped in between) is no restart
+    lives.not_launched("1", 21)
+    assert lives["1"].restart_count == 0
+    lives.apply(cycle(Start("1", ONE)), 30)
+    assert lives["1"].restart_count == 1
+
+
+def test_a_first_start_never_launched_leaves_the_next_start_a_first_one(lives: Lifecycle) -> None:
+    lives.apply(cycle(Start("1", ONE)), 0)
+    lives.not_launched("1", 1)
+    lives.apply(cycle(Start("1", ONE)), 2)
+    assert lives["1"].restart_count == 0
