@@ -119,7 +119,8 @@ def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     stderr = follow.stderr.read()
     assert "Traceback" not in stderr
     assert (tmp_path / "go").exists(), lines
-    assert lines[-2:] == [f"tick-2-{job}", str(tmp_path)]  # ran in the current directory
+    assert lines[-3:-1] == [f"tick-2-{job}", str(tmp_path)]  # ran in the current directory
+    assert lines[-1].endswith(": succeeded: exit code 0 ===")  # FracHub's line: how it ended
     assert f"frachub: job {job} (ticker) succeeded" in stderr  # progress, then how it ended
 
     jobs = alice("jobs")
