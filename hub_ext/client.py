@@ -678,10 +678,13 @@ def format_command(command: str | Sequence[str] | None) -> str:
 
 
 def info_text(workload: Mapping[str, Any]) -> str:
-    """One short line of what a reader wants to know next: why it waits, why it ended."""
+    """One short line of what a reader wants to know next: why it waits (the plain headline;
+    ``describe`` has the engine's detail), that it runs on borrowed GPUs, why it ended."""
     state = workload["state"]
     if state == WorkloadState.PENDING:
-        return workload.get("pending_reason") or ""
+        return workload.get("pending_headline") or workload.get("pending_reason") or ""
+    if state == WorkloadState.RUNNING and workload.get("borrowed"):
+        return "borrowed: may be preempted"
     if state in FINAL_STATES or state in RELEASING_STATES:
         return workload.get("message") or ""
     return ""
