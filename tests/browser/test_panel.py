@@ -191,7 +191,7 @@ def test_timeline_of_a_borrowed_preempted_and_restarted_job(
     row(page, job["id"]).click()
     facts = page.locator("#frachub-detail-facts")
     expect(facts).to_contain_text("beyond its 1 GPU quota")
-    expect(facts).to_contain_text(f"{sys.executable} -c 'import os, time;")  # a list, spaced
+    expect(facts).to_contain_text(f'{sys.executable} -c "import os, time;')  # a list, spaced
     expect(facts).to_contain_text("local: GPU 1")
     expect(facts).not_to_contain_text("(1)")  # a whole GPU needs no share
     expect(page.locator("#frachub-log")).to_contain_text("restart 0")  # unbuffered

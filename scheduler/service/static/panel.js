@@ -193,7 +193,13 @@ function renderTimeline() {
 // A command as a shell would read it: a list's items separated and quoted where needed.
 function commandText(command) {
   if (!Array.isArray(command)) return command;
-  return command.map((part) => (/^[\w@%+=:,./-]+$/.test(part) ? part : `'${part.replaceAll("'", "'\\''")}'`)).join(" ");
+  const quote = (part) => {
+    if (/^[\w@%+=:,./-]+$/.test(part)) return part;
+    if (!part.includes("'")) return `'${part}'`;
+    if (!/["$`\\]/.test(part)) return `"${part}"`;
+    return `'${part.replaceAll("'", "'\\''")}'`;
+  };
+  return command.map(quote).join(" ");
 }
 
 function fact(term, value) {
