@@ -282,21 +282,26 @@ class SchedulingLoop:
         latest started is the first reclaimed), each with who may take the GPUs back."""
         parents = {queue.parent for queue in self.queues}
         projects = [queue.name for queue in self.queues if queue.name not in parents]
+        over = {
+            name
+            for name in projects
+            if (status := self.queue_status.get(name)) is not None
+            and status.allocated_gpus > status.deserved_gpus + 1e-9
+        }
+        if not over:
+            return {}
+        runs: dict[str, list[WorkloadRecord]] = {}
+        for record in self.records.values():
+            if (
+                record.project in over
+                and record.state == WorkloadState.RUNNING
+                and record.preemptible
+            ):
+                runs.setdefault(record.project, []).append(record)
         borrowed: dict[int, str] = {}
-        for project in projects:
-            status = self.queue_status.get(project)
-            if status is None or status.allocated_gpus <= status.deserved_gpus + 1e-9:
-                continue
-            running = sorted(
-                (
-                    record
-                    for record in self.records.values()
-                    if record.project == project
-                    and record.state == WorkloadState.RUNNING
-                    and record.preemptible
-                ),
-                key=lambda record: record.start_seq,
-            )
+        for project in sorted(over):
+            status = self.queue_status[project]
+            running = sorted(runs.get(project, ()), key=lambda record: record.start_seq)
             held = status.allocated_gpus - sum(held_gpus(r.placement) for r in running)
             lenders = [
                 name
