@@ -48,7 +48,14 @@ import httpx
 
 from hub_ext.scopes import API_PATH, SERVICE_PREFIX
 from scheduler import __version__
-from scheduler.display import describe_placement, format_duration, placement_of
+from scheduler.display import (
+    describe_placement,
+    event_line,
+    format_duration,
+    placement_of,
+    plural,
+)
+from scheduler.display import gpus as gpus_in_words
 from scheduler.engine.lifecycle import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -662,7 +669,7 @@ def format_gpus(workload: Mapping[str, Any], *, words: bool = False) -> str:
     ``words``: ``0.5 GPU``, ``20 GiB of one GPU``, ``1 GPU x 2 replicas (a gang)``."""
     gpus, memory = workload.get("gpus"), workload.get("gpu_memory_gib")
     if gpus is not None:
-        each = f"{format_number(gpus)} GPU" if words else format_number(gpus)
+        each = gpus_in_words(gpus) if words else format_number(gpus)
     elif memory is not None:
         each = f"{format_number(memory)}" + (" GiB of one GPU" if words else "GiB")
     else:
@@ -723,10 +730,13 @@ def format_command(command: str | Sequence[str] | None) -> str:
 
 
 def info_text(workload: Mapping[str, Any]) -> str:
-    """One short line of what a reader wants to know next: why it waits, why it ended."""
+    """One short line of what a reader wants to know next: why it waits (the plain headline;
+    ``describe`` has the engine's detail), that it runs on borrowed GPUs, why it ended."""
     state = workload["state"]
     if state == WorkloadState.PENDING:
-        return workload.get("pending_reason") or ""
+        return workload.get("pending_headline") or workload.get("pending_reason") or ""
+    if state == WorkloadState.RUNNING and workload.get("borrowed"):
+        return "borrowed: may be preempted"
     if state in FINAL_STATES or state in RELEASING_STATES:
         return workload.get("message") or ""
     return ""
@@ -912,10 +922,16 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
     """Everything about one workload: request, state, placement and history."""
     w = workload
     state = format_state(w)
-    if w["state"] == WorkloadState.PENDING and w.get("pending_reason"):
-        state += f": {w['pending_reason']}"
-    fields: list[tuple[str, str]] = [
-        ("State", state),
+    waiting = w["state"] == WorkloadState.PENDING
+    headline = w.get("pending_headline") or w.get("pending_reason")
+    if waiting and headline:
+        state += f": {headline}"
+    fields: list[tuple[str, str]] = [("State", state)]
+    if waiting and w.get("pending_reason") and w["pending_reason"] != headline:
+        fields.append(("Why", w["pending_reason"]))  # the engine's detail behind the headline
+    if w.get("borrowed"):
+        fields.append(("Borrowed", w["borrowed"]))
+    fields += [
         ("User", w["user"]),
         ("Project", w["project"]),
         (
@@ -945,7 +961,7 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
         ("Finished", format_time(w.get("finished_at"), tz)),
         ("Runtime", format_duration(runtime_seconds(w, now))),
         ("Restarts", str(w.get("restart_count", 0))),
-        ("Preemptions", str(w.get("preemptions", 0))),
+        ("Preempted", plural(w.get("preemptions", 0), "time")),
     ]
     if w.get("exit_code") is not None:
         fields.append(("Exit code", str(w["exit_code"])))
@@ -968,13 +984,16 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
         empty="not placed (no GPUs held)",
     )
     events = Table(
-        ("TIME", "EVENT", "MESSAGE"),
+        ("TIME", "WHAT HAPPENED"),
         tuple(
-            (format_time(event["time"], tz), event["type"], event["message"])
+            (
+                format_time(event["time"], tz),
+                event.get("text") or event_line(event["type"], event["message"]),
+            )
             for event in w.get("events") or []
         ),
-        title="Events",
-        empty="no events",
+        title="Timeline",
+        empty="nothing yet",
         wrap=100,
     )
     title = f"{w['kind'].capitalize()} {w['id']}: {w['name']}"
@@ -1035,7 +1054,7 @@ def state_line(workload: Mapping[str, Any]) -> str:
     state = w["state"]
     if state == WorkloadState.PENDING:
         where = f"#{w['queue_position']} in queue {w['project']}" if w.get("queue_position") else ""
-        reason = w.get("pending_reason") or ""
+        reason = w.get("pending_headline") or w.get("pending_reason") or ""
         detail = "; ".join(part for part in (where, reason) if part)
         return f"{head} is pending" + (f": {detail}" if detail else "")
     if state in HOLDING_STATES:

@@ -4,7 +4,8 @@ Pure functions, shared by every backend and by the notebook spawner, so that a t
 and a notebook on the same share see the same variables (docs/service.md, "Environment"):
 
 - ``contract_env(...)`` builds the variables of one replica: the visible devices, the
-  ``FRACHUB_*`` facts, and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
+  ``FRACHUB_*`` facts, ``PYTHONUNBUFFERED=1`` (a job's prints reach its log as they
+  happen), and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
   PyTorch cap is applied by the start-up hook in ``scheduler/backends/pyhook``, which reads
   ``FRACHUB_GPU_FRACTION``).
 - ``rendezvous(...)`` gives one replica of a gang its torchrun-style place (``RANK``,
@@ -140,6 +141,9 @@ def contract_env(
         "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        # a job's output goes to a file: buffered, a preempted job's last lines (SIGTERM ends
+        # it before the buffer is flushed) would never reach its log
+        "PYTHONUNBUFFERED": "1",
     }
     if device_variable == CUDA_VISIBLE_DEVICES:
         env[CUDA_VISIBLE_DEVICES] = ",".join(str(index) for index in shown)

@@ -10,6 +10,12 @@ Pure functions, no I/O.
 - ``format_duration``: two units at most, like kubectl's AGE (``45s``, ``3m12s``, ``2h05m``,
   ``3d04h``).
 - ``memory_gib``: a memory size (``20G``, ``20GiB``, ``512MiB``) in GiB.
+- ``plural`` / ``gpus``: a count with its noun agreeing (``1 time``, ``2 times``, ``0 GPUs``,
+  ``0.5 GPU``, ``4 GPUs``), the one helper every message, table and page uses for that.
+
+The rule for plurals is the engine's (``scheduler.engine.reasons.plural``: its pending
+reasons count GPUs too, and the engine depends on nothing outside it); this module is where
+everything else gets it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.engine.model import MILLI, GpuShare, Placement, ReplicaPlacement
+from scheduler.engine.reasons import plural
+
+__all__ = [
+    "describe_placement",
+    "event_line",
+    "format_duration",
+    "gpus",
+    "memory_gib",
+    "pending_headline",
+    "placement_of",
+    "plural",
+]
+
+
+def gpus(count: float) -> str:
+    """A number of GPUs in words: "1 GPU", "0.5 GPU", "2.5 GPUs", "0 GPUs"."""
+    return plural(count, "GPU")
 
 
 def describe_placement(placement: Placement) -> str:
@@ -80,3 +103,49 @@ def memory_gib(text: str, *, bare: str | None = None) -> float | None:
     unit = (match.group(2) or bare or "g").lower()
     value = float(match.group(1))
     return value / 1024 if unit.startswith("m") else value
+
+
+_EVENT_WORDS = {
+    "preempting": "preempted",
+    "cancelling": "stopping",
+    "stopping": "stopping",
+    "lost": "lost its process",
+}
+
+
+def event_line(type_: str, message: str) -> str:
+    """One line of a workload's timeline, the same in the panel, the CLI, the magics and the
+    job's log: "preempted for nlp/notebook-carol (…); grace period 30s", "restarted: attempt 2
+    on ws GPU 0"."""
+    what = _EVENT_WORDS.get(type_, type_)
+    if not message:
+        return what
+    if message.startswith(("for ", "on ", "to ")):
+        return f"{what} {message}"
+    return f"{what}: {message}"
+
+
+def pending_headline(
+    reason: str, project: str, allocated: float | None, deserved: float | None
+) -> str:
+    """Why a workload waits, in one short phrase a researcher understands first; the engine's
+    ``reason`` (which names every number) is the detail behind it.
+
+    ``allocated`` and ``deserved`` are its project's GPUs in use and quota, when known.
+    """
+    if "can never start" in reason:
+        return "can never start: " + reason.split("; ")[-1].replace(", so it can never start", "")
+    if reason.startswith("starting as soon as"):
+        return "starting soon: the work preempted for it is stopping"
+    if "is limited to" in reason:
+        return "waiting: " + reason.split("; ")[0]
+    if allocated is not None and deserved is not None and allocated >= deserved - 1e-9:
+        quota = f"{plural(deserved, 'GPU').replace(' ', '-')}" if deserved else "no GPU"
+        return (
+            f"waiting: {project} is using its {quota} quota; borrowed GPUs are all taken"
+            if deserved
+            else f"waiting: {project} has no GPU quota; borrowed GPUs are all taken"
+        )
+    if reason.startswith("needs "):
+        return "waiting for room: " + "; ".join(reason.split("; ")[1:2] or [reason])
+    return "waiting: " + reason.split("; ")[0]

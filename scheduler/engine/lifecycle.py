@@ -142,6 +142,10 @@ class Milestone(_Words):
     SUBMITTED = "submitted"
     STARTED = "started"
     ALLOCATED = "allocated"
+    RESTARTED = "restarted"
+    """Started again after a preemption or a lost process (the caller's words: attempt N)."""
+    BORROWED = "borrowed"
+    """Running beyond its project's quota, on GPUs another project may reclaim."""
     REQUEUED = "requeued"
     LOST = "lost"
 
@@ -269,6 +273,7 @@ class Life:
     """While preempting, and once requeued: the workload its eviction made room for."""
     stop_reason: str | None = field(default=None, metadata=KEPT)
     restart_count: int = field(default=0, metadata=KEPT)
+    """Starts after the first: counted when a restart happens, not when it is requeued."""
     preemptions: int = field(default=0, metadata=KEPT)
     finished_at: float | None = field(default=None, metadata=KEPT)
     exit_code: int | None = field(default=None, metadata=KEPT)
@@ -410,6 +415,8 @@ class Lifecycle:
 
     def start(self, name: str, placement: Placement, now: float) -> list[Effect]:
         life = self._life(name, "start")
+        if life.start_seq:  # it started before: this start is a restart
+            life.restart_count += 1
         self.start_seq += 1
         life.state = WorkloadState.RUNNING
         life.placement = placement
@@ -447,12 +454,17 @@ class Lifecycle:
         if reason is EvictReason.NODE_LOST or self.immediate:
             gone = reason is EvictReason.NODE_LOST
             effects.append(Stop(name, 0.0 if gone else self.grace_seconds))
-            effects.append(Note(name, Milestone.REQUEUED, why))
-            return effects + self._requeue(life, count_restart=True)
+            words = "its node is gone" if gone else why
+            effects.append(Note(name, Milestone.REQUEUED, f"{words}; {self._place(life)}"))
+            return effects + self._requeue(life)
         life.state = WorkloadState.PREEMPTING
         life.stop_reason = reason.value
         effects.append(
-            Note(name, WorkloadState.PREEMPTING, f"{why}; grace {self.grace_seconds:g}s")
+            Note(
+                name,
+                WorkloadState.PREEMPTING,
+                f"{why}; grace period {self.grace_seconds:g}s",
+            )
         )
         effects.append(Stop(name, self.grace_seconds))
         return effects
@@ -525,14 +537,14 @@ class Lifecycle:
         if life.state is WorkloadState.RUNNING:
             if exit_code is None:
                 note = Note(name, Milestone.LOST, message or "its process vanished")
-                return [note, *self._requeue(life, count_restart=True)]
+                return [note, *self._requeue(life)]
             if exit_code == 0:
                 return self._finish(life, WorkloadState.SUCCEEDED, now, exit_code=0)
             message = message or f"exited with code {exit_code}"
             return self._finish(life, WorkloadState.FAILED, now, message, exit_code=exit_code)
         if life.state is WorkloadState.PREEMPTING:
-            note = Note(name, Milestone.REQUEUED, "back in its original place in the queue")
-            return [note, *self._requeue(life, count_restart=True)]
+            note = Note(name, Milestone.REQUEUED, self._place(life))
+            return [note, *self._requeue(life)]
         if life.state is WorkloadState.CANCELLING:
             message = life.message or "cancelled"  # who asked, from cancel()
             return self._finish(life, WorkloadState.CANCELLED, now, message, exit_code=exit_code)
@@ -548,8 +560,13 @@ class Lifecycle:
     def not_launched(self, name: str, now: float) -> list[Effect]:
         """Started, but its process was never launched: it waits again, no restart counted."""
         life = self._life(name, "not_launched")
+        # the start that never happened counts as no start, and so as no restart
+        if life.restart_count:
+            life.restart_count -= 1
+        else:
+            life.start_seq = 0
         note = Note(name, Milestone.REQUEUED, "the service stopped before it started")
-        return [note, *self._requeue(life, count_restart=False)]
+        return [note, *self._requeue(life)]
 
     def end(self, name: str, now: float, state: WorkloadState) -> list[Effect]:
         """It ends now in ``state``, whatever it was doing (a scenario's finish/cancel)."""
@@ -560,16 +577,29 @@ class Lifecycle:
 
     # -- shared steps ----------------------------------------------------------------------------
 
-    def _requeue(self, life: Life, *, count_restart: bool) -> list[Effect]:
-        """Back to its original place in its queue; the claimant link stays."""
+    def _requeue(self, life: Life) -> list[Effect]:
+        """Back to its original place in its queue; the claimant link stays. Its restart is
+        counted when it starts again."""
         effects: list[Effect] = [Freed(life.name)] if life.started_at is not None else []
         life.state = WorkloadState.PENDING
         life.placement = ()
         life.started_at = None
         life.stop_reason = None
-        if count_restart:
-            life.restart_count += 1
         return effects
+
+    def _place(self, life: Life) -> str:
+        """Where a requeued workload waits, in words: its place among its queue's waiting
+        workloads, served by priority and then in submission order, as the engine serves them."""
+        key = (-life.ask.priority, life.ask.seq)
+        ahead = sum(
+            1
+            for other in self.lives.values()
+            if other is not life
+            and other.state is WorkloadState.PENDING
+            and other.ask.queue == life.ask.queue
+            and (-other.ask.priority, other.ask.seq) < key
+        )
+        return f"back in its original place in the queue: #{ahead + 1} in {life.ask.queue}"
 
     def _finish(
         self,
@@ -586,4 +616,5 @@ class Lifecycle:
         life.claimant = None
         if message:
             life.message = message
-        return [*effects, Note(life.name, state, message), Ended(life.name, state)]
+        words = message or (f"exit code {exit_code}" if exit_code is not None else "")
+        return [*effects, Note(life.name, state, words), Ended(life.name, state)]

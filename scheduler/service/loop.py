@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, BackendError, Checkpoint, Inventory, JobSpec
-from scheduler.display import describe_placement
+from scheduler.display import describe_placement, event_line, gpus
 from scheduler.engine import (
     MILLI,
     CycleResult,
@@ -98,6 +99,8 @@ class SchedulingLoop:
         self.members: dict[str, tuple[str, ...]] = {}
         self.pending: dict[int, Pending] = {}
         self.queue_status: dict[str, QueueStatus] = {}
+        self.borrowed: dict[int, str] = {}
+        """Running work beyond its project's quota -> who may reclaim it, in words."""
         self.inventory: Inventory = backend.inventory()
         self.next_wakeup: float | None = None
         self.version = 0
@@ -255,6 +258,8 @@ class SchedulingLoop:
         began = time.perf_counter()
         self.inventory = self.backend.inventory()
         result = None
+        started: set[int] = set()
+        now = self.clock()
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
             snapshot = self.snapshot()
@@ -263,12 +268,22 @@ class SchedulingLoop:
             result = run_cycle(snapshot, now, self.policy)
             if not result.decisions:
                 break
-            await self._carry_out(self.lifecycle.apply(result, now), now)
+            effects = self.lifecycle.apply(result, now)
+            started.update(int(e.name) for e in effects if isinstance(e, Started))
+            await self._carry_out(effects, now)
         else:
             self.log.error("the engine did not settle in %d cycles", MAX_CYCLES_PER_RUN)
         assert result is not None
         self.pending = {int(name): info for name, info in result.pending.items()}
         self.queue_status = dict(result.queues)
+        self.borrowed = self._borrowed()
+        for workload_id in sorted(started & self.borrowed.keys()):
+            record = self.records[workload_id]
+            self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
+            words = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
+            self._log_line(record, now, words)
+        if started & self.borrowed.keys():
+            self.store.commit()
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
         self.metrics.cycle(self._last_cycle_seconds, result, self.records.values())
@@ -277,6 +292,78 @@ class SchedulingLoop:
 
     def snapshot(self) -> Snapshot:
         return self.lifecycle.snapshot(self.inventory.nodes, self.queues)
+
+    def _borrowed(self) -> dict[int, str]:
+        """Running preemptible work beyond its project's quota, in the order it started (the
+        latest started is the first reclaimed), each with who may take the GPUs back."""
+        parents = {queue.parent for queue in self.queues}
+        projects = [queue.name for queue in self.queues if queue.name not in parents]
+        over = {
+            name
+            for name in projects
+            if (status := self.queue_status.get(name)) is not None
+            and status.allocated_gpus > status.deserved_gpus + 1e-9
+        }
+        if not over:
+            return {}
+        runs: dict[str, list[WorkloadRecord]] = {}
+        for record in self.records.values():
+            if (
+                record.project in over
+                and record.state == WorkloadState.RUNNING
+                and record.preemptible
+            ):
+                runs.setdefault(record.project, []).append(record)
+        borrowed: dict[int, str] = {}
+        for project in sorted(over):
+            status = self.queue_status[project]
+            running = sorted(runs.get(project, ()), key=lambda record: record.start_seq)
+            held = status.allocated_gpus - sum(held_gpus(r.placement) for r in running)
+            lenders = [
+                name
+                for name in projects
+                if name != project
+                and (other := self.queue_status.get(name)) is not None
+                and other.deserved_gpus > other.allocated_gpus + 1e-9
+            ]
+            if lenders:
+                who = " or ".join(lenders)
+                needs = "needs its" if len(lenders) == 1 else "need their"
+                when = f"may be preempted when {who} {needs} GPUs"
+            else:
+                when = "may be preempted when another project needs its quota"
+            words = (
+                f"{project} is using {gpus(status.allocated_gpus)}, beyond its "
+                f"{gpus(status.deserved_gpus)} quota; {when}"
+            )
+            for record in running:
+                held += held_gpus(record.placement)
+                if held > status.deserved_gpus + 1e-9:
+                    borrowed[record.id] = words
+        return borrowed
+
+    def _log_line(self, record: WorkloadRecord, now: float, text: str) -> None:
+        """A milestone of a job in its own log, between its output, where its owner reads it
+        (every replica's log that exists; a backend whose logs live elsewhere has none)."""
+        if record.is_allocation:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))
+        line = f"=== frachub {stamp}: {text} ===\n".encode()
+        for replica in range(record.replicas):
+            path = self.backend.log_path(record.id, replica)
+            if not path:
+                continue
+            try:
+                # never created here, never through a symlink a job may have put in its place
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                os.write(fd, line)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     # -- carrying out the lifecycle's effects: the store first, the backend second ---------
 
@@ -301,11 +388,19 @@ class SchedulingLoop:
             touched[effect.name] = record
             if isinstance(effect, Note):
                 self.store.event(record, now, effect.type.value, effect.message)
+                if effect.type is not Milestone.SUBMITTED:
+                    self._log_line(record, now, event_line(effect.type.value, effect.message))
             elif isinstance(effect, Started):
                 record.handle = None
-                milestone = Milestone.ALLOCATED if record.is_allocation else Milestone.STARTED
-                where = describe_placement(effect.placement)
-                self.store.event(record, now, milestone.value, where)
+                attempt = self.lifecycle[effect.name].restart_count + 1
+                where = describe_placement(effect.placement) or "no GPU"
+                if record.is_allocation:
+                    self.store.event(record, now, Milestone.ALLOCATED.value, where)
+                elif attempt > 1:
+                    words = f"attempt {attempt} on {where}"
+                    self.store.event(record, now, Milestone.RESTARTED.value, words)
+                else:
+                    self.store.event(record, now, Milestone.STARTED.value, f"on {where}")
                 self.store.open_usage(record, held_gpus(effect.placement), now)
                 self.metrics.started(record.kind, now - record.submitted_at)
             elif isinstance(effect, Launch):

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.backends.base import Inventory
+from scheduler.display import event_line, pending_headline
 from scheduler.engine import MILLI, Placement, QueueStatus
 from scheduler.engine.lifecycle import WorkloadState
 from scheduler.service.loop import SchedulingLoop
@@ -49,6 +50,17 @@ def workload_json(
 ) -> dict[str, Any]:
     waiting = record.state == WorkloadState.PENDING
     pending = loop.pending.get(record.id) if waiting else None
+    reason = (
+        pending.reason if pending else "waiting for the scheduler's next cycle" if waiting else None
+    )
+    headline = None
+    if reason is not None:
+        status = loop.queue_status.get(record.project)
+        headline = (
+            pending_headline(reason, record.project, status.allocated_gpus, status.deserved_gpus)
+            if pending and status
+            else reason
+        )
     value: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
@@ -66,14 +78,14 @@ def workload_json(
         "started_at": iso(record.started_at),
         "finished_at": iso(record.finished_at),
         "placement": placement_json(record.placement, loop.inventory),
-        "pending_reason": (
-            pending.reason
-            if pending
-            else "waiting for the scheduler's next cycle"
-            if waiting
-            else None
-        ),
+        "pending_reason": reason,
+        # the reason in a short phrase first; pending_reason is the engine's detail
+        "pending_headline": headline,
         "queue_position": pending.position if pending else None,
+        # running beyond its project's quota: who may take the GPUs back, in words
+        "borrowed": (
+            loop.borrowed.get(record.id) if record.state == WorkloadState.RUNNING else None
+        ),
         "preemptions": record.preemptions,
         "restart_count": record.restart_count,
         "exit_code": record.exit_code,
@@ -100,7 +112,12 @@ def workload_json(
         )
     if events is not None:
         value["events"] = [
-            {"time": iso(event.time), "type": event.type, "message": event.message}
+            {
+                "time": iso(event.time),
+                "type": event.type,
+                "message": event.message,
+                "text": event_line(event.type, event.message),
+            }
             for event in events
         ]
     return value

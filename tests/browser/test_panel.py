@@ -7,6 +7,7 @@ GPU. Every step leaves a screenshot in artifacts/screenshots/.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -150,10 +151,73 @@ def test_a_pending_job_shows_its_reason_and_queue_position(
         expect(found.locator(".frachub-queue-position")).to_have_text(f"#{position} in queue")
         reason = found.locator(".frachub-pending-reason")
         expect(reason).not_to_be_empty()
-        assert reason.inner_text() == wait_state(client, job["id"], "pending")["pending_reason"]
+        waiting = wait_state(client, job["id"], "pending")
+        # the plain headline in the row, the engine's full reason on hover
+        assert reason.inner_text() == waiting["pending_headline"]
+        expect(reason).to_have_attribute("title", waiting["pending_reason"])
     row(page, second["id"]).click()
-    expect(page.locator("#frachub-detail-facts")).to_contain_text("Waiting for")
+    facts = page.locator("#frachub-detail-facts")
+    expect(facts).to_contain_text("Waiting")
+    why = facts.locator("details.frachub-why")
+    if why.count():  # the engine's detail sits behind a toggle, hidden until opened
+        expect(why.locator(".frachub-why-detail")).not_to_be_visible()
+        why.locator("summary").click()
+        expect(why.locator(".frachub-why-detail")).to_be_visible()
     shot("pending")
+
+
+def test_timeline_of_a_borrowed_preempted_and_restarted_job(
+    page: Page, frachub, make_user, login, shot, api
+) -> None:
+    """The README's story: alice's second job borrows nlp's idle GPU (a badge says so and
+    who may take it back), carol's notebook in nlp reclaims it (preempted, with the grace
+    period), it waits first in line, and restarts as attempt 2 once carol is done; its log
+    shows its own unbuffered ``restart 1`` between FracHub's lines."""
+    alice, alice_token = make_user(groups=["vision"])
+    _carol, carol_token = make_user(groups=["nlp"])
+    owner, carol = api(alice_token), api(carol_token)
+    script = (
+        "import os, time; print('restart', os.environ['FRACHUB_RESTART_COUNT']); time.sleep(300)"
+    )
+    first = submit(owner, command="sleep 300", gpus=1, name="within-quota")
+    wait_state(owner, first["id"], "running")
+    job = submit(owner, command=[sys.executable, "-c", script], gpus=1, name="borrower")
+    wait_state(owner, job["id"], "running")
+    login(page, alice)
+    badge = row(page, job["id"]).locator(".frachub-borrowed")
+    expect(badge).to_have_text("borrowed")
+    expect(badge).to_have_attribute("title", re.compile("may be preempted when nlp needs its GPUs"))
+    expect(row(page, first["id"]).locator(".frachub-borrowed")).to_have_count(0)
+    row(page, job["id"]).click()
+    facts = page.locator("#frachub-detail-facts")
+    expect(facts).to_contain_text("beyond its 1 GPU quota")
+    expect(facts).to_contain_text(f'{sys.executable} -c "import os, time;')  # a list, spaced
+    expect(facts).to_contain_text("local: GPU 1")
+    expect(facts).not_to_contain_text("(1)")  # a whole GPU needs no share
+    expect(page.locator("#frachub-log")).to_contain_text("restart 0")  # unbuffered
+    shot("borrowed")
+
+    notebook = checked(carol.post("allocations", json={"gpus": 1})).json()
+    wait_state(owner, job["id"], "pending", timeout=30)
+    timeline = page.locator("#frachub-timeline")
+    expect(timeline).to_contain_text(f"preempted for nlp/{notebook['name']}")
+    expect(timeline).to_contain_text("grace period")
+    expect(timeline).to_contain_text("#1 in vision")
+    expect(page.locator("#frachub-detail-facts")).to_contain_text("Preempted1 time")
+    shot("preempted")
+
+    checked(carol.delete(f"allocations/{notebook['id']}"))
+    wait_state(owner, job["id"], "running", timeout=30)
+    expect(timeline.locator(".frachub-event-restarted")).to_contain_text("restarted: attempt 2")
+    expect(page.locator("#frachub-log")).to_contain_text("restart 1")
+    expect(page.locator("#frachub-detail-facts")).to_contain_text("Restarts1")
+    types = [item.get_attribute("data-type") for item in timeline.locator("li").all()]
+    assert types[:6] == ["submitted", "started", "borrowed", "preempting", "requeued", "restarted"]
+    log = page.locator("#frachub-log").inner_text()
+    assert log.index("restart 0") < log.index("preempted for nlp/") < log.index("restart 1")
+    shot("restarted")
+    for workload in (first, job):
+        checked(owner.delete(f"workloads/{workload['id']}"))
 
 
 def test_an_admin_sees_the_gpu_map_with_each_users_share(

@@ -4,6 +4,7 @@ claims its quota, and restarted with its restart count when the quota frees up."
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ from hub.upharness import Up
 TRAIN_CELL = """%%frachub submit --gpus 1 --name train
 import os, signal, sys, time
 restart = os.environ["FRACHUB_RESTART_COUNT"]
-print(f"start restart={restart} gpus={os.environ['CUDA_VISIBLE_DEVICES']}", flush=True)
+print(f"start restart={restart} gpus={os.environ['CUDA_VISIBLE_DEVICES']}")  # unbuffered
 def save(signum, frame):
     print("SIGTERM: saving checkpoint", flush=True)
     sys.exit(143)
@@ -61,6 +62,8 @@ def test_notebook_training_preempted_by_another_project_and_requeued(up: Up, ker
     # with the notebook's 0.5 it uses 1.5 GPUs: it borrows nlp's idle GPU
     running = wait_job(up, "alice", "train", lambda j: j["state"] == "running")
     assert running["project"] == "vision"
+    borrowed = wait_job(up, "alice", "train", lambda j: j["borrowed"] is not None)["borrowed"]
+    assert "may be preempted when nlp needs its GPUs" in borrowed, borrowed
     wait_job(up, "alice", "train", lambda j: "start restart=0" in logs(up, "alice", j["id"]))
     table = notebook.text("%frachub jobs")
     assert "train" in table and "running" in table
@@ -86,6 +89,17 @@ def test_notebook_training_preempted_by_another_project_and_requeued(up: Up, ker
     restarted = wait_job(up, "alice", "train", lambda j: j["state"] == "running")
     assert restarted["restart_count"] == 1
     wait_job(up, "alice", "train", lambda j: "start restart=1" in logs(up, "alice", j["id"]))
+    # its timeline, as %frachub describe shows it: what happened, and why
+    described = notebook.text(f"%frachub describe {restarted['id']}")
+    for line in (
+        "borrowed: vision is using",
+        "preempted for nlp/notebook-carol",
+        "grace period",
+        "#1 in vision",
+        "restarted: attempt 2",
+    ):
+        assert line in described, described
+    assert re.search(r"Preempted:?\s+1 time\b", described), described
 
     cancelled = notebook.text(f"%frachub cancel {restarted['id']}")
     assert str(restarted["id"]) in cancelled

@@ -146,7 +146,8 @@ def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     stderr = follow.stderr.read()
     assert "Traceback" not in stderr
     assert (tmp_path / "go").exists(), lines
-    assert lines[-2:] == [f"tick-2-{job}", str(tmp_path)]  # ran in the current directory
+    assert lines[-3:-1] == [f"tick-2-{job}", str(tmp_path)]  # ran in the current directory
+    assert lines[-1].endswith(": succeeded: exit code 0 ===")  # FracHub's line: how it ended
     assert f"frachub: job {job} (ticker) succeeded" in stderr  # progress, then how it ended
 
     jobs = alice("jobs")
@@ -167,9 +168,10 @@ def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     for event in ("submitted", "started", "succeeded"):
         assert re.search(rf"\d\d:\d\d:\d\d\s+{event}\b", text), text
 
-    tail = alice("logs", str(job), "--tail", "2")
+    tail = alice("logs", str(job), "--tail", "3")
     assert tail.returncode == 0
-    assert tail.stdout.splitlines() == [f"tick-2-{job}", str(tmp_path)]
+    assert tail.stdout.splitlines()[:2] == [f"tick-2-{job}", str(tmp_path)]
+    assert tail.stdout.splitlines()[2].endswith(": succeeded: exit code 0 ===")  # FracHub's line
     for follow_flag in ((), ("--follow",)):
         beyond = alice("logs", str(job), "--replica", "1", *follow_flag)
         assert (beyond.returncode, beyond.stderr) == (

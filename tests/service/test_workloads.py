@@ -58,7 +58,9 @@ def test_a_job_runs_with_the_environment_contract(user) -> None:
     [replica] = done["placement"]
     assert replica["gpus"][0]["share"] == 0.5
     log = checked(alice.get(f"workloads/{job['id']}/logs")).text
-    env = json.loads(log.strip().splitlines()[-1])
+    *output, ending = log.strip().splitlines()
+    assert ending.startswith("=== frachub ") and ending.endswith(": succeeded: exit code 0 ===")
+    env = json.loads(output[-1])
     assert env["FRACHUB_WORKLOAD_ID"] == str(job["id"])
     assert env["FRACHUB_GPU_FRACTION"] == "0.5"
     assert env["FRACHUB_GPU_MEMORY_MIB"] == str(40 * 1024)
@@ -74,7 +76,8 @@ def test_exit_codes_become_failed(user) -> None:
     done = wait_state(alice, job["id"], "failed", "succeeded")
     assert done["state"] == "failed" and done["exit_code"] == 3
     assert "exited with code 3" in done["message"]
-    assert checked(alice.get(f"workloads/{job['id']}/logs?tail=1")).text.strip() == "bad"
+    last = checked(alice.get(f"workloads/{job['id']}/logs?tail=2")).text.splitlines()
+    assert last[0] == "bad" and last[1].endswith(": failed: exited with code 3 ===")
 
 
 def test_logs_follow_streams_until_the_job_ends(user) -> None:
@@ -100,6 +103,10 @@ def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
         gpus=1,
     )
     wait_state(alice, second["id"], "running")
+    # beyond vision's 1-GPU quota, on nlp's idle GPU: marked, with who may take it back
+    running = wait_for(lambda: (w := workload(alice, second["id"]))["borrowed"] and w, 10, "mark")
+    assert "when nlp needs its GPUs" in running["borrowed"], running
+    assert workload(alice, first["id"])["borrowed"] is None
     later = submit(alice, command="sleep 1", gpus=1)
     claim = submit(bob, command="sleep 2", gpus=1)
     evicted = wait_state(alice, second["id"], "preempting", "pending")
@@ -110,17 +117,29 @@ def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
         10,
         "a queue position",
     )
-    assert requeued["restart_count"] == 1
+    assert requeued["restart_count"] == 0  # counted when it restarts, not while it waits
     assert requeued["queue_position"] == 1, requeued  # ahead of `later`, submitted after it
     assert workload(alice, later["id"])["queue_position"] == 2
     assert "got-term" in checked(alice.get(f"workloads/{second['id']}/logs")).text
     assert wait_state(bob, claim["id"], "running", "succeeded")
-    types = [event["type"] for event in workload(alice, second["id"])["events"]]
-    assert types[:5] == ["submitted", "started", "preempting", "requeued", "started"][: len(types)]
+    events = workload(alice, second["id"])["events"]
+    types = [event["type"] for event in events]
+    assert types[:5] == ["submitted", "started", "borrowed", "preempting", "requeued"]
+    preempted = events[3]["text"]
+    assert (
+        preempted.startswith(f"preempted for nlp/{claim['name']}") and "grace period" in preempted
+    )
+    assert events[4]["text"].endswith("#1 in vision")
     # bob's short job ends; the requeued job, first in line, takes the GPU back
     restarted = wait_state(alice, second["id"], "running", timeout=30)
     assert restarted["restart_count"] == 1
     wait_for(lambda: "restart=1" in alice.get(f"workloads/{second['id']}/logs").text, 10, "restart")
+    events = workload(alice, second["id"])["events"]
+    assert events[5]["type"] == "restarted" and events[5]["text"].startswith("restarted: attempt 2")
+    # the same milestones, in words, between the job's own lines in its log
+    log = alice.get(f"workloads/{second['id']}/logs").text
+    assert log.index("borrowed: vision is using") < log.index("preempted for nlp/")
+    assert log.index("got-term") < log.index("requeued: back in its original place")
     assert workload(alice, first["id"])["preemptions"] == 0
     drain(alice)
 

@@ -259,8 +259,8 @@ def test_describe_shows_request_placement_and_events() -> None:
     assert "Command:      python train.py --lr '0.1 0.2'" in text
     assert "Submitted:    2026-11-22 14:05:00" in text
     assert "Placement" in text and "GPU-1" in text
-    assert "2026-11-22 14:06:30  started    on ws" in text
-    assert "<table" in report._repr_html_() and "Events" in report._repr_html_()
+    assert "2026-11-22 14:06:30  started on ws" in text
+    assert "<table" in report._repr_html_() and "Timeline" in report._repr_html_()
     saving = workload(checkpoint_interval_seconds=600.0, checkpointed_at="2026-11-22T14:20:00.000Z")
     text = str(describe_report(saving, NOW, tz=timezone.utc))
     assert "every 10m" in text and "2026-11-22 14:20:00" in text
@@ -315,3 +315,38 @@ def test_kernelspec_is_written_and_rewritten(tmp_path: Path) -> None:
     write_kernelspec(tmp_path, python="/other/python")
     assert json.loads(spec_file.read_text())["argv"][0] == "/other/python"
     assert sorted(p.name for p in spec_file.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_describe_puts_the_plain_reason_first_and_the_engines_detail_second() -> None:
+    waiting = workload(
+        state="pending",
+        placement=[],
+        started_at=None,
+        queue_position=1,
+        pending_headline="waiting: vision is using its 1-GPU quota; borrowed GPUs are all taken",
+        pending_reason="needs 1 GPU; no node has a wholly free GPU; vision already uses its fair "
+        "share of 1 GPU, so nothing is reclaimed for it",
+        preemptions=1,
+    )
+    text = str(describe_report(waiting, NOW, timezone.utc))
+    assert "State:        pending #1: waiting: vision is using its 1-GPU quota;" in text
+    assert "Why:          needs 1 GPU; no node has a wholly free GPU;" in text
+    assert "Preempted:    1 time\n" in text and "1 times" not in text
+    assert "waiting: vision" in state_line(waiting)
+
+
+def test_describe_marks_borrowed_work_and_reads_the_timeline_in_words() -> None:
+    borrowed = "vision is using 2 GPUs, beyond its 1 GPU quota; may be preempted when nlp needs"
+    events = [
+        {"time": "2026-11-22T14:05:00.000Z", "type": "submitted", "message": "to project vision"},
+        {"time": "2026-11-22T14:06:00.000Z", "type": "preempting", "message": "for nlp/nb (x)"},
+        {"time": "2026-11-22T14:06:30.000Z", "type": "restarted", "message": "attempt 2 on ws"},
+    ]
+    running = workload(borrowed=borrowed, events=events, preemptions=2, restart_count=1)
+    text = str(describe_report(running, NOW, timezone.utc))
+    assert f"Borrowed:     {borrowed}" in text
+    assert "Preempted:    2 times" in text and "Restarts:     1" in text
+    assert "14:06:00  preempted for nlp/nb (x)" in text  # worded even without the API's text
+    assert "14:06:30  restarted: attempt 2 on ws" in text
+    table = str(jobs_table([running], NOW))
+    assert "borrowed: may be preempted" in table

@@ -61,6 +61,7 @@ CASES = {
             "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25",
             "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
             "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+            "PYTHONUNBUFFERED": "1",
         },
     ),
     "two whole GPUs in a container": (
@@ -77,6 +78,7 @@ CASES = {
             "XLA_PYTHON_CLIENT_MEM_FRACTION": "1",
             "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
             "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+            "PYTHONUNBUFFERED": "1",
         },
     ),
 }

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.display import describe_placement, format_duration, memory_gib, placement_of
+from scheduler.display import (
+    describe_placement,
+    event_line,
+    format_duration,
+    gpus,
+    memory_gib,
+    pending_headline,
+    placement_of,
+    plural,
+)
 from scheduler.engine.model import GpuShare, ReplicaPlacement
 
 
@@ -51,3 +60,46 @@ def test_durations_round_down_to_two_units() -> None:
         "23h59m",
         "1d01h",
     ]
+
+
+@pytest.mark.parametrize(
+    "count, noun, words",
+    [
+        (1, "time", "1 time"),
+        (2, "time", "2 times"),
+        (0, "time", "0 times"),
+        (0.5, "GPU", "0.5 GPU"),
+        (4, "GPU", "4 GPUs"),
+        (0, "GPU", "0 GPUs"),
+        (3, "replica", "3 replicas"),
+    ],
+)
+def test_one_plural_rule_for_every_count(count: float, noun: str, words: str) -> None:
+    assert plural(count, noun) == words
+    if noun == "GPU":
+        assert gpus(count) == words
+
+
+def test_timeline_lines_read_as_sentences() -> None:
+    assert event_line("preempting", "for nlp/notebook-carol (x); grace period 30s") == (
+        "preempted for nlp/notebook-carol (x); grace period 30s"
+    )
+    assert event_line("started", "on ws GPU 0") == "started on ws GPU 0"
+    assert event_line("restarted", "attempt 2 on ws GPU 0") == "restarted: attempt 2 on ws GPU 0"
+    assert event_line("succeeded", "exit code 0") == "succeeded: exit code 0"
+    assert event_line("submitted", "") == "submitted"
+
+
+def test_a_pending_headline_says_the_plain_reason_first() -> None:
+    dense = (
+        "needs 1 GPU; no node has a wholly free GPU; with it vision would use 1.5 GPUs, above "
+        "its fair share of 1 GPU, so nothing is reclaimed for it"
+    )
+    assert pending_headline(dense, "vision", 1.0, 1.0) == (
+        "waiting: vision is using its 1-GPU quota; borrowed GPUs are all taken"
+    )
+    assert pending_headline("needs 1 GPU; no node has a wholly free GPU", "nlp", 0, 1) == (
+        "waiting for room: no node has a wholly free GPU"
+    )
+    never = "needs 9 GPUs on one node; the largest node has 2 GPUs, so it can never start"
+    assert pending_headline(never, "vision", 0, 1) == "can never start: the largest node has 2 GPUs"

@@ -105,7 +105,7 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
     words = "reclaimed for b/job-2; 10 min since last checkpoint lost (0.17 GPU-hours)"
     assert effects == [
         Evicted("1", EvictReason.RECLAIM, "2", words),
-        Note("1", S.PREEMPTING, f"{words}; grace 30s"),
+        Note("1", S.PREEMPTING, f"{words}; grace period 30s"),
         Stop("1", 30),
     ]
     one = lives["1"]
@@ -120,10 +120,11 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
 
     effects = lives.exited("1", 40, exit_code=143)
     assert effects == [
-        Note("1", Milestone.REQUEUED, "back in its original place in the queue"),
+        Note("1", Milestone.REQUEUED, "back in its original place in the queue: #1 in a"),
         Freed("1"),
     ]
-    assert (one.state, one.placement, one.started_at, one.restart_count) == (S.PENDING, (), None, 1)
+    # a restart is counted when it happens, not while it waits
+    assert (one.state, one.placement, one.started_at, one.restart_count) == (S.PENDING, (), None, 0)
     seen = {w.name: w for w in lives.snapshot(NODES, QUEUES).workloads}["1"]
     # the same place in the queue, and it yields to the workload it made room for
     assert (seen.state, seen.seq, seen.submitted_at, seen.claimant) == (State.PENDING, 1, 1.0, "2")
@@ -137,7 +138,11 @@ def test_a_lost_node_requeues_at_once_and_stops_the_process_without_grace(
     assert effects == [
         Evicted("1", EvictReason.NODE_LOST, None, "its node was lost; no work lost"),
         Stop("1", 0.0),
-        Note("1", Milestone.REQUEUED, "its node was lost; no work lost"),
+        Note(
+            "1",
+            Milestone.REQUEUED,
+            "its node is gone; back in its original place in the queue: #1 in a",
+        ),
         Freed("1"),
     ]
     assert lives["1"].state is S.PENDING
@@ -213,7 +218,7 @@ def test_max_runtime_stops_the_job_and_it_ends_failed() -> None:
 @pytest.mark.parametrize(
     ("code", "message", "after", "words"),
     [
-        (0, "", S.SUCCEEDED, ""),
+        (0, "", S.SUCCEEDED, "exit code 0"),
         (2, "", S.FAILED, "exited with code 2"),
         (None, "", S.PENDING, "its process vanished"),
     ],
@@ -368,3 +373,25 @@ def test_the_store_row_keeps_every_kept_field_under_its_name() -> None:
     assert set(KEPT_FIELDS) <= set(vars(Life(again.ask)))
     assert again.kept_values() == lifecycle["7"].kept_values()
     assert again.ask == replace(life("7", 7).ask, user="u")
+
+
+def test_a_restart_is_counted_when_it_happens(lives: Lifecycle) -> None:
+    lives.apply(cycle(Start("1", ONE)), 0)
+    assert lives["1"].restart_count == 0
+    lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2")), 10)
+    lives.exited("1", 11, exit_code=143)
+    assert lives["1"].restart_count == 0  # requeued: it has not restarted yet
+    lives.apply(cycle(Start("1", ONE)), 20)
+    assert lives["1"].restart_count == 1
+    # a start the service never carried out (it stopped in between) is no restart
+    lives.not_launched("1", 21)
+    assert lives["1"].restart_count == 0
+    lives.apply(cycle(Start("1", ONE)), 30)
+    assert lives["1"].restart_count == 1
+
+
+def test_a_first_start_never_launched_leaves_the_next_start_a_first_one(lives: Lifecycle) -> None:
+    lives.apply(cycle(Start("1", ONE)), 0)
+    lives.not_launched("1", 1)
+    lives.apply(cycle(Start("1", ONE)), 2)
+    assert lives["1"].restart_count == 0

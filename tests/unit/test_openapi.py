@@ -637,6 +637,8 @@ def fake_loop(*records: WorkloadRecord) -> types.SimpleNamespace:
         inventory=INVENTORY,
         records={record.id: record for record in records},
         version=3,
+        queue_status={"vision": QueueStatus(2.0, 2.0, 2.0, 1, 1)},
+        borrowed={9: "vision is using 2.5 GPUs, beyond its 2 GPUs quota; may be preempted"},
     )
 
 
@@ -845,7 +847,6 @@ def service_loop() -> types.SimpleNamespace:
         store=FakeStore(records, queue_records),
         queues=EXISTING_QUEUES,
         members={"vision": ("alice",)},
-        queue_status={},
         backend=types.SimpleNamespace(log_path=lambda workload_id, replica: None),
     )
 

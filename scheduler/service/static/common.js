@@ -125,10 +125,17 @@ export function number(value) {
   return String(Math.round(value * 1000) / 1000);
 }
 
+// A count with its noun agreeing, by the rule of scheduler/display.py's plural (the API's
+// words come from there): "1 time", "0.5 GPU", "0 GPUs", "4 GPUs".
+export function plural(count, noun, nouns = `${noun}s`) {
+  const value = Math.round(Number(count) * 1000) / 1000;
+  return `${value} ${value > 0 && value <= 1 ? noun : nouns}`;
+}
+
 export function gpusText(workload) {
   const each =
     workload.gpus !== null && workload.gpus !== undefined
-      ? `${number(workload.gpus)} GPU`
+      ? plural(workload.gpus, "GPU")
       : `${number(workload.gpu_memory_gib)} GiB`;
   return workload.replicas > 1 ? `${each} × ${workload.replicas}` : each;
 }
@@ -136,7 +143,8 @@ export function gpusText(workload) {
 export function placementText(workload) {
   return (workload.placement || [])
     .map((replica) => {
-      const gpus = replica.gpus.map((gpu) => `GPU ${gpu.index} (${number(gpu.share)})`);
+      // a share of a GPU says how much of it; a whole GPU needs no "(1)"
+      const gpus = replica.gpus.map((gpu) => `GPU ${gpu.index}${gpu.share < 1 ? ` (${number(gpu.share)})` : ""}`);
       return `${replica.node}: ${gpus.join(", ")}`;
     })
     .join("; ");
@@ -152,7 +160,12 @@ export function whereCell(workload) {
         ? el("span", { class: "frachub-queue-position fw-semibold" }, `#${workload.queue_position} in queue`)
         : null,
       workload.queue_position ? " · " : null,
-      el("span", { class: "frachub-pending-reason" }, workload.pending_reason || "waiting"),
+      // the plain headline first; the engine's full reason on hover and in the details
+      el(
+        "span",
+        { class: "frachub-pending-reason", title: workload.pending_reason || "" },
+        workload.pending_headline || workload.pending_reason || "waiting",
+      ),
     );
   }
   if (ACTIVE.has(workload.state)) {

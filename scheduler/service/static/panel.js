@@ -14,6 +14,7 @@ import {
   me,
   number,
   placementText,
+  plural,
   showError,
   stateBadge,
   stream,
@@ -105,6 +106,7 @@ function renderWorkloads() {
           notebook ? el("span", { class: "badge text-bg-info ms-1" }, "notebook") : null,
           workload.kind === "inference" ? el("span", { class: "badge text-bg-info ms-1" }, "inference") : null,
           workload.idle_warning ? el("span", { class: "ms-1", title: workload.idle_warning }, "⚠") : null,
+          borrowedBadge(workload),
         ),
         el("td", {}, workload.project),
         el("td", {}, stateBadge(workload.state)),
@@ -140,6 +142,66 @@ document.getElementById("frachub-detail-close").addEventListener("click", () => 
   renderDetail();
 });
 
+// A running workload beyond its project's quota: it may be preempted; the title says by whom.
+function borrowedBadge(workload) {
+  if (!workload.borrowed) return null;
+  return el("span", { class: "badge text-bg-warning ms-1 frachub-borrowed", title: workload.borrowed }, "borrowed");
+}
+
+// Why it waits: the headline a researcher reads first, the engine's full reason behind a toggle.
+function waitingFact(workload) {
+  const headline = workload.pending_headline || workload.pending_reason;
+  if (!headline) return null;
+  if (!workload.pending_reason || workload.pending_reason === headline) return headline;
+  return el(
+    "details",
+    { class: "frachub-why" },
+    el("summary", {}, headline),
+    el("div", { class: "frachub-why-detail text-body-secondary" }, workload.pending_reason),
+  );
+}
+
+// The workload's history in words, oldest first, as `frachub describe` and its log show it.
+let timelineFor = null; // {id, events}
+async function loadTimeline(id) {
+  try {
+    const workload = await api(`workloads/${id}`);
+    if (selected === id) {
+      timelineFor = { id, events: workload.events || [] };
+      renderTimeline();
+    }
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function renderTimeline() {
+  const list = document.getElementById("frachub-timeline");
+  const events = timelineFor && timelineFor.id === selected ? timelineFor.events : [];
+  list.replaceChildren(
+    ...events.map((event) =>
+      el(
+        "li",
+        { class: `frachub-event frachub-event-${event.type}`, dataset: { type: event.type } },
+        el("time", { class: "text-body-secondary me-2 font-monospace", datetime: event.time }, new Date(event.time).toLocaleTimeString()),
+        el("span", { class: "frachub-event-text" }, event.text || `${event.type} ${event.message}`),
+      ),
+    ),
+  );
+}
+
+// A command as a shell would read it: a list's items separated and quoted where needed.
+function commandText(command) {
+  if (!Array.isArray(command)) return command;
+  const quote = (part) => {
+    if (/^[\w@%+=:,./-]+$/.test(part)) return part;
+    if (!part.includes("'")) return `'${part}'`;
+    if (!/["$`\\]/.test(part)) return `"${part}"`;
+    return `'${part.replaceAll("'", "'\\''")}'`;
+  };
+  return command.map(quote).join(" ");
+}
+
 function fact(term, value) {
   if (value === null || value === undefined || value === "") return [];
   return [el("dt", { class: "col-sm-3" }, term), el("dd", { class: "col-sm-9 mb-1" }, value)];
@@ -157,20 +219,23 @@ function renderDetail() {
   document.getElementById("frachub-detail-state").replaceChildren(stateBadge(workload.state));
   const pending = workload.state === State.PENDING;
   document.getElementById("frachub-detail-facts").replaceChildren(
-    ...fact("Command", workload.command ? el("code", {}, workload.command) : null),
+    ...fact("Command", workload.command ? el("code", {}, commandText(workload.command)) : null),
     ...fact("Project", workload.project),
     ...fact("Resources", gpusText(workload)),
     ...fact("Queue position", pending && workload.queue_position ? `#${workload.queue_position}` : null),
-    ...fact("Waiting for", pending ? workload.pending_reason : null),
+    ...fact("Waiting", pending ? waitingFact(workload) : null),
+    ...fact("Borrowed", workload.borrowed ? el("span", {}, borrowedBadge(workload), " ", workload.borrowed) : null),
     ...fact("Placement", placementText(workload)),
     ...fact("Idle", workload.idle_warning),
     ...fact("Started", workload.started_at ? new Date(workload.started_at).toLocaleString() : null),
     ...fact("Finished", workload.finished_at ? new Date(workload.finished_at).toLocaleString() : null),
     ...fact("Exit code", workload.exit_code),
-    ...fact("Preempted", workload.preemptions ? `${workload.preemptions} times` : null),
+    ...fact("Preempted", workload.preemptions ? plural(workload.preemptions, "time") : null),
     ...fact("Restarts", workload.restart_count || null),
     ...fact("Message", workload.message),
   );
+  renderTimeline();
+  loadTimeline(workload.id);
   const notebook = isNotebook(workload);
   const label = document.getElementById("frachub-replica-label");
   label.classList.toggle("d-none", notebook || workload.replicas < 2);
