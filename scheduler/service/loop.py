@@ -34,8 +34,9 @@ from scheduler.engine import (
     Policy,
     Queue,
     QueueStatus,
+    Session,
     Snapshot,
-    run_cycle,
+    decide,
 )
 from scheduler.engine.lifecycle import (
     Effect,
@@ -100,6 +101,10 @@ class SchedulingLoop:
         self.queue_status: dict[str, QueueStatus] = {}
         self.inventory: Inventory = backend.inventory()
         self.next_wakeup: float | None = None
+        self.settled: Session | None = None
+        """The last cycle's session once it decided nothing: what the store and the backend
+        hold now, forked to decide arrivals in milliseconds (``dry_run``); None once anything
+        changed since."""
         self.version = 0
         """Bumped whenever something a waiting client may care about changed."""
         self._changed = asyncio.Event()
@@ -207,6 +212,7 @@ class SchedulingLoop:
         self.request_cycle()
 
     def queues_changed(self) -> None:
+        self.settled = None
         self.load_queues()
         self.request_cycle()
 
@@ -234,6 +240,7 @@ class SchedulingLoop:
 
     def _reload(self) -> None:
         """After a rollback: the lives as the store has them again."""
+        self.settled = None
         for record in self.records.values():
             self.lifecycle.restore(record.as_life())
 
@@ -244,8 +251,11 @@ class SchedulingLoop:
         result = None
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
-            result = run_cycle(self.snapshot(), now, self.policy)
+            self.settled = None
+            session = Session(self.snapshot(), now, self.policy)
+            result = decide(session)
             if not result.decisions:
+                self.settled = session
                 break
             await self._carry_out(self.lifecycle.apply(result, now), now)
         else:
@@ -261,6 +271,16 @@ class SchedulingLoop:
 
     def snapshot(self) -> Snapshot:
         return self.lifecycle.snapshot(self.inventory.nodes, self.queues)
+
+    def standing(self) -> Session:
+        """A session of the state the scheduler stands in now, to fork for a dry run: the
+        settled one of the last cycle, or (something changed since) a fresh one, decided so
+        that it describes where the next cycle will leave things."""
+        if self.settled is not None:
+            return self.settled
+        session = Session(self.snapshot(), self.clock(), self.policy)
+        decide(session)
+        return session
 
     # -- carrying out the lifecycle's effects: the store first, the backend second ---------
 
@@ -280,6 +300,8 @@ class SchedulingLoop:
         stops: list[tuple[WorkloadRecord, dict | None, float]] = []
         launches: list[WorkloadRecord] = []
         touched: dict[str, WorkloadRecord] = {}
+        if effects:
+            self.settled = None
         for effect in effects:
             record = self.records[int(effect.name)]
             touched[effect.name] = record

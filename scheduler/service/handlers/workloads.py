@@ -120,7 +120,13 @@ class WorkloadListHandler(WorkloadAccess):
                 f"(higher needs {ADMIN}), got {submission.priority}",
             )
         project = await self.project_for(submission.project, self.caller.name)
-        hopeless = job_never_fits(submission, project, self.loop.queues, self.loop.inventory.nodes)
+        hopeless = job_never_fits(
+            submission,
+            project,
+            self.loop.queues,
+            self.loop.inventory.nodes,
+            cluster_may_grow=self.settings.get("cluster_may_grow", False),
+        )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
         record = WorkloadRecord(
