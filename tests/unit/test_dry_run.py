@@ -1,0 +1,98 @@
+"""``dry_run``: the engine's decision for one arrival on a fork of a settled session, in the
+words the spawn form shows; the settled session is left as it was."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler.engine import (
+    GpuShare,
+    Kind,
+    Node,
+    Policy,
+    Queue,
+    ReplicaPlacement,
+    Request,
+    Session,
+    Snapshot,
+    State,
+    Workload,
+    decide,
+    scorer_named,
+)
+from scheduler.service.dryrun import dry_run
+
+pytestmark = pytest.mark.unit
+
+POLICY = Policy(scorer=scorer_named("pack"), immediate_evictions=False)
+QUEUES = (Queue("vision", deserved_gpus=1), Queue("nlp", deserved_gpus=1))
+NODE = Node("local", gpus=2)
+
+
+def job(name: str, queue: str, gpus: tuple[int, ...], priority: int = 50) -> Workload:
+    return Workload(
+        name=name,
+        queue=queue,
+        kind=Kind.TRAINING,
+        request=Request(gpus=len(gpus)),
+        priority=priority,
+        preemptible=True,
+        submitted_at=0.0,
+        seq=1,
+        state=State.RUNNING,
+        placement=(ReplicaPlacement("local", tuple(GpuShare(i, 1000) for i in gpus)),),
+        started_at=0.0,
+        start_seq=1,
+    )
+
+
+def notebook(queue: str, gpus: float) -> Workload:
+    return Workload(
+        name="dry-run",
+        queue=queue,
+        kind=Kind.INTERACTIVE,
+        request=Request(gpus=gpus),
+        priority=100,
+        preemptible=False,
+        submitted_at=10.0,
+        seq=99,
+    )
+
+
+def settled(*running: Workload) -> Session:
+    session = Session(Snapshot((NODE,), QUEUES, running), 10.0, POLICY)
+    assert not decide(session).decisions
+    return session
+
+
+def test_an_idle_gpu_starts_now() -> None:
+    verdict = dry_run(settled(), notebook("nlp", 0.5), 10.0, 30)
+    assert verdict.outcome == "now"
+    assert verdict.message.startswith("starts now on local")
+
+
+def test_borrowed_gpus_are_reclaimed_and_the_standing_session_is_untouched() -> None:
+    standing = settled(job("alice-job", "vision", (0, 1)))
+    before = (dict(standing.running), standing.ledger.copy().free, dict(standing.use.allocated))
+    verdict = dry_run(standing, notebook("nlp", 1), 10.0, 30)
+    assert verdict.outcome == "reclaim" and verdict.reclaims_from == ("vision",)
+    assert verdict.message == (
+        "starts after reclaiming GPUs that vision borrowed (1 workload); "
+        "they get 30s to save their work"
+    )
+    after = (dict(standing.running), standing.ledger.copy().free, dict(standing.use.allocated))
+    assert after == before
+    # asked again, the same answer: nothing of the first dry run stayed behind
+    assert dry_run(standing, notebook("nlp", 1), 10.0, 30) == verdict
+
+
+def test_a_full_quota_waits_with_the_engines_reason() -> None:
+    held = replace(
+        job("bob-notebook", "vision", (0,), priority=100), kind=Kind.INTERACTIVE, preemptible=False
+    )
+    verdict = dry_run(settled(held), notebook("vision", 0.5), 10.0, 30)
+    assert verdict.outcome == "wait"
+    assert verdict.message.startswith("would wait: vision's notebooks already use its deserved")
+    assert verdict.queue_position == 1
