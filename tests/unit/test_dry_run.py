@@ -1,5 +1,6 @@
 """``dry_run``: the engine's decision for one arrival on a fork of a settled session, in the
-words the spawn form shows; the settled session is left as it was."""
+words the spawn form shows; the settled session is left as it was. And the never-start checks
+at submit, with and without ``cluster_may_grow``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ from scheduler.engine import (
     scorer_named,
 )
 from scheduler.service.dryrun import dry_run
+from scheduler.service.requests import (
+    Submission,
+    job_never_fits,
+    never_starts,
+    parse_allocation,
+    parse_submission,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +104,37 @@ def test_a_full_quota_waits_with_the_engines_reason() -> None:
     assert verdict.outcome == "wait"
     assert verdict.message.startswith("would wait: vision's notebooks already use its deserved")
     assert verdict.queue_position == 1
+
+
+def submission(**fields) -> Submission:
+    return parse_submission({"command": "true", **fields})
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"gpus": 2, "replicas": 3}, "even on the idle cluster it needs 3 replicas × 2 GPUs"),
+        ({"gpus": 4}, "the largest node has 2 GPUs, so it can never start"),
+        ({"gpus": 2, "preemptible": False}, "2 GPUs more would go beyond it"),
+    ],
+    ids=["gang", "beyond-a-node", "non-preemptible-beyond-quota"],
+)
+def test_jobs_that_can_never_start_unless_the_cluster_may_grow(fields, words) -> None:
+    job = submission(**fields)
+    assert words in (job_never_fits(job, "vision", QUEUES, (NODE,)) or "")
+    assert job_never_fits(job, "vision", QUEUES, (NODE,), cluster_may_grow=True) is None
+
+
+def test_what_fits_the_idle_cluster_is_not_refused() -> None:
+    for fields in ({"gpus": 1, "replicas": 2}, {"gpus": 2}, {"gpus": 0.5, "replicas": 4}):
+        assert job_never_fits(submission(**fields), "vision", QUEUES, (NODE,)) is None
+
+
+def test_growth_adds_no_quota_to_a_notebook() -> None:
+    wide = parse_allocation({"gpus": 4, "preemptible": True})
+    beyond = parse_allocation({"gpus": 2})
+    assert "largest node" in (never_starts(wide, "vision", QUEUES, (NODE,)) or "")
+    assert never_starts(wide, "vision", QUEUES, (NODE,), cluster_may_grow=True) is None
+    assert "can never start" in (
+        never_starts(beyond, "vision", QUEUES, (NODE,), cluster_may_grow=True) or ""
+    )
