@@ -117,15 +117,22 @@ def test_the_hints_match_what_then_happens(member) -> None:
 def test_a_dry_run_for_someone_else_needs_the_admin_scope(member) -> None:
     alice, _ = member("vision")
     _, bob = member("vision")
-    _, admin = member(admin=True)
+    admin_name, admin = member(admin=True)
     refused = checked(
         bob.post("allocations/dry-run", json={"user": alice, "requests": [{"gpus": 1}]})
     )
     assert refused.status_code == 403 and "custom:frachub:admin" in refused.json()["message"]
     (result,) = dry_run(admin, {"gpus": 1}, user=alice)
     assert result["outcome"] == "now"
+    # the admin is in no project: told to name one, not to ask an admin
     nobody = checked(admin.post("allocations/dry-run", json={"requests": [{"gpus": 1}]}))
-    assert nobody.status_code == 403 and "not a member of any project" in nobody.text
+    assert nobody.status_code == 400, nobody.text
+    assert nobody.json()["message"] == (
+        "project: is required: "
+        f"{admin_name} is in no project, and as an admin may name any of vision, nlp, guests"
+    )
+    (named,) = dry_run(admin, {"gpus": 1}, project="nlp")
+    assert named["outcome"] == "now"
 
 
 @pytest.mark.parametrize(

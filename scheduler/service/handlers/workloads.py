@@ -61,6 +61,13 @@ class WorkloadAccess(APIHandler):
         if requested is None:
             if len(mine) == 1:
                 return mine[0]
+            if not mine and user == self.caller.name and self.caller.is_admin:
+                # an admin's own work may go to any project: say so, not "ask an admin"
+                raise InvalidSpec(
+                    "project",
+                    f"is required: {user} is in no project, and as an admin may name any of "
+                    + ", ".join(leaf_projects(self.loop.queues)),
+                )
             if not mine:
                 raise web.HTTPError(
                     403, f"{user} is not a member of any project; ask an admin to add them"
