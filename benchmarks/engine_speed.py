@@ -540,8 +540,8 @@ def _stats(wall: list[float], cpu: list[float]) -> dict[str, float]:
     }
 
 
-def _policy() -> Policy:
-    return Policy(scorer=scorer_named("pack"))
+def _policy(placement: str = "pack") -> Policy:
+    return Policy(scorer=scorer_named(placement))
 
 
 def summarize_decisions(result: CycleResult, snapshot: Snapshot) -> dict:
@@ -611,20 +611,31 @@ def describe_probe(result: CycleResult, snapshot: Snapshot) -> dict:
     return out
 
 
-def run(scale: Scale, reps: int, probe_reps: int, seed: int, only: str = "all") -> dict:
-    """Measure; ``only`` is "all", "cycle" (the full cycle) or "notebook" (the decisions)."""
+def run(
+    scale: Scale,
+    reps: int,
+    probe_reps: int,
+    seed: int,
+    only: str = "all",
+    placement: str = "pack",
+) -> dict:
+    """Measure; ``only`` is "all", "cycle" (the full cycle) or "notebook" (the decisions).
+
+    The policy gets its target workload from each snapshot, as the service's does."""
     report: dict = {
         "scale": asdict(scale),
         "seed": seed,
         "targets": {"cycle_p50_s": TARGET_CYCLE_P50_S, "notebook_p99_s": TARGET_NOTEBOOK_P99_S},
+        "placement": placement,
     }
-    policy = _policy()
+    base = _policy(placement)
 
     if only in ("all", "cycle"):
         start = time.perf_counter()
         snapshot = build_cycle_snapshot(scale, seed)
         report["build_s"] = time.perf_counter() - start
         report["cycle_snapshot"] = validate(snapshot)
+        policy = base.for_snapshot(snapshot)
         report["session"], _ = _time(lambda: Session(snapshot, NOW, policy), reps)
         report["cycle"], result = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
         report["cycle_decisions"] = summarize_decisions(result, snapshot)  # type: ignore[arg-type]
@@ -634,8 +645,9 @@ def run(scale: Scale, reps: int, probe_reps: int, seed: int, only: str = "all") 
         for gpus in (0.5, 1.0):
             probe = build_probe_snapshot(scale, seed, gpus)
             info = validate(probe)
-            session, _ = _time(lambda probe=probe: Session(probe, NOW, policy), probe_reps)
-            cold, _ = _time(lambda probe=probe: run_cycle(probe, NOW, policy), probe_reps)
+            policy = base.for_snapshot(probe)
+            session, _ = _time(lambda p=probe, pol=policy: Session(p, NOW, pol), probe_reps)
+            cold, _ = _time(lambda p=probe, pol=policy: run_cycle(p, NOW, pol), probe_reps)
             # the service keeps the settled session of its last cycle and forks it per arrival
             *running, notebook = probe.workloads
             standing = Session(replace(probe, workloads=tuple(running)), NOW, policy)
@@ -663,9 +675,9 @@ def run(scale: Scale, reps: int, probe_reps: int, seed: int, only: str = "all") 
     return report
 
 
-def profile(scale: Scale, seed: int, top: int, only: str = "all") -> str:
+def profile(scale: Scale, seed: int, top: int, only: str = "all", placement: str = "pack") -> str:
     """cProfile of one full cycle and one 0.5-GPU notebook decision, cumulative and tottime."""
-    policy = _policy()
+    base = _policy(placement)
     out = io.StringIO()
     cases = []
     if only in ("all", "cycle"):
@@ -675,7 +687,7 @@ def profile(scale: Scale, seed: int, top: int, only: str = "all") -> str:
     for label, snapshot in cases:
         profiler = cProfile.Profile()
         profiler.enable()
-        run_cycle(snapshot, NOW, policy)
+        run_cycle(snapshot, NOW, base.for_snapshot(snapshot))
         profiler.disable()
         for sort in ("cumulative", "tottime"):
             out.write(f"\n=== {label}: sorted by {sort} ===\n")
@@ -758,6 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=["all", "cycle", "notebook"], default="all", help="what to measure"
     )
+    parser.add_argument("--placement", default="pack", help="the scorer (default: pack)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run of each")
     parser.add_argument("--top", type=int, default=30, help="rows per profile listing")
     args = parser.parse_args(argv)
@@ -765,9 +778,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes:
         scale = replace(scale, nodes=args.nodes, running=20 * args.nodes, pending=10 * args.nodes)
     if args.profile:
-        print(profile(scale, args.seed, args.top, args.only))
+        print(profile(scale, args.seed, args.top, args.only, args.placement))
         return 0
-    report = run(scale, args.reps, args.probe_reps, args.seed, args.only)
+    report = run(scale, args.reps, args.probe_reps, args.seed, args.only, args.placement)
     print(json.dumps(report, indent=2) if args.json else table(report))
     return 0
 

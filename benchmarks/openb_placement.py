@@ -396,13 +396,23 @@ Commit `{commit}`, run {date} on {machine}; {runs} runs (seeds {seeds}) in
   `int(100 × sigmoid((F_before − F_after)/1000))` as in the paper's simulator,
   so nodes whose growth differs by less than a score step tie and go to the rank;
   inside the node, the GPU with least growth.
-* `frachub` (FracHub's default): see below.
+* `pack` (the engine's `pack` scorer): the most-used GPU that fits a share, the
+  node with the fewest wholly free GPUs for whole GPUs; ties to the best rank.
+* `frachub` (the engine's `frachub` scorer, FracHub's default): see below.
 
-FGD's score is kept per node and per request shape in numpy arrays; rows are
-memoised by node state (model, free CPU, free memory, sorted free GPU-milli) and
-only the node just placed on is rescored, all its candidate GPUs for all request
-shapes in one numpy broadcast (`scheduler/openb/fastfrag.py`, tested equal to the
-plain function on random states).
+`pack` and `frachub` are not reimplemented for the replay: the nodes go into an
+engine `Ledger` in rank order (the engine gives ties to the node listed first),
+each pod becomes an engine `Request` (its `gpu_spec` the request's GPU models)
+and the engine's own `place` decides, exactly as in the service
+(`scheduler/openb/policies.py`, `EnginePolicy`). `frachub` is given the trace's
+target workload, as FGD is. Fragmentation growth is memoised by node state
+(model, free CPU, free memory, sorted free GPU-milli) and scored for all
+candidate GPUs of all request shapes in one numpy broadcast
+(`FragmentationTable` in `scheduler/engine/fragmentation.py`, tested equal to the
+plain function on random states, and the scorer's choices equal to FGD computed
+by definition through placements, rollbacks and ledger copies); the engine
+ledger's journal says which nodes to rescore. The replay's `fgd` baseline uses
+the same table.
 
 ### Results: unallocated GPU % at arrived = 100% (mean ± std over seeds)
 
@@ -427,8 +437,8 @@ NOTES = """\
 
 Two changes; the integer sigmoid score, the rank tie-break for GPU pods and the
 GPU choice inside a node are FGD's, and both policies use the one definition
-in `scheduler/engine/fragmentation.py` (`node_fragmentation`), which the
-engine's `frag` placement uses too.
+in `scheduler/engine/fragmentation.py` (`node_fragmentation`); `frachub` is
+the engine's scorer itself (`scheduler/engine/placement.py`, `FracHub`).
 
 1. **Fragmentation sees memory.** FGD describes its target workload by CPU and
    GPUs only, so a node whose memory is nearly gone still looks able to host

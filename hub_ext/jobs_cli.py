@@ -43,7 +43,7 @@ from hub_ext.client import (
 )
 from hub_ext.workdir import working_dir_field
 from scheduler.display import memory_gib
-from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_REPLICAS
+from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_NAME_LENGTH, MAX_REPLICAS
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 
@@ -99,6 +99,15 @@ def gpu_memory(text: str) -> float:
     return round(value, 6)
 
 
+def gpu_model(text: str) -> str:
+    """A GPU model name as the cluster's nodes report it (bounded as the API bounds it)."""
+    if not 0 < len(text) <= MAX_NAME_LENGTH:
+        raise argparse.ArgumentTypeError(
+            f"a GPU model name is 1 to {MAX_NAME_LENGTH} characters, got {len(text)}"
+        )
+    return text
+
+
 def env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -140,6 +149,14 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         type=replicas,
         metavar="N",
         help="replicas started together as a gang (default 1)",
+    )
+    parser.add_argument(
+        "--gpu-model",
+        type=gpu_model,
+        action="append",
+        metavar="MODEL",
+        help="run only on GPUs of this model (as the cluster's nodes name it, e.g. "
+        "NVIDIA-A100-SXM4-80GB); repeat to allow several (default: any model)",
     )
     parser.add_argument("--name", help="a name for the job (default job-<id>)")
     parser.add_argument(
@@ -237,6 +254,7 @@ def submission(
         "project": args.project,
         "env": dict(args.env) or None,
         "working_dir": working_dir,
+        **({"gpu_model": args.gpu_model} if args.gpu_model else {}),
     }
 
 

@@ -9,6 +9,8 @@ and a notebook on the same share see the same variables (docs/service.md, "Envir
   ``FRACHUB_GPU_FRACTION``).
 - ``rendezvous(...)`` gives one replica of a gang its torchrun-style place (``RANK``,
   ``WORLD_SIZE``, ``LOCAL_RANK``, ...); a single replica has none.
+- ``visible_gpus(...)`` says which GPUs a replica is shown, so that a gang's replicas on one
+  node find their own GPU at ``cuda:LOCAL_RANK``, as torchrun's processes do.
 - ``prepend_path(...)`` puts a directory (the start-up hook) in front of a ``PYTHONPATH``.
 
 Nothing here reads the process environment, the clock or the file system: callers pass
@@ -17,7 +19,7 @@ everything in, which keeps the contract testable as a table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.engine.model import Placement, ReplicaPlacement
@@ -70,6 +72,25 @@ def rendezvous(
     )
 
 
+def visible_gpus(placement: Placement, rank: int) -> tuple[int, ...]:
+    """The GPU indices replica ``rank`` is shown, in the order CUDA will number them.
+
+    A gang's replicas that share a node, one GPU each and no GPU twice, are each shown all
+    of those GPUs in local-rank order: ``cuda:LOCAL_RANK`` is then the replica's own GPU,
+    which is what a torchrun-style script does (``torch.cuda.set_device(LOCAL_RANK)``) and
+    what NCCL needs (one device per rank; ``cuda:0`` everywhere is its "duplicate GPU"
+    error). Every other replica (alone, several GPUs each, or sharing one GPU) is shown its
+    own GPUs only, so its first GPU is ``cuda:0``.
+    """
+    own = tuple(share.index for share in placement[rank].gpus)
+    node = placement[rank].node
+    mates = [replica for replica in placement if replica.node == node]
+    if len(mates) < 2 or any(len(replica.gpus) != 1 for replica in mates):
+        return own
+    devices = tuple(replica.gpus[0].index for replica in mates)
+    return devices if len(set(devices)) == len(devices) else own
+
+
 def contract_env(
     *,
     workload_id: int,
@@ -81,6 +102,7 @@ def contract_env(
     uuid_of: UuidLookup,
     device_variable: str = CUDA_VISIBLE_DEVICES,
     rendezvous: Rendezvous | None = None,
+    visible: Sequence[int] | None = None,
 ) -> dict[str, str]:
     """The variables one replica holding ``replica.gpus`` gets, all as strings.
 
@@ -89,7 +111,8 @@ def contract_env(
     ``NVIDIA_VISIBLE_DEVICES`` for containers (UUIDs). A replica without GPUs gets an empty
     ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES=none``, which hides every GPU rather
     than exposing all of them. ``FRACHUB_GPU_UUIDS`` is always set, so tools inside the job
-    can find their GPUs in NVML whichever variable the backend uses.
+    can find their GPUs in NVML whichever variable the backend uses. ``visible`` (the GPU
+    indices on the replica's node to show, ``visible_gpus``) defaults to the replica's own.
     """
     if device_variable not in DEVICE_VARIABLES:
         raise ValueError(
@@ -103,6 +126,9 @@ def contract_env(
         raise ValueError(f"restart_count must be >= 0, not {restart_count}")
     indices = [share.index for share in replica.gpus]
     uuids = [uuid_of(replica.node, index) for index in indices]
+    shown = list(visible) if visible is not None else indices
+    if not set(indices) <= set(shown):
+        raise ValueError(f"visible GPUs {shown} leave out the replica's own {indices}")
     fraction = _number(gpu_fraction)
     env = {
         "FRACHUB_WORKLOAD_ID": str(workload_id),
@@ -116,10 +142,11 @@ def contract_env(
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }
     if device_variable == CUDA_VISIBLE_DEVICES:
-        env[CUDA_VISIBLE_DEVICES] = ",".join(str(index) for index in indices)
+        env[CUDA_VISIBLE_DEVICES] = ",".join(str(index) for index in shown)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     else:
-        env[NVIDIA_VISIBLE_DEVICES] = ",".join(uuids) or "none"
+        shown_uuids = [uuid_of(replica.node, index) for index in shown]
+        env[NVIDIA_VISIBLE_DEVICES] = ",".join(shown_uuids) or "none"
     if rendezvous is not None:
         env.update(
             RANK=str(rendezvous.rank),

@@ -234,3 +234,52 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
             field_path(where, "gpus"), f"fractions are counted in thousandths, got {value!r}"
         )
     return float(value), None
+
+
+MAX_GPU_MODELS = 16
+MAX_NAME_LENGTH = 253
+"""Kubernetes' own bound on a label key; GPU model names and label values stay well inside."""
+
+
+def gpu_model_field(entry: Mapping, where: str) -> frozenset[str]:
+    """``gpu_model``: the GPU model a workload must run on, or a list of models it may use
+    (any of them, as Run:ai's GPU-type selection); absent or null means any model."""
+    value = entry.get("gpu_model")
+    if value is None:
+        return frozenset()
+    models = [value] if isinstance(value, str) else value
+    ok = (
+        isinstance(models, list)
+        and 0 < len(models) <= MAX_GPU_MODELS
+        and all(isinstance(m, str) and 0 < len(m) <= MAX_NAME_LENGTH for m in models)
+    )
+    if not ok:
+        raise InvalidSpec(
+            field_path(where, "gpu_model"),
+            f"must be a GPU model name (e.g. 'NVIDIA-A100-SXM4-80GB') or a list of 1 to "
+            f"{MAX_GPU_MODELS} names, got {shown(value)}",
+        )
+    return frozenset(models)
+
+
+def labels_field(entry: Mapping, where: str) -> dict[str, str]:
+    """``labels``: a node's labels (topology such as ``topology.kubernetes.io/zone``), strings
+    to strings; gangs prefer nodes whose labels are all the same."""
+    labels = entry.get("labels")
+    if labels is None:
+        return {}
+    ok = isinstance(labels, Mapping) and all(
+        isinstance(k, str)
+        and 0 < len(k) <= MAX_NAME_LENGTH
+        and isinstance(v, str | int | float)
+        and not isinstance(v, bool)
+        and len(str(v)) <= MAX_NAME_LENGTH
+        for k, v in labels.items()
+    )
+    if not ok:
+        raise InvalidSpec(
+            field_path(where, "labels"),
+            "must be a mapping of label names to values, e.g. {'topology.kubernetes.io/zone': "
+            f"'a'}}, got {labels!r}",
+        )
+    return {k: str(v) for k, v in labels.items()}

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh test
+source scripts/torch.sh
 source scripts/proxy.sh
 source scripts/browser.sh
+source scripts/postgres.sh
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest "$@"

@@ -14,8 +14,9 @@ KubeSpawner's pod alone):
 - whole GPUs: ``extra_resource_limits`` ``nvidia.com/gpu: N`` (the device plugin picks them and
   sets ``NVIDIA_VISIBLE_DEVICES``);
 - a fraction, ``frachub_sharing_mode = "reservation"``: the GPU's reservation pod is created or
-  claimed (shared with the scheduler's backend, see scheduler/backends/kubernetes/), and the
-  pod gets ``NVIDIA_VISIBLE_DEVICES`` of the UUID it reports and no GPU request;
+  found (shared with the scheduler's backend, see scheduler/backends/kubernetes/reservation.py;
+  only the verbs of z2jh's hub Role: the scheduler writes the UUID onto it), and the pod gets
+  ``NVIDIA_VISIBLE_DEVICES`` of that UUID and no GPU request;
 - a fraction, ``"hami"``: ``nvidia.com/gpu: 1`` and ``nvidia.com/gpumem: <MiB>``;
 - ``priority_class_name`` from ``frachub_priority_class``, and FracHub's labels and the
   ``frachub.io/gpu-shares`` annotation, so the scheduler knows which reservations are in use.
@@ -62,9 +63,6 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
         config=True,
         help="Command of reservation pods (as KubernetesBackend.reservation_command).",
-    )
-    frachub_reservation_service_account = Unicode(
-        "", config=True, help="Service account of reservation pods (may patch their own pod)."
     )
     frachub_reservation_timeout = Float(
         120.0, config=True, help="Seconds to wait for a reservation pod to report its GPU."
@@ -145,10 +143,11 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
             namespace=self.namespace,
             image=self.frachub_reservation_image,
             node_label=self.frachub_node_label,
-            service_account=self.frachub_reservation_service_account,
             reservation_image=self.frachub_reservation_image,
             reservation_command=tuple(self.frachub_reservation_command),
             priority_class=self.frachub_priority_class,
+            # the notebook's own: a GPU node tainted for notebooks is tainted for its GPU
+            tolerations=tuple(self._sorted_dict_values(self.tolerations) or ()),
         )
         kube = Kube(api_client=self.api.api_client, log=self.log)
         self._frachub_note(f"Reserving GPU {replica.gpus[0].index} on {replica.node}", 45)
@@ -161,7 +160,9 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
                 self.frachub_reservation_timeout,
             )
         except ReservationTimeout as error:
-            raise SpawnException(str(error), status_code=503) from error
+            raise SpawnException(
+                str(error), reason="frachub-reservation", status_code=503
+            ) from error
 
     async def get_pod_manifest(self) -> Any:
         replica = self._frachub_replica()

@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -515,6 +515,24 @@ class Hub:
             "JUPYTERHUB_SERVER_NAME": "",
             "JUPYTERHUB_USER": "",
         }
+
+
+@contextlib.contextmanager
+def running_hub(workdir: Path, extra_config: str = "") -> Iterator[Hub]:
+    """A started :class:`Hub` in ``workdir``, for fixtures. Outside CI a machine without
+    JupyterHub or the proxy skips; in CI scripts/test.sh installs both, so a missing part
+    fails instead of skipping silently."""
+    import importlib.util
+
+    import pytest
+
+    if not os.environ.get("CI"):
+        if importlib.util.find_spec("jupyterhub") is None:
+            pytest.skip("jupyterhub is not installed")
+        if find_proxy() is None:
+            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
+    with Hub(workdir, extra_config=extra_config) as hub:
+        yield hub
 
 
 class ServiceProcess:

@@ -5,7 +5,9 @@
 - ``declared_inventory(entries)`` turns an admin's list of dicts, e.g.
   ``[{"name": "local", "gpus": 2, "gpu_memory_gib": 80, "model": "declared"}]``, into nodes
   with stable fake UUIDs (``GPU-declared-<node>-<index>``), for machines without GPUs (demos,
-  CI) or where NVML is unavailable.
+  CI) or where NVML is unavailable. A node's optional ``labels`` (e.g.
+  ``{"topology.kubernetes.io/zone": "a"}``) are its topology: gangs prefer nodes whose
+  labels are all the same.
 - ``load_inventory(source, declared)`` picks by the ``source`` setting: ``nvml`` (must work),
   ``declared``, or ``auto`` (NVML if it works, else declared).
 
@@ -22,9 +24,10 @@ from typing import Any
 
 from scheduler.backends.base import Gpu, Inventory
 from scheduler.engine.model import Node
+from scheduler.fields import labels_field
 
 SOURCES = ("auto", "nvml", "declared")
-DECLARED_KEYS = ("name", "gpus", "gpu_memory_gib", "model")
+DECLARED_KEYS = ("name", "gpus", "gpu_memory_gib", "model", "labels")
 DEFAULT_GPU_MEMORY_GIB = 80
 DEFAULT_MODEL = "declared"
 
@@ -68,7 +71,10 @@ def validate_declared(entries: Any) -> list[dict[str, Any]]:
         model = entry.get("model", DEFAULT_MODEL)
         if not isinstance(model, str):
             raise ValueError(f"{where}.model must be a string, not {model!r}")
-        checked.append({"name": name, "gpus": gpus, "gpu_memory_gib": memory, "model": model})
+        labels = labels_field(entry, where)
+        checked.append(
+            {"name": name, "gpus": gpus, "gpu_memory_gib": memory, "model": model, "labels": labels}
+        )
     return checked
 
 
@@ -83,6 +89,7 @@ def declared_inventory(entries: Any) -> Inventory:
             gpus=entry["gpus"],
             gpu_memory_mib=memory_mib,
             gpu_model=entry["model"],
+            labels=entry["labels"],
         )
         nodes.append(node)
         gpus.extend(

@@ -41,7 +41,13 @@ from traitlets.config import LoggingConfigurable
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.backends.pyhook import HOOK_DIR
-from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path, rendezvous
+from scheduler.contract import (
+    CUDA_VISIBLE_DEVICES,
+    contract_env,
+    prepend_path,
+    rendezvous,
+    visible_gpus,
+)
 
 HANDLE_KIND = "local"
 
@@ -112,8 +118,10 @@ class LocalBackend(LoggingConfigurable):
         default_value=[{"name": "local", "gpus": 2, "gpu_memory_gib": 80, "model": "declared"}],
         help="""Nodes to schedule onto when NVML is not used: a list of
         ``{"name": str, "gpus": positive int, "gpu_memory_gib": number (default 80),
-        "model": str (default "declared")}``. Every job still runs on this machine; declared
-        GPUs get the UUIDs ``GPU-declared-<node>-<index>``.""",
+        "model": str (default "declared"), "labels": {str: str} (optional topology, e.g.
+        ``{"topology.kubernetes.io/zone": "a"}``; gangs prefer nodes whose labels all match)}``.
+        Every job still runs on this machine; declared GPUs get the UUIDs
+        ``GPU-declared-<node>-<index>``.""",
     ).tag(config=True)
 
     inventory_refresh_seconds = Float(
@@ -359,6 +367,7 @@ class LocalBackend(LoggingConfigurable):
                 uuid_of=self.inventory().uuid,
                 device_variable=CUDA_VISIBLE_DEVICES,
                 rendezvous=rendezvous(job.placement, rank, "127.0.0.1", master_port),
+                visible=visible_gpus(job.placement, rank),
             )
         except (KeyError, ValueError) as e:
             raise BackendError(f"cannot place replica {rank}: {e}") from e

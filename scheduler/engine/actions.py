@@ -13,9 +13,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
-from scheduler.engine.model import MILLI, EvictReason, Placement, Workload
+from scheduler.engine.model import MILLI, EvictReason, Kind, Placement, Workload
 from scheduler.engine.placement import fits_somewhere_ever, place
-from scheduler.engine.session import QueueStanding, Session, default_victim_key
+from scheduler.engine.session import (
+    QueueStanding,
+    Session,
+    default_victim_key,
+    recent_first_victim_key,
+)
 
 _EPS = 1e-6
 
@@ -65,22 +70,30 @@ def quota_refusal(
 class Failures:
     """Request shapes that found no idle room. Idle capacity only shrinks until an eviction
     frees some (the cycle then clears this), so meanwhile any request at least as large fails
-    too and need not be placed again."""
+    too and need not be placed again, if it may use no GPU model the failed one could not."""
 
-    shapes: list[tuple[bool, int, int, int, int]] = field(default_factory=list)
+    shapes: list[tuple[bool, int, int, int, int, frozenset[str]]] = field(default_factory=list)
 
     @staticmethod
-    def shape(workload: Workload) -> tuple[bool, int, int, int, int] | None:
+    def shape(workload: Workload) -> tuple[bool, int, int, int, int, frozenset[str]] | None:
         request = workload.request
         if request.gpu_memory_mib is not None:
             return None
         size = request.whole_gpus * MILLI if request.whole_gpus else round(request.gpus * MILLI)
-        return (request.is_fraction, size, request.replicas, request.cpu_milli, request.memory_mib)
+        return (
+            request.is_fraction,
+            size,
+            request.replicas,
+            request.cpu_milli,
+            request.memory_mib,
+            request.gpu_models,
+        )
 
-    def known(self, shape: tuple[bool, int, int, int, int] | None) -> bool:
+    def known(self, shape: tuple[bool, int, int, int, int, frozenset[str]] | None) -> bool:
         return shape is not None and any(
             failed[0] == shape[0]
-            and all(a >= b for a, b in zip(shape[1:], failed[1:], strict=True))
+            and all(a >= b for a, b in zip(shape[1:5], failed[1:5], strict=True))
+            and (not failed[5] or (shape[5] and shape[5] <= failed[5]))
             for failed in self.shapes
         )
 
@@ -180,7 +193,7 @@ def _limited(session: Session, workload: Workload, size: int) -> bool:
 
 def _no_room(session: Session, workload: Workload) -> Outcome:
     """Capacity is missing; evictions can only help if an empty node could hold it."""
-    ever = fits_somewhere_ever(session.ledger.shapes, workload.request)
+    ever = fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request)
     return Outcome(reasons.no_room(session, workload), capacity=ever)
 
 
@@ -189,6 +202,20 @@ def _placed_size(placement: Placement) -> int:
 
 
 # -- evictions: shared search -------------------------------------------------------------
+
+
+def loss_bound_for(session: Session, claimant: Workload) -> float | None:
+    """The most work at risk (GPU-seconds) one victim of ``claimant`` may lose: unbounded for
+    a notebook and for a claimant inside its queue's deserved quota (they are owed the
+    capacity), ``Policy.loss_bound`` for everyone else."""
+    if claimant.kind is Kind.INTERACTIVE:
+        return None
+    home = claimant.queue
+    if session.use.allocated[home] + session.request_size(claimant) <= (
+        session.deserved[home] + _EPS
+    ):
+        return None
+    return session.policy.loss_bound
 
 
 class _Search:
@@ -207,6 +234,10 @@ class _Search:
         self.freed: dict[str, int] = {}
         self.freed_np: dict[str, int] = {}
         self.protected_until: float | None = None
+        self.bound = loss_bound_for(session, claimant)
+        """Victims with more work at risk than this are passed over (None: no bound)."""
+        self.over_bound = False
+        """Whether the walk passed over a victim for its work at risk (for the reason)."""
         self.mark = session.ledger.mark()
         self._fit: Placement | None = None
         self._tallied: dict[int, tuple[list[int], list[int]]] = {}
@@ -315,6 +346,8 @@ class _Search:
         need = MILLI if request.whole_gpus else round(request.gpus * MILLI)  # per GPU
         count = max(request.whole_gpus, 1)
         for n in nodes:
+            if not request.allows(ledger.nodes[n].gpu_model):
+                continue
             gpus, host = self._tallied[n]
             cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
             if cpu is not None and cpu + host[0] < request.cpu_milli:
@@ -330,18 +363,29 @@ class _Search:
         return False
 
     def trim(self, placement: Placement) -> Placement:
-        """Drop, in order, every victim the fit does not need (rule 4); returns a fit that
-        holds without the dropped ones."""
+        """Drop every victim the fit does not need, the one with the most work at risk first,
+        so the set evicted destroys as little as it can; returns a fit that holds without the
+        dropped ones. The kept victims stay in the order they were taken (rule 4)."""
         ledger = self.session.ledger
         home_levels = set(self.session.ancestry[self.claimant.queue])
-        kept: list[Workload] = []
-        for victim in list(self.victims):
+        victims = self.victims
+        # victims never given back on the ledger can only matter to a quota: first, as taken;
+        # then those the fit may use, the costliest first
+        order = [i for i, victim in enumerate(victims) if victim.name not in self._applied]
+        applied = [i for i, victim in enumerate(victims) if victim.name in self._applied]
+        if len(applied) > 1:
+            risk = {i: self.session.at_risk(victims[i]) for i in applied}
+            applied.sort(key=lambda i: (-risk[i], i))
+        order += applied
+        kept_at: list[int] = []
+        for i in order:
+            victim = victims[i]
             if victim.name not in self._applied:
                 # on nodes the claimant cannot use: only a quota could need it
                 self._account(victim, -1)
                 if not self.admissible(placement):
                     self._account(victim, +1)
-                    kept.append(victim)
+                    kept_at.append(i)
                 continue
             nodes = {ledger.index[r.node] for r in victim.placement}
             if (
@@ -364,8 +408,8 @@ class _Search:
                 continue
             ledger.rollback(mark)
             self._account(victim, +1)
-            kept.append(victim)
-        self.victims = kept
+            kept_at.append(i)
+        self.victims = [victims[i] for i in sorted(kept_at)]
         return placement
 
     def abandon(self) -> None:
@@ -378,6 +422,8 @@ class _Search:
         suffix = ""
         if self.protected_until is not None:
             suffix = reasons.protected(self.session, self.protected_until)
+        if self.over_bound and self.bound is not None:
+            suffix += reasons.over_loss_bound(self.bound)
         failures[memo] = suffix
         return suffix
 
@@ -404,19 +450,25 @@ class Candidates:
 
     A queue's list is filtered on first use: work protected by min_runtime is set aside (with
     the earliest end of its protection, for the pending reason), since nothing in one cycle
-    ends a protection. Workloads evicted during the cycle are skipped for good; moved ones are
-    looked up again so the victim is always the workload as it runs now. Work started in this
-    cycle is never a victim in the same cycle.
+    ends a protection. A second list per queue keeps only the work within ``Policy.loss_bound``
+    for claimants the bound applies to (work at risk does not change within a cycle either).
+    Workloads evicted during the cycle are skipped for good; moved ones are looked up again so
+    the victim is always the workload as it runs now. Work started in this cycle is never a
+    victim in the same cycle.
     """
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.sorted_lists = session.victim_lists()
-        self._usable: dict[str, list[Workload]] = {}
+        self._usable: dict[tuple[str, bool], list[Workload]] = {}
         self._protected: dict[str, float | None] = {}
-        self._alive_from: dict[str, int] = {}
+        self._over_bound: dict[str, bool] = {}
+        self._alive_from: dict[tuple[str, bool], int] = {}
         self._sides: dict[str, dict[str, tuple[str, str]]] = {}
-        self.ordered_by_priority = session.policy.victim_key is default_victim_key
+        self.ordered_by_priority = session.policy.victim_key in (
+            default_victim_key,
+            recent_first_victim_key,
+        )
         self.reclaim_failed: dict[tuple, str] = {}
         self.preempt_failed: dict[tuple, str] = {}
         self.consolidate_failed: set[tuple] = set()
@@ -432,34 +484,50 @@ class Candidates:
             }
         return self._sides[claimer]
 
-    def _usable_in(self, queue: str) -> list[Workload]:
-        if queue not in self._usable:
-            usable, earliest = [], None
-            for candidate in self.sorted_lists.get(queue, ()):
-                workload = self.session.running.get(candidate.name)
-                if workload is None:
-                    continue
-                until = self.session.protected_until(workload)
-                if until is None:
-                    usable.append(workload)
-                elif earliest is None or until < earliest:
-                    earliest = until
-            self._usable[queue], self._protected[queue] = usable, earliest
-            self._alive_from[queue] = 0
-        return self._usable[queue]
+    def _usable_in(self, queue: str, bounded: bool) -> list[Workload]:
+        """The queue's unprotected candidates; ``bounded``: only those within the loss bound
+        (work at risk is fixed for the cycle: ``now`` does not move, and work started or
+        moved in the cycle is never a victim)."""
+        key = (queue, bounded)
+        if key not in self._usable:
+            if not bounded:
+                usable, earliest = [], None
+                for candidate in self.sorted_lists.get(queue, ()):
+                    workload = self.session.running.get(candidate.name)
+                    if workload is None:
+                        continue
+                    until = self.session.protected_until(workload)
+                    if until is None:
+                        usable.append(workload)
+                    elif earliest is None or until < earliest:
+                        earliest = until
+                self._protected[queue] = earliest
+            else:
+                bound = self.session.policy.loss_bound
+                everything = self._usable_in(queue, False)
+                usable = [w for w in everything if self.session.at_risk(w) <= bound]
+                self._over_bound[queue] = len(usable) < len(everything)
+            self._usable[key] = usable
+            self._alive_from[key] = 0
+        return self._usable[key]
 
     def walk(
         self, queue: str, search: _Search, below_priority: int | None = None
     ) -> Iterator[Workload]:
-        """The queue's victims in order: running, unprotected, (optionally) lower priority."""
-        candidates = self._usable_in(queue)
+        """The queue's victims in order: running, unprotected, within the search's loss bound,
+        (optionally) lower priority."""
+        bounded = search.bound is not None
+        candidates = self._usable_in(queue, bounded)
         if self._protected[queue] is not None:
             search.note_protected(self._protected[queue])
+        if bounded and self._over_bound[queue]:
+            search.over_bound = True
         running = self.session.running
-        i = self._alive_from[queue]
+        key = (queue, bounded)
+        i = self._alive_from[key]
         while i < len(candidates) and candidates[i].name not in running:
             i += 1
-        self._alive_from[queue] = i
+        self._alive_from[key] = i
         first_new = self.session.first_new_start
         for j in range(i, len(candidates)):
             workload = running.get(candidates[j].name)
@@ -509,7 +577,7 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     home = claimant.queue
     if session.use.allocated[home] + size > session.fair.get(home, 0.0) + _EPS:
         return False, reasons.over_fair_share(session, claimant)
-    memo = (home, _shape_key(session, claimant))
+    memo = (home, _shape_key(session, claimant), loss_bound_for(session, claimant))
     if memo in candidates.reclaim_failed:
         return False, candidates.reclaim_failed[memo]
     search = _Search(session, claimant)
@@ -592,7 +660,12 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
 
 def preempt(session: Session, claimant: Workload, candidates: Candidates) -> tuple[bool, str]:
     """Evict lower-priority preemptible work of the claimant's own queue; equal never preempts."""
-    memo = (claimant.queue, claimant.priority, _shape_key(session, claimant))
+    memo = (
+        claimant.queue,
+        claimant.priority,
+        _shape_key(session, claimant),
+        loss_bound_for(session, claimant),
+    )
     if memo in candidates.preempt_failed:
         return False, candidates.preempt_failed[memo]
     search = _Search(session, claimant)
@@ -610,8 +683,9 @@ def preempt(session: Session, claimant: Workload, candidates: Candidates) -> tup
 def consolidate(session: Session, claimant: Workload, candidates: Candidates) -> bool:
     """Move preemptible single-replica work so that scattered free capacity comes together.
 
-    Tries the emptiest nodes first (a bounded number of them); on a node, moves its smallest
-    movable workloads until one replica fits, then must place every moved workload elsewhere.
+    Tries the emptiest nodes first (a bounded number of them); on a node, moves the movable
+    workloads with the least work at risk until one replica fits, then must place every moved
+    workload elsewhere. Work over ``Policy.loss_bound`` is never moved, whoever the claimant.
     A request shape that could not be consolidated is not tried again in the same cycle.
     """
     ledger = session.ledger
@@ -645,7 +719,10 @@ def consolidate(session: Session, claimant: Workload, candidates: Candidates) ->
 
 
 def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
-    return [
+    """Work consolidation may move off node ``n``, least work at risk first: preemptible,
+    single-replica, not protected by min_runtime, and losing at most ``Policy.loss_bound``."""
+    bound = session.policy.loss_bound
+    movers = [
         w
         for w in session.on_node(session.ledger.nodes[n].name)
         if w.preemptible
@@ -653,7 +730,10 @@ def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
         and w.name not in moved
         and w.start_seq < session.first_new_start
         and session.protected_until(w) is None
+        and (bound is None or session.at_risk(w) <= bound)
     ]
+    movers.sort(key=lambda w: (session.at_risk(w), session.size(w), w.seq))
+    return movers
 
 
 def _move_fits_quota(session: Session, workload: Workload, placement: Placement) -> bool:
@@ -676,7 +756,7 @@ def _consolidate_one(
         key=lambda n: (-sum(ledger.free[n]), n),
     )
     for n in emptiest:
-        movers = sorted(_movers_on(session, n, moved), key=lambda w: (session.size(w), w.seq))
+        movers = _movers_on(session, n, moved)
         if not movers:
             continue
         mark = ledger.mark()

@@ -98,9 +98,12 @@ def _make_room(
     """Consolidate, else reclaim, else preempt; returns whether it started and, if not, what
     to add to its pending reason."""
     suffix = ""
-    if outcome.capacity:
-        if session.policy.consolidate and consolidate(session, workload, candidates):
-            return True, ""
+    consolidating = outcome.capacity and session.policy.consolidate
+    if consolidating and consolidate(session, workload, candidates):
+        return True, ""
+    if outcome.capacity or outcome.limit_blocked:
+        # limits are checked with the victims gone, so a project of a department at its
+        # limit can still reclaim from a sibling above its fair share
         started, suffix = reclaim(session, workload, candidates)
         if started:
             return True, ""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from sortedcontainers import SortedList
 
-from scheduler.engine.model import MILLI, GpuShare, Node, Placement, ReplicaPlacement
+from scheduler.engine.model import MILLI, GpuShare, Node, Placement, ReplicaPlacement, Request
 
 Holding = tuple[Placement, int, int]
 """A placement with the CPU milli and memory MiB each replica holds."""
@@ -59,15 +59,30 @@ class Ledger:
         self._indexed_whole = list(self.whole_free)
         self._dirty: set[int] = set()
         self.shapes = frozenset((node.gpus, node.gpu_memory_mib) for node in self.nodes)
+        self.models = frozenset(node.gpu_model for node in self.nodes if node.gpus)
+        self.model_shapes = frozenset(
+            (node.gpu_model, node.gpus, node.gpu_memory_mib) for node in self.nodes
+        )
         self.domains: dict[tuple[tuple[str, str], ...], list[int]] | None = None
         """Nodes grouped by identical labels (topology domains), filled in by placement."""
         self._log: list[tuple[int, ReplicaPlacement, int, int]] = []
+        self.journal: list[int] | None = None
+        """Every node index a change touched, in order, once a scorer asked for it (``watch``)."""
+        self.scratch: dict[object, object] = {}
+        """Per-ledger caches of scorers, keyed by the scorer."""
+
+    def watch(self) -> list[int]:
+        """Start (or continue) recording which nodes change; scorers that cache per node read it."""
+        if self.journal is None:
+            self.journal = []
+        return self.journal
 
     def copy(self) -> Ledger:
         """An independent ledger in the same state (the undo log starts empty)."""
         self.sync()
         twin = object.__new__(Ledger)
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
+        twin.models, twin.model_shapes = self.models, self.model_shapes
         twin.domains = self.domains
         twin.free = [list(gpus) for gpus in self.free]
         twin.cpu_free = list(self.cpu_free)
@@ -80,6 +95,10 @@ class Ledger:
         twin._indexed_whole = list(self._indexed_whole)
         twin._dirty = set()
         twin._log = []
+        twin.journal = None if self.journal is None else []
+        twin.scratch = {}
+        for owner, cache in self.scratch.items():
+            twin.scratch[owner] = cache.copy_for(self, twin)  # type: ignore[attr-defined]
         return twin
 
     # -- trial changes --------------------------------------------------------------------
@@ -125,6 +144,8 @@ class Ledger:
         if self.mem_free[n] is not None:
             self.mem_free[n] -= sign * mem
         self._dirty.add(n)
+        if self.journal is not None:
+            self.journal.append(n)
 
     def sync(self) -> None:
         """Bring the sorted indexes up to date with the arrays (only for nodes that changed)."""
@@ -150,6 +171,22 @@ class Ledger:
     def host_fits(self, n: int, cpu_milli: int, memory_mib: int) -> bool:
         cpu, mem = self.cpu_free[n], self.mem_free[n]
         return (cpu is None or cpu >= cpu_milli) and (mem is None or mem >= memory_mib)
+
+    def shapes_for(self, request: Request) -> frozenset[tuple[int, int]]:
+        """(GPU count, GPU memory MiB) of the nodes whose GPU model ``request`` may use."""
+        if not request.gpu_models:
+            return self.shapes
+        return frozenset(
+            (gpus, memory)
+            for model, gpus, memory in self.model_shapes
+            if model in request.gpu_models
+        )
+
+    def admits(self, n: int, request: Request) -> bool:
+        """Node ``n`` has the CPU and memory a replica needs, and a GPU model it may use."""
+        return self.host_fits(n, request.cpu_milli, request.memory_mib) and (
+            not request.gpu_models or self.nodes[n].gpu_model in request.gpu_models
+        )
 
     def most_whole_free(self) -> int:
         self.sync()

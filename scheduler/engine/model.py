@@ -96,6 +96,12 @@ class Request:
     replicas: int = 1
     cpu_milli: int = 0
     memory_mib: int = 0
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models the replicas may run on (any of them); empty means any model."""
+
+    def allows(self, gpu_model: str) -> bool:
+        """May a replica use a GPU of this model?"""
+        return not self.gpu_models or gpu_model in self.gpu_models
 
     @property
     def whole_gpus(self) -> int:
@@ -145,11 +151,33 @@ class Workload:
     placement: Placement = ()
     started_at: float | None = None
     start_seq: int = 0
+    checkpointed_at: float | None = None
+    """When the job last reported a checkpoint (None: never, or not known)."""
+    checkpoint_interval: float | None = None
+    """Seconds between the job's checkpoints, as its submission declared them: the engine
+    counts a save every interval after the latest known one (start or reported checkpoint)."""
     claimant: str | None = None
     """The workload its eviction made room for. While it releases: that workload alone may be
     placed on the capacity it still holds; everyone else sees it as taken. Once requeued and
     while that workload still waits: it yields to it, trying only after it in each cycle, so
     it does not take back the capacity it was evicted from (a reclaim ping-pong)."""
+
+    def saved_at(self, now: float) -> float:
+        """The last instant up to which this running work is saved: its start, its latest
+        reported checkpoint, or the last declared interval after either."""
+        base = self.started_at if self.started_at is not None else now
+        if self.checkpointed_at is not None and base < self.checkpointed_at <= now:
+            base = self.checkpointed_at
+        interval = self.checkpoint_interval
+        if interval is not None and interval > 0 and now > base:
+            base += (now - base) // interval * interval
+        return base
+
+    def work_at_risk(self, now: float) -> float:
+        """GPU-seconds an eviction now would destroy: its GPUs times the time since its last
+        save. (Placed GPUs, so a memory request counts the share it holds.)"""
+        held = sum(share.milli for replica in self.placement for share in replica.gpus)
+        return held / MILLI * (now - self.saved_at(now))
 
 
 @dataclass(frozen=True)
@@ -182,20 +210,29 @@ class Start:
 
 @dataclass(frozen=True)
 class Evict:
-    """Stop ``workload`` and requeue it; ``claimant`` is what the eviction makes room for."""
+    """Stop ``workload`` and requeue it; ``claimant`` is what the eviction makes room for.
+
+    ``lost_seconds`` is the time since the workload's last save (``Workload.saved_at``) and
+    ``lost_gpu_seconds`` that time its GPUs: the work the eviction destroys, for the event
+    ("preempted for nlp/notebook-carol; 12 min since last checkpoint lost")."""
 
     workload: str
     reason: EvictReason
     claimant: str | None = None
+    lost_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
 class Move:
-    """Consolidation: restart ``workload`` elsewhere so that ``claimant`` fits."""
+    """Consolidation: restart ``workload`` elsewhere so that ``claimant`` fits. A restart
+    loses what an eviction would (``lost_seconds``, ``lost_gpu_seconds`` as in ``Evict``)."""
 
     workload: str
     placement: Placement
     claimant: str
+    lost_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
 
 
 Decision = Start | Evict | Move

@@ -12,10 +12,14 @@ Scorers:
   listed first. Packing keeps whole GPUs whole for the requests that need them.
 - ``spread``: the opposite, most free first; for latency-sensitive inference that
   should not share a busy GPU.
-- ``frag``: FGD's idea (Weng et al., ATC'23): the spot where the node's expected
-  fragmentation, under the request shapes the cluster expects, grows least; ties
-  to the node and GPU listed first. On the openb trace this family of placement
-  leaves a third less capacity stranded than best-fit (docs/benchmarks.md).
+- ``frachub``: FGD's fragmentation gradient (Weng et al., ATC'23) with memory-aware
+  target shapes, memoised: the spot where the node's expected fragmentation, under
+  the request shapes the cluster expects, grows least. The target workload is an
+  input (:meth:`FracHub.with_workload`): the trace's in the openb replay, the
+  cluster's own recent requests in the service. On openb it leaves less capacity
+  stranded than FGD's published figure (docs/benchmarks.md section 1).
+
+Every scorer honours a request's CPU, memory and GPU models (``Ledger.admits``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
-from scheduler.engine.fragmentation import TaskShape, node_fragmentation
+import numpy as np
+
+from scheduler.engine.fragmentation import FragmentationTable, ScoreKey, TaskShape
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import MILLI, Placement, ReplicaPlacement, Request
 
@@ -35,13 +41,25 @@ class Scorer(Protocol):
         self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None: ...
 
+    def with_workload(self, workload: Sequence[TaskShape]) -> Scorer:
+        """This scorer for a target workload (the shapes the cluster expects); scorers that
+        do not look ahead return themselves."""
+        ...
+
+
+class _Myopic:
+    """Scorers that look at the request alone, not at what the cluster expects next."""
+
+    def with_workload(self, workload: Sequence[TaskShape]) -> Scorer:
+        return self  # type: ignore[return-value]
+
 
 def _fraction_candidates(ledger: Ledger, request: Request, nodes: Iterable[int]):
     """(free before, node, gpu, milli) for every GPU a fractional replica fits on."""
     for n in nodes:
         node = ledger.nodes[n]
         milli = request.milli_on(node.gpu_memory_mib)
-        if milli > MILLI or not ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+        if milli > MILLI or not ledger.admits(n, request):
             continue
         for g, free in enumerate(ledger.free[n]):
             if free >= milli:
@@ -53,7 +71,7 @@ def _whole_candidates(ledger: Ledger, request: Request, nodes: Iterable[int]):
     need = request.whole_gpus
     for n in nodes:
         count = ledger.whole_free[n]
-        if count >= need and ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+        if count >= need and ledger.admits(n, request):
             yield count, n
 
 
@@ -64,7 +82,7 @@ def _take_whole(ledger: Ledger, n: int, need: int) -> ReplicaPlacement:
 
 def _first_host(ledger: Ledger, request: Request, nodes: Iterable[int]) -> ReplicaPlacement | None:
     for n in nodes:
-        if ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+        if ledger.admits(n, request):
             return ledger.replica_on(n, [])
     return None
 
@@ -77,7 +95,7 @@ _SCAN_BELOW = 16
 """Restricted to this few nodes, scanning them beats walking the cluster-wide index."""
 
 
-class Pack:
+class Pack(_Myopic):
     """Most-used first: keeps free capacity together (rule 5's default).
 
     Walks the ledger's sorted indexes from the smallest free amount that fits, so the first
@@ -101,18 +119,14 @@ class Pack:
                 for free, n, g in index.islice(index.bisect_left((milli, -1, -1))):
                     if best is not None and (free, n, g) >= best[:3]:
                         break
-                    if (nodes is None or n in nodes) and ledger.host_fits(
-                        n, request.cpu_milli, request.memory_mib
-                    ):
+                    if (nodes is None or n in nodes) and ledger.admits(n, request):
                         best = (free, n, g, milli)
                         break
             return None if best is None else ledger.replica_on(best[1], [(best[2], best[3])])
         if request.whole_gpus:
             index = ledger.by_whole
             for _count, n in index.islice(index.bisect_left((request.whole_gpus, -1))):
-                if (nodes is None or n in nodes) and ledger.host_fits(
-                    n, request.cpu_milli, request.memory_mib
-                ):
+                if (nodes is None or n in nodes) and ledger.admits(n, request):
                     return _take_whole(ledger, n, request.whole_gpus)
             return None
         return _first_host(ledger, request, _everywhere(ledger, nodes))
@@ -132,7 +146,7 @@ class Pack:
         return _first_host(ledger, request, nodes)
 
 
-class Spread:
+class Spread(_Myopic):
     """Least-used first: each workload gets as quiet a GPU as possible."""
 
     name = "spread"
@@ -166,71 +180,202 @@ DEFAULT_SHAPES: tuple[TaskShape, ...] = (
     TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=4, probability=0.06),
     TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=8, probability=0.04),
 )
-"""What a JupyterHub GPU cluster typically asks for when nobody said otherwise: mostly
-quarter- and half-GPU notebooks and single-GPU jobs, a few multi-GPU ones."""
+"""What a JupyterHub GPU cluster typically asks for when nobody said otherwise (and before
+it has requests of its own): mostly quarter- and half-GPU notebooks and single-GPU jobs, a
+few multi-GPU ones."""
 
 _UNTRACKED = 1 << 62
 """Free CPU or memory of a node that does not track them."""
 
 
-class Fragmentation:
-    """Least growth of expected fragmentation (see ``scheduler.engine.fragmentation``)."""
+class FracHub:
+    """FGD's fragmentation gradient with memory-aware target shapes, memoised (``frachub``).
 
-    name = "frag"
+    The spot where the node's expected fragmentation under the target workload grows
+    least (``scheduler.engine.fragmentation``), scored as FGD's simulator does,
+    ``int(100 * sigmoid(-growth / 1000))``: the coarse cut makes many nodes tie and the tie
+    goes to the node listed first, which packs work onto fewer nodes. Inside the node, the
+    GPU whose choice grows fragmentation least, the tightest among equals; whole GPUs are
+    the node's first wholly free ones.
 
-    def __init__(self, shapes: Sequence[TaskShape] = DEFAULT_SHAPES) -> None:
-        self.shapes = tuple(shapes)
+    Two changes to FGD, measured on the openb trace (docs/benchmarks.md section 1):
 
-    def _score(self, ledger: Ledger, n: int, free: Sequence[int], request: Request) -> float:
-        node = ledger.nodes[n]
-        cpu = ledger.cpu_free[n]
-        mem = ledger.mem_free[n]
-        cpu = _UNTRACKED if cpu is None else cpu - request.cpu_milli
-        mem = _UNTRACKED if mem is None else mem - request.memory_mib
-        return node_fragmentation(free, cpu, mem, node.gpu_model, self.shapes)
+    * **Memory.** FGD describes its target workload by CPU and GPUs only, so a node whose
+      memory is nearly gone still looks able to host the typical task. Target shapes that
+      carry memory (the replay's, from the trace; the service's, from
+      :func:`~scheduler.engine.fragmentation.recent_workload`) make memory-stranded GPUs
+      count as fragments.
+    * **CPU-only requests.** Their growth is never negative and the integer cut puts any
+      growth above zero one step below none; instead every node within
+      :attr:`cpu_pod_window` expected milli of the best growth ties, and node order decides.
+
+    Fast because growth depends only on a node's state and the request's key: rows are
+    memoised by state (:class:`~scheduler.engine.fragmentation.FragmentationTable`), each
+    ledger keeps a column of growths per request key, and only the nodes its journal says
+    changed are rescored before one vectorised choice.
+    """
+
+    name = "frachub"
+    cpu_pod_window = 10.0
+    """CPU-only requests: nodes whose growth is within this many expected milli of the best tie."""
+
+    def __init__(self, workload: Sequence[TaskShape] = DEFAULT_SHAPES) -> None:
+        self.workload = tuple(workload) or DEFAULT_SHAPES
+        self.table = FragmentationTable(self.workload)
+
+    def with_workload(self, workload: Sequence[TaskShape]) -> FracHub:
+        """This scorer for another target workload (itself, memo and all, when unchanged)."""
+        workload = tuple(workload) or DEFAULT_SHAPES
+        return self if workload == self.workload else FracHub(workload)
 
     def choose(
         self, ledger: Ledger, request: Request, nodes: Collection[int] | None
     ) -> ReplicaPlacement | None:
-        best: tuple[float, int, int] | None = None
-        chosen: ReplicaPlacement | None = None
-        for n in _everywhere(ledger, nodes):
-            if not ledger.host_fits(n, request.cpu_milli, request.memory_mib):
+        columns = ledger.scratch.get(self)
+        if not isinstance(columns, _Columns):
+            columns = _Columns(self.table, ledger)
+            ledger.scratch[self] = columns
+        columns.refresh(ledger)
+        if request.whole_gpus:
+            delta, pick = columns.growth((MILLI, request.whole_gpus), request)
+        elif request.is_fraction:
+            delta, pick = columns.fraction_growth(request)
+        else:
+            delta, pick = columns.growth((0, 0), request)
+        # Growth is a difference of float sums: no growth may come out as +-1e-13, which
+        # would put a node on either side of the sigmoid's cut at 0. Micro-milli is noise.
+        delta = np.round(delta, 6)
+        ok = np.isfinite(delta) & (columns.cpu >= request.cpu_milli)
+        ok &= columns.mem >= request.memory_mib
+        if request.gpu_models:
+            ok &= columns.model_mask(ledger, request.gpu_models)
+        if nodes is not None:
+            within = np.zeros(len(ledger.nodes), dtype=bool)
+            within[list(nodes)] = True
+            ok &= within
+        if not ok.any():
+            return None
+        if request.whole_gpus or request.is_fraction:
+            with np.errstate(over="ignore"):
+                score = -np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
+            n = int(np.argmin(np.where(ok, score, np.inf)))
+        else:
+            growth = np.where(ok, delta, np.inf)
+            n = int(np.argmax(growth <= growth.min() + self.cpu_pod_window))
+        if request.whole_gpus:
+            return _take_whole(ledger, n, request.whole_gpus)
+        if request.is_fraction:
+            g = ledger.free[n].index(int(pick[n]))
+            return ledger.replica_on(n, [(g, request.milli_on(ledger.nodes[n].gpu_memory_mib))])
+        return ledger.replica_on(n, [])
+
+
+class _Columns:
+    """One ledger's fragmentation growth per node, one column per request key, kept current.
+
+    ``cpu``/``mem`` mirror the ledger's free CPU and memory as arrays; each column holds,
+    per node, the growth (``inf`` where its GPUs cannot host the key) and the free milli of
+    the GPU to take. Nodes the ledger changed since the last look are rescored lazily.
+    """
+
+    def __init__(self, table: FragmentationTable, ledger: Ledger) -> None:
+        self.table = table
+        self.seen = len(ledger.watch())
+        count = len(ledger.nodes)
+        self.model = [table.model_index(node.gpu_model) for node in ledger.nodes]
+        self.memory = np.array([node.gpu_memory_mib for node in ledger.nodes], dtype=np.int64)
+        self.cpu = np.array(
+            [_UNTRACKED if c is None else c for c in ledger.cpu_free], dtype=np.int64
+        ).reshape(count)
+        self.mem = np.array(
+            [_UNTRACKED if m is None else m for m in ledger.mem_free], dtype=np.int64
+        ).reshape(count)
+        cpu, mem = self.cpu.tolist(), self.mem.tolist()
+        self.state: list[tuple[list[int], int, int, int]] = [
+            (list(ledger.free[n]), cpu[n], mem[n], self.model[n]) for n in range(count)
+        ]
+        self.columns: dict[ScoreKey, tuple[np.ndarray, np.ndarray]] = {}
+        self.stale: dict[ScoreKey, set[int]] = {}
+        self._models: dict[frozenset[str], np.ndarray] = {}
+
+    def copy_for(self, ledger: Ledger, twin: Ledger) -> _Columns:
+        """The same columns for ``twin``, a fresh copy of ``ledger``."""
+        self.refresh(ledger)
+        other = object.__new__(_Columns)
+        other.__dict__.update(self.__dict__)
+        other.seen = 0
+        other.cpu, other.mem = self.cpu.copy(), self.mem.copy()
+        other.state = list(self.state)
+        other.columns = {key: (d.copy(), p.copy()) for key, (d, p) in self.columns.items()}
+        other.stale = {key: set(nodes) for key, nodes in self.stale.items()}
+        return other
+
+    def _read(self, ledger: Ledger, n: int) -> tuple[list[int], int, int, int]:
+        cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
+        cpu = _UNTRACKED if cpu is None else cpu
+        mem = _UNTRACKED if mem is None else mem
+        self.cpu[n], self.mem[n] = cpu, mem
+        return (list(ledger.free[n]), cpu, mem, self.model[n])
+
+    def refresh(self, ledger: Ledger) -> None:
+        journal = ledger.watch()
+        if self.seen == len(journal):
+            return
+        changed = set(journal[self.seen :])
+        self.seen = len(journal)
+        for n in changed:
+            self.state[n] = self._read(ledger, n)
+        for nodes in self.stale.values():
+            nodes |= changed
+
+    def model_mask(self, ledger: Ledger, models: frozenset[str]) -> np.ndarray:
+        mask = self._models.get(models)
+        if mask is None:
+            mask = np.array([node.gpu_model in models for node in ledger.nodes], dtype=bool)
+            self._models[models] = mask
+        return mask
+
+    def growth(self, shape: tuple[int, int], request: Request) -> tuple[np.ndarray, np.ndarray]:
+        """(growth, pick) per node for ``shape`` = (milli per GPU, GPU count) of ``request``."""
+        key = self.table.normal((request.cpu_milli, request.memory_mib, *shape))
+        column = self.columns.get(key)
+        todo: Iterable[int]
+        if column is None:
+            self.table.add_keys([key])
+            count = len(self.state)
+            column = (np.empty(count), np.empty(count, dtype=np.int64))
+            self.columns[key] = column
+            todo = range(count)
+        else:
+            todo = self.stale[key]
+        k = self.table.key_index[key]
+        delta, pick = column
+        for n in todo:
+            row_delta, row_pick = self.table.row(*self.state[n])
+            delta[n], pick[n] = row_delta[k], row_pick[k]
+        self.stale[key] = set()
+        return column
+
+    def fraction_growth(self, request: Request) -> tuple[np.ndarray, np.ndarray]:
+        """Growth of a fractional request; sized by memory, its share differs per GPU size."""
+        if request.gpu_memory_mib is None:
+            return self.growth((request.milli_on(0), 1), request)
+        delta = np.full(len(self.state), np.inf)
+        pick = np.full(len(self.state), -1, dtype=np.int64)
+        for memory in np.unique(self.memory).tolist():
+            milli = request.milli_on(memory)
+            if milli > MILLI:
                 continue
-            free = ledger.free[n]
-            untouched = Request(replicas=1)
-            before = self._score(ledger, n, free, untouched)
-            if request.is_fraction:
-                milli = request.milli_on(ledger.nodes[n].gpu_memory_mib)
-                if milli > MILLI:
-                    continue
-                for g, left in enumerate(free):
-                    if left < milli:
-                        continue
-                    after = list(free)
-                    after[g] -= milli
-                    key = (self._score(ledger, n, after, request) - before, n, g)
-                    if best is None or key < best:
-                        best, chosen = key, ledger.replica_on(n, [(g, milli)])
-            elif request.whole_gpus:
-                if ledger.whole_free[n] < request.whole_gpus:
-                    continue
-                replica = _take_whole(ledger, n, request.whole_gpus)
-                after = list(free)
-                for share in replica.gpus:
-                    after[share.index] = 0
-                key = (self._score(ledger, n, after, request) - before, n, 0)
-                if best is None or key < best:
-                    best, chosen = key, replica
-            elif best is None:
-                best, chosen = (0.0, n, 0), ledger.replica_on(n, [])
-        return chosen
+            d, p = self.growth((milli, 1), request)
+            mine = self.memory == memory
+            delta[mine], pick[mine] = d[mine], p[mine]
+        return delta, pick
 
 
 SCORERS: dict[str, Callable[[], Scorer]] = {
     "pack": Pack,
     "spread": Spread,
-    "frag": Fragmentation,
+    "frachub": FracHub,
 }
 
 
@@ -278,12 +423,41 @@ def _place_all(
 ) -> Placement | None:
     placed: list[ReplicaPlacement] = []
     for _ in range(request.replicas):
-        replica = scorer.choose(ledger, request, nodes)
+        replica = None
+        if request.is_fraction and placed:
+            replica = _choose_apart(ledger, request, scorer, nodes, placed)
+        if replica is None:
+            replica = scorer.choose(ledger, request, nodes)
         if replica is None:
             return None
         ledger.take((replica,), request.cpu_milli, request.memory_mib)
         placed.append(replica)
     return tuple(placed)
+
+
+def _choose_apart(
+    ledger: Ledger,
+    request: Request,
+    scorer: Scorer,
+    nodes: Collection[int] | None,
+    placed: Sequence[ReplicaPlacement],
+) -> ReplicaPlacement | None:
+    """A fractional gang's next replica on a GPU none of its replicas holds yet, or None.
+
+    Two ranks on one GPU is NCCL's "duplicate GPU" error and leaves torchrun's LOCAL_RANK
+    without a device of its own, so a gang of fractions spreads over GPUs where it can (the
+    caller stacks it only when no other GPU fits). The gang's GPUs are filled for the
+    question only and given back at once."""
+    mark = ledger.mark()
+    for replica in placed:
+        n = ledger.index[replica.node]
+        for share in replica.gpus:
+            rest = ledger.free[n][share.index]
+            if rest > 0:
+                ledger.take((ledger.replica_on(n, [(share.index, rest)]),))
+    choice = scorer.choose(ledger, request, nodes)
+    ledger.rollback(mark)
+    return choice
 
 
 def _domain_of(ledger: Ledger, n: int) -> tuple[tuple[str, str], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler.engine.model import MILLI, Kind, Workload
+from scheduler.engine.model import MILLI, Evict, EvictReason, Kind, Move, Workload
 
 if TYPE_CHECKING:
     from scheduler.engine.session import Session
@@ -58,6 +58,8 @@ def beyond_deserved(session: Session, name: str, workload: Workload, used: float
 def no_room(session: Session, workload: Workload) -> str:
     """Nothing fits now; says whether it ever could on this cluster."""
     request = workload.request
+    if request.gpu_models:
+        return _no_room_on_models(session, workload)
     ledger = session.ledger
     if request.gpu_memory_mib is not None:
         need = f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
@@ -115,3 +117,81 @@ def protected(session: Session, until: float) -> str:
         f"; the work that could make room is protected by min_runtime until "
         f"{session.policy.format_time(until)}"
     )
+
+
+def over_loss_bound(bound: float) -> str:
+    return (
+        f"; the work that could make room has more than {gpu_hours(bound)} of unsaved work, "
+        "which only a notebook or work inside its deserved quota may cost"
+    )
+
+
+def gpu_hours(gpu_seconds: float) -> str:
+    """3600 -> "1 GPU-hour", 5400 -> "1.5 GPU-hours"."""
+    value = round(gpu_seconds / 3600, 2)
+    return f"{value:g} GPU-hour" if value == 1 else f"{value:g} GPU-hours"
+
+
+def span(seconds: float) -> str:
+    """45 -> "45 s", 720 -> "12 min", 9000 -> "2.5 h", 259200 -> "3 days"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
+    return f"{seconds / 86400:.1f} days".replace(".0 days", " days")
+
+
+_EVICTED = {
+    EvictReason.RECLAIM: "reclaimed for {claimant}",
+    EvictReason.PREEMPT: "preempted for {claimant}",
+    EvictReason.CONSOLIDATE: "moved to make room for {claimant}",
+    EvictReason.NODE_LOST: "its node was lost",
+}
+
+
+def evicted(decision: Evict | Move) -> str:
+    """An eviction or move in words, with the work it destroyed: "preempted for
+    nlp/notebook-carol; 12 min since last checkpoint lost (0.2 GPU-hours)"."""
+    reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
+    text = _EVICTED[reason].format(claimant=decision.claimant or "another workload")
+    if decision.lost_seconds <= 0:
+        return f"{text}; no work lost"
+    return (
+        f"{text}; {span(decision.lost_seconds)} since last checkpoint lost "
+        f"({gpu_hours(decision.lost_gpu_seconds)})"
+    )
+
+
+def _no_room_on_models(session: Session, workload: Workload) -> str:
+    """Held for its GPU model: the numbers are those of the GPUs it may use, and it says so."""
+    request = workload.request
+    ledger = session.ledger
+    models = " or ".join(sorted(request.gpu_models))
+    held = f"waits for a GPU of model {models} (its gpu_model)"
+    mine = [n for n, node in enumerate(ledger.nodes) if node.gpu_model in request.gpu_models]
+    if not any(ledger.nodes[n].gpus for n in mine):
+        have = ", ".join(sorted(ledger.models)) or "no GPUs"
+        return (
+            f"needs a GPU of model {models} (its gpu_model); this cluster has only {have}, "
+            "so it can never start"
+        )
+    if request.whole_gpus:
+        need = f"{request.whole_gpus} GPUs on one node" if request.whole_gpus > 1 else "1 GPU"
+        most = max(ledger.whole_free[n] for n in mine)
+        where = f"the most wholly free on any {models} node is {most}"
+    elif request.is_fraction:
+        need = (
+            f"{request.gpu_memory_mib / 1024:g} GiB on one GPU"
+            if request.gpu_memory_mib is not None
+            else f"{request.gpus:g} of a GPU"
+        )
+        most = max(max(ledger.free[n], default=0) for n in mine)
+        where = f"the most free on any {models} GPU is {most / MILLI:g} of a GPU"
+    else:
+        return f"{held}: no {models} node has the CPU or memory free"
+    if request.replicas > 1:
+        need = f"{request.replicas} replicas × {need}, all at once"
+    elsewhere = "; other models do not count" if ledger.models - request.gpu_models else ""
+    return f"{held}: needs {need}; {where}{elsewhere}"

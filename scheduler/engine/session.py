@@ -16,12 +16,15 @@ a cascade that never settles under a grace period.
 from __future__ import annotations
 
 import bisect
+import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from scheduler.engine import reasons
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
+from scheduler.engine.fragmentation import recent_workload
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import (
     MILLI,
@@ -70,9 +73,27 @@ def default_workload_key(workload: Workload) -> tuple:
     return (-workload.priority, workload.submitted_at, workload.seq)
 
 
-def default_victim_key(workload: Workload) -> tuple:
-    """Order of victims inside one queue (rule 4): lowest priority, then most recently started."""
+def default_victim_key(workload: Workload, now: float) -> tuple:
+    """Order of victims inside one queue (rule 4): lowest priority, then the least time since
+    the last save (the least work lost per GPU freed), then most recently started. Without
+    checkpoints that is "most recently started first", as before the engine knew of them."""
+    return (
+        workload.priority,
+        now - workload.saved_at(now),
+        -workload.start_seq,
+        -(workload.started_at or 0.0),
+        -workload.seq,
+    )
+
+
+def recent_first_victim_key(workload: Workload, now: float) -> tuple:
+    """Rule 4 as Kueue and KAI apply it, blind to checkpoints: lowest priority, then most
+    recently started. The fleet simulation's whole-GPU reclaim baseline uses it."""
     return (workload.priority, -workload.start_seq, -(workload.started_at or 0.0), -workload.seq)
+
+
+LOSS_BOUND_GPU_SECONDS = 3600.0
+"""``Policy.loss_bound``'s default: one GPU-hour (docs/benchmarks.md section 4 measures it)."""
 
 
 def format_seconds(t: float) -> str:
@@ -87,14 +108,37 @@ class Policy:
     scorer: Scorer
     queue_key: Callable[[QueueStanding], tuple] = default_queue_key
     workload_key: Callable[[Workload], tuple] = default_workload_key
-    victim_key: Callable[[Workload], tuple] = default_victim_key
+    victim_key: Callable[[Workload, float], tuple] = default_victim_key
+    """Order of victims inside one queue, given the workload and the cycle's time."""
     format_time: Callable[[float], str] = format_seconds
     consolidate: bool = True
     consolidation_nodes: int = 32
     """How many of the emptiest nodes consolidation tries for one workload; bounds its cost."""
+    loss_bound: float | None = LOSS_BOUND_GPU_SECONDS
+    """GPU-seconds of unsaved work above which a workload is never moved by consolidation,
+    and never evicted except for a notebook or for a claimant inside its queue's deserved
+    quota. None: no bound."""
     immediate_evictions: bool = True
     """False when evicted work keeps its GPUs for a grace period: whatever is placed on them
     is reserved, not started, until the driver reports the evicted work gone."""
+
+    def for_snapshot(self, snapshot: Snapshot) -> Policy:
+        """This policy with the scorer's target workload taken from the cluster's own recent
+        requests: the latest :data:`RECENT_REQUESTS` workloads of ``snapshot`` by submission.
+
+        FGD-style placement keeps room for the shapes the cluster expects; a cluster's own
+        requests say that better than any fixed guess. The same policy comes back while
+        the mix stays the same, so a scorer's memo lives across cycles.
+        """
+        sizes = Counter(node.gpu_memory_mib for node in snapshot.nodes if node.gpus)
+        memory = sizes.most_common(1)[0][0] if sizes else 80 * 1024
+        recent = heapq.nlargest(RECENT_REQUESTS, snapshot.workloads, key=lambda w: w.seq)
+        scorer = self.scorer.with_workload(recent_workload((w.request for w in recent), memory))
+        return self if scorer is self.scorer else replace(self, scorer=scorer)
+
+
+RECENT_REQUESTS = 1000
+"""How many of the latest workloads describe the cluster's target workload."""
 
 
 @dataclass
@@ -152,7 +196,7 @@ class Session:
                 elif on_known_nodes:
                     releasing.append(workload.placement)
             elif not on_known_nodes:
-                self._record(Evict(workload.name, EvictReason.NODE_LOST))
+                self._record(Evict(workload.name, EvictReason.NODE_LOST, **self.loss(workload)))
                 self.pending.append(replace(workload, state=State.PENDING, placement=()))
                 demand[workload.queue] += self.request_size(workload)
             else:
@@ -248,8 +292,9 @@ class Session:
             for workload in self.running.values():
                 if workload.preemptible:
                     self._victims.setdefault(workload.queue, []).append(workload)
+            key, now = self.policy.victim_key, self.now
             for candidates in self._victims.values():
-                candidates.sort(key=self.policy.victim_key)
+                candidates.sort(key=lambda w: key(w, now))
         return self._victims
 
     def _protections_now(self) -> list[tuple[float, str, float]]:
@@ -355,6 +400,18 @@ class Session:
                 found.append(workload)
         return found
 
+    def at_risk(self, workload: Workload) -> float:
+        """GPU-seconds that evicting or moving ``workload`` now would destroy
+        (``Workload.work_at_risk``, with the size this session already knows)."""
+        return self.size(workload) / MILLI * (self.now - workload.saved_at(self.now))
+
+    def loss(self, workload: Workload) -> dict[str, float]:
+        """The lost-work fields of an ``Evict`` or ``Move`` of ``workload`` now."""
+        return {
+            "lost_seconds": self.now - workload.saved_at(self.now),
+            "lost_gpu_seconds": workload.work_at_risk(self.now),
+        }
+
     def protected_until(self, workload: Workload) -> float | None:
         """When min_runtime stops protecting ``workload``, if it protects it now."""
         if workload.min_runtime <= 0 or workload.started_at is None:
@@ -400,7 +457,7 @@ class Session:
         )
         if not self.policy.immediate_evictions:
             self._hold(workload.placement)
-        self._record(Evict(workload.name, reason, claimant))
+        self._record(Evict(workload.name, reason, claimant, **self.loss(workload)))
 
     def move(self, workload: Workload, placement: Placement, claimant: str) -> None:
         """A consolidation move; the caller has already taken the new spot on the ledger."""
@@ -415,7 +472,7 @@ class Session:
         self._count(moved, +1)
         self.running[workload.name] = moved
         self._protect(moved)
-        self._record(Move(workload.name, placement, claimant))
+        self._record(Move(workload.name, placement, claimant, **self.loss(workload)))
 
     def _protect(self, workload: Workload) -> None:
         if workload.preemptible and workload.min_runtime > 0:

@@ -155,7 +155,7 @@ def parse_description(document: Any) -> Description:
     mapping_field(document, "", _TOP)
     if not isinstance(document.get("cluster"), Mapping):
         raise InvalidSpec("cluster", "is required and must be a mapping with a nodes list")
-    placement = document.get("placement", "pack")
+    placement = document.get("placement", "frachub")  # the service's default
     # the cluster and the placement name are validated exactly as in scenario files
     scenario = parse_scenario(
         {"cluster": document["cluster"], "queues": [], "workloads": [], "placement": placement}

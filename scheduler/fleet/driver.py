@@ -19,14 +19,20 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from scheduler.engine import Kind
 from scheduler.engine.fairshare import deserved_quotas, fair_shares
 from scheduler.engine.lifecycle import Effect, Ended, Evicted, Started, WorkloadState
 from scheduler.engine.model import MILLI
 from scheduler.fleet.description import DAY, Description
-from scheduler.fleet.variants import Variant, variant_gpus, variant_queues, variant_spec
+from scheduler.fleet.variants import (
+    Variant,
+    variant_gpus,
+    variant_policy,
+    variant_queues,
+    variant_spec,
+)
 from scheduler.fleet.workload import Job
 from scheduler.scenario.runner import Runner
 from scheduler.scenario.spec import Scenario
@@ -102,8 +108,7 @@ class FleetRunner(Runner):
                 grace_seconds=description.grace_seconds,
             )
         )
-        if not variant.consolidate:
-            self.policy = replace(self.policy, consolidate=False)
+        self.policy = variant_policy(variant, self.policy)
         self.variant = variant
         self.days = days
         self.checkpointing = checkpointing
@@ -200,7 +205,7 @@ class FleetRunner(Runner):
                 self.notebook_units[job.project] = units
                 if job.patience_seconds is not None:
                     heapq.heappush(self.deadlines, (job.at + job.patience_seconds, job.name))
-            self.submit(self.admitted, variant_spec(self.variant, job), now)
+            self.submit(self.admitted, variant_spec(self.variant, job, self.checkpointing), now)
             self.admitted += 1
 
     def _give_up(self, now: float) -> None:

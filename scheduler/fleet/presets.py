@@ -143,4 +143,133 @@ projects:
 {_TRAINING_SHAPES}
 """
 
-PRESETS = {"lab": LAB, "institute": INSTITUTE}
+UNIVERSITY = """\
+name: university
+description: >
+  A university's research computing service: 12 nodes x 4 GPUs of 48 GiB shared by four
+  labs and a course. Two science labs sit in a department capped at 20 GPUs; chem runs
+  long single-GPU jobs that never checkpoint, physics saves hourly. Jobs run three times
+  Philly's lengths. The course fills the day with quarter-GPU notebooks whose students
+  give up after 20 minutes.
+cluster:
+  nodes:
+    - {name: node, count: 12, gpus: 4, gpu_memory_gib: 48}
+grace_seconds: 60
+days: 7
+working_hours: {start: 8, end: 20}
+projects:
+  - name: sciences
+    limit_gpus: 20
+  - name: chem
+    parent: sciences
+    deserved_gpus: 8
+    notebooks:
+      per_day: 8
+      patience_minutes: 60
+      shapes: [{gpus: 0.25, weight: 2}, {gpus: 0.5, weight: 1}]
+    training:
+      per_day: 36
+      runtime_scale: 3
+      max_runtime_hours: 72
+      weekend_factor: 0.5
+      shapes: [{gpus: 1, weight: 8}, {gpus: 2, weight: 1}]
+  - name: physics
+    parent: sciences
+    deserved_gpus: 8
+    notebooks:
+      per_day: 6
+      shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
+    training:
+      per_day: 30
+      checkpoint_minutes: 60
+      runtime_scale: 3
+      max_runtime_hours: 96
+      shapes: [{gpus: 1, weight: 4}, {gpus: 2, weight: 2}, {gpus: 4, weight: 1}]
+  - name: robotics
+    deserved_gpus: 8
+    notebooks:
+      per_day: 6
+      shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
+    training:
+      per_day: 36
+      checkpoint_minutes: 20
+      runtime_scale: 3
+      max_runtime_hours: 48
+      shapes: [{gpus: 1, weight: 3}, {gpus: 4, weight: 2}, {gpus: 4, replicas: 2, weight: 1}]
+  - name: linguistics
+    deserved_gpus: 4
+    notebooks:
+      per_day: 10
+      session_hours: {median: 3, p90: 8}
+      shapes: [{gpus: 0.25, weight: 1}, {gpus: 0.5, weight: 2}, {gpus: 1, weight: 1}]
+    training:
+      per_day: 12
+      runtime_scale: 3
+      max_runtime_hours: 24
+      shapes: [{gpus: 1, weight: 1}]
+  - name: course
+    deserved_gpus: 12
+    notebooks:
+      per_day: 70
+      session_hours: {median: 1.5, p90: 3}
+      weekend_factor: 0.2
+      patience_minutes: 20
+      shapes: [{gpus: 0.25, weight: 1}]
+"""
+
+STARTUP = """\
+name: startup
+description: >
+  A startup: 4 nodes x 8 GPUs of 80 GiB, two product teams training around the clock
+  (one saves every 15 minutes, one every 2 hours, both with 8-GPU and 2-node runs) and a
+  research team that lives in notebooks of a whole GPU for half a day and never
+  checkpoints its experiments. A 2-minute grace period lets jobs save on the way out.
+cluster:
+  nodes:
+    - {name: gpu, count: 4, gpus: 8, gpu_memory_gib: 80}
+grace_seconds: 120
+days: 10
+working_hours: {start: 9, end: 21}
+projects:
+  - name: search
+    deserved_gpus: 12
+    notebooks:
+      per_day: 6
+      shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
+    training:
+      per_day: 24
+      checkpoint_minutes: 15
+      max_runtime_hours: 72
+      weekend_factor: 0.6
+      working_hours_share: 0.5
+      shapes:
+        - {gpus: 1, weight: 6}
+        - {gpus: 2, weight: 3}
+        - {gpus: 8, weight: 2}
+        - {gpus: 8, replicas: 2, weight: 1}
+  - name: ads
+    deserved_gpus: 10
+    notebooks:
+      per_day: 4
+      shapes: [{gpus: 0.5, weight: 1}, {gpus: 1, weight: 1}]
+    training:
+      per_day: 16
+      checkpoint_minutes: 120
+      max_runtime_hours: 120
+      weekend_factor: 0.6
+      shapes: [{gpus: 1, weight: 4}, {gpus: 4, weight: 2}, {gpus: 8, weight: 1}]
+  - name: research
+    deserved_gpus: 10
+    notebooks:
+      per_day: 24
+      session_hours: {median: 4, p90: 10}
+      weekend_factor: 0.2
+      patience_minutes: 45
+      shapes: [{gpus: 0.25, weight: 1}, {gpus: 0.5, weight: 2}, {gpus: 1, weight: 3}]
+    training:
+      per_day: 12
+      max_runtime_hours: 48
+      shapes: [{gpus: 1, weight: 6}, {gpus: 2, weight: 2}, {gpus: 4, weight: 1}]
+"""
+
+PRESETS = {"lab": LAB, "institute": INSTITUTE, "university": UNIVERSITY, "startup": STARTUP}

@@ -16,8 +16,13 @@ reclaim     the projects' quotas with borrowing of idle GPUs and reclaim/preempt
             engine's rules 3 and 4, with the grace period), but whole GPUs only and no
             consolidation (what Kueue's cohorts with reclaimWithinCohort give).
 frachub     FracHub as it ships: fractions, borrowing, fair share, reclaim, preemption
-            and consolidation, with the grace period.
+            and consolidation, with the grace period. The engine knows each job's
+            checkpoint interval, chooses victims and movers by the work they would lose
+            and keeps ``Policy.loss_bound``.
 ==========  ===========================================================================
+
+The baselines are blind to checkpoints, as Kueue and KAI are: victims go lowest priority
+first, then most recently started (``recent_first_victim_key``), with no loss bound.
 
 ``frachub-no-consolidation`` (not run unless asked for) is FracHub with
 ``Policy.consolidate`` off: a diagnosis of what consolidation costs in restarted work.
@@ -32,7 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from scheduler.engine import Kind, Queue, Request, default_priority
+from scheduler.engine import Kind, Policy, Queue, Request, default_priority
+from scheduler.engine.session import recent_first_victim_key
 from scheduler.fleet.workload import Job
 from scheduler.scenario.spec import WorkloadSpec
 
@@ -54,6 +60,8 @@ class Variant:
     consolidate: bool
     fifo: bool
     """Every workload has the same priority, so the queue serves them in submission order."""
+    checkpoint_aware: bool = False
+    """The engine is told each job's checkpoint interval and keeps its loss bound."""
 
 
 VARIANTS = {
@@ -62,7 +70,9 @@ VARIANTS = {
         Variant("static", "static quotas, whole GPUs", True, False, True, False, False, False),
         Variant("pool", "shared pool, FCFS", True, True, False, False, False, True),
         Variant("reclaim", "quotas + reclaim, whole GPUs", True, False, False, True, False, False),
-        Variant("frachub", "FracHub", False, False, False, True, True, False),
+        Variant(
+            "frachub", "FracHub", False, False, False, True, True, False, checkpoint_aware=True
+        ),
         Variant(
             "frachub-no-consolidation",
             "FracHub, consolidation off",
@@ -72,6 +82,7 @@ VARIANTS = {
             True,
             False,
             False,
+            checkpoint_aware=True,
         ),
     )
 }
@@ -96,13 +107,23 @@ def _hard(queue: Queue) -> Queue:
     return replace(queue, limit_gpus=limit)
 
 
+def variant_policy(variant: Variant, policy: Policy) -> Policy:
+    """The engine's policy for this variant, from the one the scenario runner built."""
+    if not variant.consolidate:
+        policy = replace(policy, consolidate=False)
+    if not variant.checkpoint_aware:
+        policy = replace(policy, victim_key=recent_first_victim_key, loss_bound=None)
+    return policy
+
+
 def variant_gpus(variant: Variant, gpus: float) -> float:
     """Per-replica GPUs as this variant asks for them."""
     return float(math.ceil(gpus)) if variant.whole_gpus else gpus
 
 
-def variant_spec(variant: Variant, job: Job) -> WorkloadSpec:
-    """The engine's view of one arrival under this variant (duration set by the driver)."""
+def variant_spec(variant: Variant, job: Job, checkpointing: bool = True) -> WorkloadSpec:
+    """The engine's view of one arrival under this variant (duration set by the driver).
+    ``checkpointing`` False is the run where no job saves its work."""
     preemptible = variant.preemption and job.kind is Kind.TRAINING
     priority = 0 if variant.fifo else default_priority(job.kind, preemptible)
     return WorkloadSpec(
@@ -118,4 +139,7 @@ def variant_spec(variant: Variant, job: Job) -> WorkloadSpec:
         running=False,
         placement=None,
         user=None,
+        checkpoint_interval=(
+            job.checkpoint_seconds if checkpointing and variant.checkpoint_aware else None
+        ),
     )

@@ -7,9 +7,10 @@ node holds a seeded random rank and the best-ranked node among the best scores
 wins (:func:`pick_best`). Policies that cache per-node scores refresh only the
 node just placed on (:meth:`Policy.placed`).
 
-The paper's policies (docs/benchmarks.md, section 1): ``random``, ``dotproduct``,
-``gpupacking``, ``bestfit``, ``fgd``. FracHub's own default is ``frachub``
-(:class:`FracHubPolicy`).
+The paper's policies (FGD, ATC'23): ``random``, ``dotproduct``, ``gpupacking``,
+``bestfit``, ``fgd``, implemented here as its simulator scores them. The engine's
+own placements, ``pack`` and ``frachub``, are not reimplemented: :class:`EnginePolicy`
+drives the engine's scorer itself.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler.engine.fragmentation import TaskShape, target_workload
+from scheduler.engine.fragmentation import FragmentationTable, ScoreKey, target_workload
+from scheduler.engine.ledger import Ledger
+from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.engine.model import Node as EngineNode
+from scheduler.engine.model import Request as EngineRequest
+from scheduler.engine.placement import FracHub, place, scorer_named
 from scheduler.openb.cluster import ClusterState, Request
-from scheduler.openb.fastfrag import FragmentationTable, ScoreKey
 from scheduler.openb.trace import GPU_MILLI, MAX_GPUS_PER_NODE, Pod
 
 NORM_CPU_MILLI = 128_000
@@ -151,13 +156,9 @@ class GpuPackingPolicy(Policy):
         return node, -1
 
 
-def _score_keys(requests: Sequence[Request], with_memory: bool) -> list[ScoreKey]:
-    return sorted(
-        {
-            (r.cpu_milli, r.memory_mib if with_memory else 0, r.gpu_milli, r.num_gpu)
-            for r in requests
-        }
-    )
+def _score_keys(requests: Sequence[Request]) -> list[ScoreKey]:
+    """FGD's keys: memory plays no part."""
+    return sorted({(r.cpu_milli, 0, r.gpu_milli, r.num_gpu) for r in requests})
 
 
 class FgdPolicy(Policy):
@@ -171,8 +172,6 @@ class FgdPolicy(Policy):
     """
 
     name = "fgd"
-    with_memory = False
-    """Whether target shapes and the fit test include memory (FGD: no)."""
 
     def __init__(
         self,
@@ -183,23 +182,18 @@ class FgdPolicy(Policy):
         pods: Sequence[Pod],
     ) -> None:
         super().__init__(state, rank, rng, requests, pods)
-        self.workload = self.make_workload(pods)
-        keys = _score_keys(requests, self.with_memory)
-        self.key_index = {key: i for i, key in enumerate(keys)}
+        self.workload = target_workload(
+            (p.cpu_milli, p.memory_mib, p.gpu_milli, p.num_gpu, p.gpu_spec) for p in pods
+        )
+        keys = _score_keys(requests)
         self.table = FragmentationTable(self.workload, state.models, keys)
+        self.key_index = self.table.key_index
         n = len(state)
         self.delta = np.zeros((len(keys), n))
         self.score = np.zeros((len(keys), n))
         self.pick = np.zeros((len(keys), n), dtype=np.int64)
         for node in range(n):
             self.placed(node)
-
-    def make_workload(self, pods: Sequence[Pod]) -> tuple[TaskShape, ...]:
-        """The target workload this policy measures fragmentation against."""
-        return target_workload(
-            ((p.cpu_milli, p.memory_mib, p.gpu_milli, p.num_gpu, p.gpu_spec) for p in pods),
-            with_memory=self.with_memory,
-        )
 
     @staticmethod
     def node_scores(delta: np.ndarray) -> np.ndarray:
@@ -218,8 +212,7 @@ class FgdPolicy(Policy):
         self.pick[:, node] = pick
 
     def choose(self, req: Request, feasible: np.ndarray) -> tuple[int, int]:
-        key = (req.cpu_milli, req.memory_mib if self.with_memory else 0, req.gpu_milli, req.num_gpu)
-        k = self.key_index[key]
+        k = self.key_index[(req.cpu_milli, 0, req.gpu_milli, req.num_gpu)]
         feasible = feasible & np.isfinite(self.delta[k])
         node = pick_best(self.score[k], feasible, self.rank)
         if node < 0 or req.num_gpu != 1:
@@ -227,41 +220,91 @@ class FgdPolicy(Policy):
         return node, self.state.gpu_with_free(node, int(self.pick[k, node]))
 
 
-class FracHubPolicy(FgdPolicy):
-    """FracHub's default: FGD whose fragmentation also sees memory, with a CPU-pod window.
+class EnginePolicy(Policy):
+    """The engine's own placement (``scheduler.engine.placement``), driven on an engine ledger.
 
-    Two changes to :class:`FgdPolicy`, everything else is FGD's:
-
-    * **Memory.** FGD describes its target workload by CPU and GPUs only, so a
-      node whose memory is nearly gone still looks able to host the typical
-      task: a memory-heavy pod placed there costs nothing in FGD's eyes, and
-      the GPUs it strands show up only when later pods fail. FracHub groups the
-      target shapes on memory too and tests memory in the fit, so
-      memory-stranded GPUs count as fragments.
-    * **CPU-only pods.** Their fragmentation growth is never negative, and the
-      integer sigmoid cut puts any growth above zero, however small, one step
-      below zero growth. FracHub instead ties every node within
-      :attr:`cpu_pod_window` expected milli of the best growth and lets the rank
-      decide, which packs CPU-only pods by the fixed node order.
-
-    Exact deltas, best-fit or packing tie-breaks for GPU pods were tried and did
-    worse: the coarse score plus a fixed node order packs pods onto fewer nodes.
+    What the product ships is what the replay measures: the nodes go into an engine
+    ``Ledger`` listed in rank order (the engine gives ties to the node listed first, the
+    paper's fixed random order), each pod becomes an engine ``Request`` and the engine's
+    ``place`` decides. The replay's arrays only mirror the result for its measurements.
+    ``frachub`` is given the trace's target workload, as FGD is: the most frequent shapes
+    covering 95% of pods, here with memory.
     """
 
-    name = "frachub"
-    with_memory = True
-    cpu_pod_window: float | None = 10.0
-    """CPU-only pods: nodes whose growth is within this many expected milli of the best tie."""
+    scorer_name = ""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        rank: np.ndarray,
+        rng: random.Random,
+        requests: Sequence[Request],
+        pods: Sequence[Pod],
+    ) -> None:
+        super().__init__(state, rank, rng, requests, pods)
+        order = [int(n) for n in np.argsort(rank, kind="stable")]
+        in_use = []  # whatever the replay's state already holds
+        for n in order:
+            used = [
+                GpuShare(g, GPU_MILLI - int(state.gpu_free[n, g]))
+                for g in range(state.nodes[n].gpus)
+                if state.gpu_free[n, g] < GPU_MILLI
+            ]
+            cpu = int(state.cpu_cap[n] - state.cpu_free[n])
+            mem = int(state.mem_cap[n] - state.mem_free[n])
+            in_use.append(((ReplicaPlacement(str(n), tuple(used)),), cpu, mem))
+        self.ledger = Ledger(
+            [
+                EngineNode(
+                    name=str(n),
+                    gpus=state.nodes[n].gpus,
+                    gpu_model=state.nodes[n].model,
+                    cpu_milli=state.nodes[n].cpu_milli,
+                    memory_mib=state.nodes[n].memory_mib,
+                )
+                for n in order
+            ],
+            in_use,
+        )
+        scorer = scorer_named(self.scorer_name)
+        if isinstance(scorer, FracHub):
+            scorer = scorer.with_workload(
+                target_workload(
+                    ((p.cpu_milli, p.memory_mib, p.gpu_milli, p.num_gpu, p.gpu_spec) for p in pods),
+                    with_memory=True,
+                )
+            )
+        self.scorer = scorer
+        self.engine_requests = {
+            r.id: EngineRequest(
+                gpus=r.num_gpu if r.num_gpu != 1 else r.gpu_milli / GPU_MILLI,
+                cpu_milli=r.cpu_milli,
+                memory_mib=r.memory_mib,
+                gpu_models=r.gpu_spec,
+            )
+            for r in requests
+        }
 
     def choose(self, req: Request, feasible: np.ndarray) -> tuple[int, int]:
-        if req.num_gpu or self.cpu_pod_window is None:
-            return super().choose(req, feasible)
-        k = self.key_index[(req.cpu_milli, req.memory_mib if self.with_memory else 0, 0, 0)]
-        delta = np.where(feasible, self.delta[k], np.inf)
-        best = delta.min()
-        if best == np.inf:
+        placement = place(self.ledger, self.engine_requests[req.id], self.scorer)
+        if placement is None:
             return -1, -1
-        return pick_best(np.zeros(delta.size), delta <= best + self.cpu_pod_window, self.rank), -1
+        (replica,) = placement
+        node = int(replica.node)
+        gpu = replica.gpus[0].index if req.num_gpu == 1 else -1
+        return node, gpu
+
+
+class PackPolicy(EnginePolicy):
+    """The engine's ``pack``: most-used GPU that fits, node with fewest wholly free GPUs."""
+
+    name = scorer_name = "pack"
+
+
+class FracHubPolicy(EnginePolicy):
+    """The engine's ``frachub``: FGD with memory-aware target shapes (FracHub's default)."""
+
+    name = scorer_name = "frachub"
 
 
 POLICIES: dict[str, type[Policy]] = {
@@ -272,6 +315,7 @@ POLICIES: dict[str, type[Policy]] = {
         GpuPackingPolicy,
         BestFitPolicy,
         FgdPolicy,
+        PackPolicy,
         FracHubPolicy,
     )
 }

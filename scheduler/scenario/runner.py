@@ -119,6 +119,7 @@ def life_of(spec: WorkloadSpec, seq: int) -> Life:
         seq=seq,
         min_runtime=spec.min_runtime,
         user=spec.user,
+        checkpoint_interval=spec.checkpoint_interval,
     )
     return Life(ask, title=spec.name)
 
@@ -190,6 +191,7 @@ class Runner:
                 self.submit(seq, spec, now)
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.snapshot()
+            self.policy = self.policy.for_snapshot(snapshot)  # target: the requests so far
             self.result = run_cycle(snapshot, now, self.policy)
             if not self.result.decisions:
                 break

@@ -30,8 +30,10 @@ from scheduler.engine.lifecycle import WorkloadState
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     InvalidSpec,
+    gpu_model_field,
     gpus_field,
     integer_field,
+    labels_field,
     list_field,
     mapping_field,
     name_field,
@@ -54,6 +56,8 @@ class WorkloadSpec:
     running: bool
     placement: tuple[ReplicaPlacement, ...] | None
     user: str | None
+    checkpoint_interval: float | None = None
+    """Seconds between the job's checkpoints (``checkpoint_interval_seconds``), if it saves."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +156,7 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
     memory = number_field(entry, "gpu_memory_gib", where, 80, strictly_positive=True)
     cpu = number_field(entry, "cpu", where, None, optional=True)
     ram = number_field(entry, "memory_gib", where, None, optional=True)
-    labels = entry.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(isinstance(k, str) for k in labels):
-        raise InvalidSpec(f"{where}.labels", "must be a mapping of label names to values")
+    labels = labels_field(entry, where)
     model = entry.get("gpu_model", "")
     if not isinstance(model, str):
         raise InvalidSpec(f"{where}.gpu_model", "must be a string")
@@ -167,7 +169,7 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
             gpu_model=model,
             cpu_milli=None if cpu is None else round(cpu * 1000),
             memory_mib=None if ram is None else round(ram * 1024),
-            labels={str(k): str(v) for k, v in labels.items()},
+            labels=labels,
         )
         for node_name in names
     ]
@@ -202,6 +204,8 @@ _WORKLOAD_FIELDS = (
     "placement",
     "cpu",
     "memory_gib",
+    "checkpoint_interval_seconds",
+    "gpu_model",
 )
 
 
@@ -246,6 +250,7 @@ def _workloads(
             replicas=replicas,
             cpu_milli=round(cpu * 1000),
             memory_mib=round(ram * 1024),
+            gpu_models=gpu_model_field(entry, where),
         )
         preemptible = entry.get("preemptible")
         if preemptible is not None and not isinstance(preemptible, bool):
@@ -287,6 +292,14 @@ def _workloads(
                 running=running,
                 placement=placement,
                 user=user,
+                checkpoint_interval=number_field(
+                    entry,
+                    "checkpoint_interval_seconds",
+                    where,
+                    None,
+                    optional=True,
+                    strictly_positive=True,
+                ),
             )
         )
     _check_initial_capacity(specs, node_index)

@@ -252,7 +252,10 @@ class SchedulingLoop:
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
             self.settled = None
-            session = Session(self.snapshot(), now, self.policy)
+            snapshot = self.snapshot()
+            # the placement's target workload: the cluster's own recent requests
+            self.policy = self.policy.for_snapshot(snapshot)
+            session = Session(snapshot, now, self.policy)
             result = decide(session)
             if not result.decisions:
                 self.settled = session

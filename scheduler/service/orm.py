@@ -54,6 +54,8 @@ class WorkloadRecord(Base):
     server_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_model: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    """GPU models it may run on (sorted names); None: any."""
     replicas: Mapped[int] = mapped_column(Integer, default=1)
     priority: Mapped[int] = mapped_column(Integer)
     preemptible: Mapped[bool] = mapped_column(Boolean)
@@ -109,7 +111,10 @@ class WorkloadRecord(Base):
             queue=self.project,
             kind=Kind(self.kind),
             request=Request(
-                gpus=self.gpus or 0.0, gpu_memory_mib=self.gpu_memory_mib, replicas=self.replicas
+                gpus=self.gpus or 0.0,
+                gpu_memory_mib=self.gpu_memory_mib,
+                replicas=self.replicas,
+                gpu_models=frozenset(self.gpu_model or ()),
             ),
             priority=self.priority,
             preemptible=self.preemptible,

@@ -39,6 +39,7 @@ from scheduler.fields import (
     MAX_REPLICAS,
     QUEUE_FIELDS,
     InvalidSpec,
+    gpu_model_field,
     gpus_field,
     integer_field,
     mapping_field,
@@ -60,6 +61,7 @@ SUBMIT_FIELDS = (
     "env",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "replicas",
     "priority",
     "kind",
@@ -73,6 +75,7 @@ ALLOCATE_FIELDS = (
     "project",
     "gpus",
     "gpu_memory_gib",
+    "gpu_model",
     "preemptible",
     "idle_timeout_seconds",
 )
@@ -118,6 +121,8 @@ class Submission:
     preemptible: bool
     max_runtime: float | None
     min_runtime: float | None
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models it may run on (``gpu_model``); empty: any."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class AllocationRequest:
     idle_timeout: float | None = None
     """Seconds of idleness after which the server is stopped; None: never (the profile's
     limit, which the spawner sends)."""
+    gpu_models: frozenset[str] = frozenset()
 
 
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -278,6 +284,7 @@ def parse_submission(document: Any) -> Submission:
         min_runtime=number_field(
             body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
         ),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -298,6 +305,7 @@ def parse_allocation(document: Any) -> AllocationRequest:
         gpu_memory_mib=memory_mib,
         preemptible=_bool(body, "preemptible", False),
         idle_timeout=_idle_timeout(body),
+        gpu_models=gpu_model_field(body, ""),
     )
 
 
@@ -379,14 +387,19 @@ def never_starts(
         name="new",
         queue=project,
         kind=Kind.INTERACTIVE,
-        request=Request(gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib),
+        request=Request(
+            gpus=request.gpus or 0.0,
+            gpu_memory_mib=request.gpu_memory_mib,
+            gpu_models=request.gpu_models,
+        ),
         priority=default_priority(Kind.INTERACTIVE, request.preemptible),
         preemptible=request.preemptible,
         submitted_at=0.0,
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if not cluster_may_grow and not fits_somewhere_ever(session.ledger.shapes, workload.request):
+    shapes = session.ledger.shapes_for(workload.request)
+    if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
         return f"a notebook that {reasons.no_room(session, workload)}"
     if request.preemptible:
         return None  # preemptible notebooks may borrow beyond the quota
@@ -440,6 +453,7 @@ def job_never_fits(
             gpus=submission.gpus or 0.0,
             gpu_memory_mib=submission.gpu_memory_mib,
             replicas=submission.replicas,
+            gpu_models=submission.gpu_models,
         ),
         priority=submission.priority,
         preemptible=submission.preemptible,
@@ -447,7 +461,7 @@ def job_never_fits(
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if not fits_somewhere_ever(session.ledger.shapes, workload.request):
+    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
         return f"a job that {reasons.no_room(session, workload)}"
     result = decide(session.fork([workload], 0.0))
     if any(isinstance(d, Start) and d.workload == workload.name for d in result.decisions):

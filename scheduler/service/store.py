@@ -71,8 +71,18 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def engine_url(url: str) -> str:
+    """``postgresql://`` (and ``postgres://``) mean psycopg 3, the driver the ``postgresql``
+    extra installs (SQLAlchemy alone would look for psycopg2)."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url.removeprefix(scheme)
+    return url
+
+
 def open_store(url: str) -> Store:
     """Connect, create or upgrade the schema, and return the store."""
+    url = engine_url(url)
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path and path != ":memory:":

@@ -58,6 +58,7 @@ def workload_json(
         "state": record.state,
         "gpus": record.gpus,
         "gpu_memory_gib": None if record.gpu_memory_mib is None else record.gpu_memory_mib / 1024,
+        "gpu_model": record.gpu_model,
         "replicas": record.replicas,
         "priority": record.priority,
         "preemptible": record.preemptible,

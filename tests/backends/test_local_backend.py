@@ -276,7 +276,8 @@ def test_gang_replicas_get_rendezvous_and_succeed_together(backend: LocalBackend
         ("0", "0", "2"),
         ("1", "1", "2"),
     ]
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1"]
+    # both see the gang's GPUs on this node, so cuda:LOCAL_RANK is each one's own (torchrun)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "0,1"]
     assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] == "127.0.0.1"
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
 
@@ -450,6 +451,15 @@ def test_declared_inventory_with_defaults_and_fake_uuids() -> None:
         "GPU-declared-b-0",
     ]
     assert inventory.uuid("a", 1) == "GPU-declared-a-1"
+    assert [dict(n.labels) for n in inventory.nodes] == [{}, {}]
+
+
+def test_declared_inventory_keeps_node_labels() -> None:
+    zone = "topology.kubernetes.io/zone"
+    inventory = declared_inventory(
+        [{"name": "a", "gpus": 2, "labels": {zone: "a", "rack": 7}}, {"name": "b", "gpus": 2}]
+    )
+    assert [dict(n.labels) for n in inventory.nodes] == [{zone: "a", "rack": "7"}, {}]
 
 
 BAD_INVENTORIES = {
@@ -463,6 +473,14 @@ BAD_INVENTORIES = {
     "bad memory": ([{"name": "a", "gpus": 1, "gpu_memory_gib": "80G"}], "gpu_memory_gib"),
     "typo in a key": ([{"name": "a", "gpu": 1}], r"unknown key\(s\) 'gpu'"),
     "model not text": ([{"name": "a", "gpus": 1, "model": 4}], r"inventory\[0\].model"),
+    "labels not a mapping": (
+        [{"name": "a", "gpus": 1, "labels": ["zone=a"]}],
+        r"inventory\[0\].labels: must be a mapping of label names to values",
+    ),
+    "label value not text": (
+        [{"name": "a", "gpus": 1, "labels": {"zone": {"a": 1}}}],
+        r"inventory\[0\].labels",
+    ),
 }
 
 

@@ -17,16 +17,14 @@ tests/service, a missing jupyterhub or configurable-http-proxy skips, except in 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from hubharness import API_PATH, PASSWORD, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, PASSWORD, Hub, ServiceProcess, running_hub
 from service_client import service_config
 
 from browser.browserharness import OAUTH_CONFIG, browser_page, clear_workloads
@@ -39,12 +37,7 @@ _serial = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def oauth_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("oauth-hub"), extra_config=OAUTH_CONFIG) as running:
+    with running_hub(tmp_path_factory.mktemp("oauth-hub"), extra_config=OAUTH_CONFIG) as running:
         yield running
 
 

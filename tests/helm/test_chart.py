@@ -34,9 +34,10 @@ WORKLOAD_RULES = {
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get"},
 }
 LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-NODE_RULES = {("", "nodes"): {"get", "list", "watch"}}
+NODE_RULES = {("", "nodes"): {"get", "list", "watch"}, ("", "pods"): {"list", "watch"}}
 
 
 @pytest.fixture(scope="module", params=IDS)
@@ -175,11 +176,11 @@ def test_probes_use_the_service_port_and_a_path_open_without_a_token(case):
     assert scheduler["livenessProbe"]["tcpSocket"] == {"port": "http"}
     path = scheduler["readinessProbe"]["httpGet"]["path"]
     assert path.startswith(SERVICE_PREFIX)
-    # the path is served by the OpenAPI handler, which needs no token (the API answers 403)
+    # the health handler needs no token (the API answers 403) and answers 503 on a standby
     routes = {pattern: handler for pattern, handler in info.default_handlers}
-    assert routes[r"/api/v1/openapi\.json"] is info.OpenAPIHandler
-    assert path == f"{SERVICE_PREFIX}api/v1/openapi.json"
-    assert not issubclass(info.OpenAPIHandler, APIHandler)  # APIHandler authenticates
+    assert routes[r"/api/v1/health/?"] is info.HealthHandler
+    assert path == f"{SERVICE_PREFIX}api/v1/health"
+    assert not issubclass(info.HealthHandler, APIHandler)  # APIHandler authenticates
 
 
 def test_the_command_runs_the_service_with_the_config_map(case):
@@ -210,7 +211,7 @@ def test_the_config_map_holds_the_projects_from_values(case, chart):
         ]
     )
     backend = settings["KubernetesBackend"]
-    assert backend["sharing"] == merged(chart, values)["sharing"]
+    assert backend["sharing_mode"] == merged(chart, values)["sharing"]
     assert settings["FracHubService"]["backend_class"].endswith(".KubernetesBackend")
 
 
@@ -335,16 +336,15 @@ def test_priority_classes_follow_the_workload_kinds(chart):
         "frachub-inference": 125,
         "frachub-training": 50,
     }
-    named = config(documents)["KubernetesBackend"]["priority_classes"]
-    assert set(named.values()) == set(classes)
+    backend = config(documents)["KubernetesBackend"]
+    assert backend["priority_class"] == "frachub-training"
+    assert backend["reservation_priority_class"] == "frachub-notebook"
 
 
 def test_priority_classes_can_be_left_to_another_release(chart):
     documents = render(chart, CASES["custom-projects"])
     assert by_kind(documents, "PriorityClass") == []
-    assert config(documents)["KubernetesBackend"]["priority_classes"]["training"] == (
-        "frachub-training"
-    )
+    assert config(documents)["KubernetesBackend"]["priority_class"] == "frachub-training"
 
 
 def test_values_files_directory_is_not_empty():

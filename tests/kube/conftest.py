@@ -45,15 +45,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def report_reserved_gpu(fake: FakeKube, pod: dict[str, Any], devices: list[str]) -> None:
-    """What the reservation pod's program does on a real node: annotate its own pod with the
-    UUID of the GPU the device plugin gave it."""
+    """What the reservation pod's program does on a real node (tests/kube/test_reservation.py
+    runs the real one): print the UUID of the GPU the device plugin gave it. Nothing writes
+    the annotation but the scheduler's backend, which reads this through pods/log."""
     labels = pod["metadata"].get("labels") or {}
     if labels.get(o.COMPONENT) == o.RESERVATION and devices:
-        fake.patch_object(
-            "pods",
-            pod["metadata"]["namespace"],
-            pod["metadata"]["name"],
-            {"metadata": {"annotations": {o.GPU_UUID: devices[0]}}},
+        fake.write_log(
+            pod["metadata"]["namespace"], pod["metadata"]["name"], f"{o.UUID_LINE}{devices[0]}"
         )
 
 
@@ -90,6 +88,15 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield Cluster(fake.kubeconfig(str(tmp_path / "kubeconfig")), "default", fake)
     finally:
         fake.stop()
+
+
+@pytest.fixture
+def kube_default(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
+    """KubeSpawner loads the default kubeconfig at construction (path read at import)."""
+    from kubernetes_asyncio.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", cluster.kubeconfig)
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
 
 
 def backend_for(cluster: Cluster, **traits: Any) -> KubernetesBackend:

@@ -23,8 +23,9 @@ What it serves (``/api/v1`` and ``/apis/<group>/<version>``):
 
 The simulation, run after every change:
 
-- *scheduler*: a pending pod goes to the first ready node matching its ``nodeSelector``
-  (and ``spec.nodeName`` if set) with enough allocatable ``nvidia.com/gpu`` left; otherwise
+- *scheduler*: a pending pod goes to the first ready node matching its ``nodeSelector``,
+  required node affinity and taints (and ``spec.nodeName`` if set) with enough allocatable
+  ``nvidia.com/gpu`` left; otherwise
   it stays pending with a ``FailedScheduling`` event;
 - *kubelet*: a scheduled pod becomes Running after ``start_delay`` seconds, with GPUs handed
   out by a simulated device plugin (UUIDs ``GPU-<node>-<i>``); tests end pods with
@@ -38,8 +39,27 @@ The simulation, run after every change:
   conditions; deleting a job with ``propagationPolicy`` Background/Foreground deletes its
   pods (the default, as for ``batch/v1`` on a real server, orphans them).
 
-What it leaves out: authentication, admission, defaulting beyond the fields above, quotas,
-affinity and taints, and pod restarts (``restartPolicy`` is treated as ``Never``).
+Refusing what a real server refuses:
+
+- every object a client writes is validated against the schemas of ``schema_version``
+  (kubernetes-validate, unknown fields refused): 422 ``Invalid``;
+- ``grant(token, user, rules)``: requests bearing that token may do only what the RBAC rules
+  allow (``rules_for_service_account`` reads them from rendered Roles and bindings;
+  ``Z2JH_HUB_RULES`` is z2jh's hub Role): 403 ``Forbidden`` worded as RBAC words it;
+- node taints against pod tolerations, with the ExtendedResourceToleration admission plugin;
+- ``pods/log`` (``write_log`` is what a container prints; ``tailLines``, ``follow``), 400 while
+  the container waits to start;
+- a force-deleted running pod's GPUs stay held for ``force_delete_hold`` seconds, and a pod
+  the device plugin cannot serve fails with ``UnexpectedAdmissionError``;
+- the Job controller counts a pod that ends Failed as a failure, deleted or not, unless the
+  Job is suspended (job-tracking finalizers); ``evict`` gives a pod ``DisruptionTarget`` and
+  deletes it, as a drain does;
+- a Job's pod template is immutable, except its scheduling directives while the Job is
+  suspended and not started (422).
+
+What it leaves out: authentication beyond bearer tokens, other admission plugins, defaulting
+beyond the fields above, quotas, preferred affinity, volume attachment, pod failure
+policies, and pod restarts (``restartPolicy`` is treated as ``Never``).
 """
 
 from __future__ import annotations
@@ -210,6 +230,167 @@ def json_patch(target: Obj, operations: list[Obj]) -> Obj:
     return result
 
 
+def _tolerates(toleration: Obj, taint: Obj) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+SCHEDULING_DIRECTIVES = ("nodeSelector", "affinity", "tolerations", "schedulingGates")
+
+
+def _job_template_change(current: Obj, new: Obj) -> str:
+    """Why a real API server refuses this change of a Job's pod template, or "": the
+    template is immutable, except its scheduling directives (and labels, annotations)
+    while the Job is suspended and has not started (``status.startTime`` unset;
+    JobMutableNodeSchedulingDirectives)."""
+    before = (current.get("spec") or {}).get("template") or {}
+    after = (new.get("spec") or {}).get("template") or {}
+    if before == after:
+        return ""
+    mutable = bool((current.get("spec") or {}).get("suspend")) and not (
+        current.get("status") or {}
+    ).get("startTime")
+    spec_rest = [
+        {k: v for k, v in (t.get("spec") or {}).items() if k not in SCHEDULING_DIRECTIVES}
+        for t in (before, after)
+    ]
+    meta_rest = [
+        {k: v for k, v in (t.get("metadata") or {}).items() if k not in ("labels", "annotations")}
+        for t in (before, after)
+    ]
+    if mutable and spec_rest[0] == spec_rest[1] and meta_rest[0] == meta_rest[1]:
+        return ""
+    return "spec.template: Invalid value: field is immutable" + (
+        "" if mutable else " (scheduling directives only while suspended and never started)"
+    )
+
+
+def _requirement(value: str | None, requirement: Obj) -> bool:
+    operator, values = requirement.get("operator"), requirement.get("values") or []
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    raise ApiError(422, "Invalid", f"unsupported node selector operator {operator}")
+
+
+def _affinity_matches(spec: Obj, node: Obj) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution: any term, all of its requirements
+    (``matchExpressions`` on labels, ``matchFields`` on ``metadata.name``)."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not required:
+        return True
+    labels = node["metadata"].get("labels") or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        if all(
+            _requirement(labels.get(r["key"]), r) for r in term.get("matchExpressions") or []
+        ) and all(
+            _requirement(node["metadata"]["name"] if r["key"] == "metadata.name" else None, r)
+            for r in term.get("matchFields") or []
+        ):
+            return True
+    return False
+
+
+def _untolerated(node: Obj, tolerations: list[Obj]) -> str:
+    """The first NoSchedule/NoExecute taint of ``node`` no toleration matches, or ""."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
+    return ""
+
+
+def _extended_resource_toleration(spec: Obj) -> None:
+    """The ExtendedResourceToleration admission plugin: a pod asking an extended resource
+    (``nvidia.com/gpu``) tolerates the taint of the same key."""
+    names = set()
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            names.update(n for n in (resources.get(part) or {}) if "/" in n)
+    for name in sorted(names):
+        toleration = {"key": name, "operator": "Exists", "effect": "NoSchedule"}
+        if toleration not in (spec.get("tolerations") or []):
+            spec.setdefault("tolerations", []).append(toleration)
+
+
+# --- authorization (RBAC) -------------------------------------------------------------------
+
+# z2jh's hub Role (jupyterhub/zero-to-jupyterhub-k8s, templates/hub/rbac.yaml, 3.x and 4.x):
+# what FracKubeSpawner may do in the notebooks' namespace. No patch, no pods/log.
+Z2JH_HUB_RULES: list[Obj] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+        "verbs": ["get", "watch", "list", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+
+def rules_for_service_account(
+    documents: list[Obj], namespace: str, name: str
+) -> list[tuple[str | None, Obj]]:
+    """(namespace or None for cluster-wide, rule) of every Role and ClusterRole that the
+    RoleBindings and ClusterRoleBindings in ``documents`` (rendered manifests) grant the
+    service account ``namespace/name``."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in documents
+        if d.get("kind") in ("Role", "ClusterRole")
+    }
+    out: list[tuple[str | None, Obj]] = []
+    for binding in documents:
+        if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == name
+            and s.get("namespace") == namespace
+            for s in binding.get("subjects") or []
+        ):
+            continue
+        ref = binding["roleRef"]
+        bound_ns = (
+            binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        )
+        role = roles.get(
+            (ref["kind"], bound_ns or "" if ref["kind"] == "Role" else "", ref["name"])
+        )
+        if role is None:
+            continue
+        out.extend((bound_ns, rule) for rule in role.get("rules") or [])
+    return out
+
+
+def _allowed(
+    rules: list[tuple[str | None, Obj]], verb: str, group: str, resource: str, namespace: str
+) -> bool:
+    for scope, rule in rules:
+        if scope is not None and scope != namespace:
+            continue
+        if (
+            group in rule.get("apiGroups", [])
+            and resource in rule.get("resources", [])
+            and verb in rule.get("verbs", [])
+        ):
+            return True
+    return False
+
+
 # --- the server ---------------------------------------------------------------------------
 
 
@@ -231,8 +412,12 @@ class _Watcher:
 class FakeKube:
     """The fake cluster; see the module docstring. Test-facing methods are thread-safe."""
 
-    def __init__(self, *, start_delay: float = 0.02, history: int = 10_000) -> None:
+    def __init__(
+        self, *, start_delay: float = 0.02, history: int = 10_000, schema_version: str = "1.32.0"
+    ) -> None:
         self.start_delay = start_delay
+        self.schema_version = schema_version
+        """Objects clients write are validated against this Kubernetes version's schemas."""
         self.ignore_sigterm = False
         """True: running pods ignore SIGTERM and are killed after their grace period."""
         self.on_running: list[Hook] = []
@@ -248,6 +433,12 @@ class FakeKube:
         self._watchers: set[_Watcher] = set()
         self._faults: list[dict[str, Any]] = []
         self._devices: dict[str, list[str]] = {}  # pod uid -> GPU uuids
+        self.force_delete_hold = 0.5
+        """Seconds a force-deleted (grace 0) running pod's GPUs stay in use: the API forgets
+        the pod at once, the container on the node is still stopping."""
+        self._held: dict[str, list[str]] = {}  # uid of a force-deleted pod -> its GPUs
+        self._logs: dict[str, list[str]] = {}  # pod uid -> lines its container printed
+        self._tokens: dict[str, tuple[str, list[tuple[str | None, Obj]]]] = {}
         self._job_counted: dict[str, set[str]] = {}  # job uid -> pod uids counted
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
@@ -304,13 +495,14 @@ class FakeKube:
         self._thread.join(5)
         self._loop = None
 
-    def kubeconfig(self, path: str, namespace: str = "default") -> str:
-        """Write a kubeconfig for this server to ``path`` and return the path."""
+    def kubeconfig(self, path: str, namespace: str = "default", token: str = "fake-token") -> str:
+        """Write a kubeconfig for this server to ``path`` and return the path; ``token`` is
+        the bearer token (an admin unless ``grant`` limited it)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "fake",
@@ -349,9 +541,13 @@ class FakeKube:
         product: str = "NVIDIA-A100-SXM4-80GB",
         labels: dict[str, str] | None = None,
         gfd: bool = True,
+        taints: list[Obj] | None = None,
+        hostname: str = "",
     ) -> None:
-        """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does."""
-        all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does;
+        ``hostname``: its kubernetes.io/hostname label where that differs from its name
+        (hostname-override, FQDN node names)."""
+        all_labels = {"kubernetes.io/hostname": hostname or name, "kubernetes.io/os": "linux"}
         if gfd and gpus:
             all_labels.update(
                 {
@@ -365,7 +561,7 @@ class FakeKube:
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
         node = {
             "metadata": {"name": name, "labels": all_labels},
-            "spec": {},
+            "spec": {"taints": list(taints)} if taints else {},
             "status": {
                 "capacity": dict(resources),
                 "allocatable": dict(resources),
@@ -389,9 +585,65 @@ class FakeKube:
         """The pod's process exits with ``exit_code`` (Succeeded when 0, else Failed)."""
         self.call(self._terminate, namespace, name, exit_code, "exited")
 
+    def evict(self, namespace: str, name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """A drain or eviction: the pod gets the DisruptionTarget condition, then is deleted
+        (its container gets SIGTERM), as the Eviction API and the taint manager do."""
+
+        def run() -> None:
+            pod = copy.deepcopy(self._get("pods", namespace, name))
+            pod["status"]["conditions"] = [
+                *(pod["status"].get("conditions") or []),
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": reason,
+                    "message": "Eviction API: evicting",
+                },
+            ]
+            pod = self._set_status("pods", pod)
+            self._delete_pod(pod, None)
+
+        self.call(run)
+
     def exit_on_sigterm(self, namespace: str, name: str) -> None:
         """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
         self.call(self._terminate, namespace, name, 143, "SIGTERM")
+
+    def validate(self, plural: str, obj: Obj) -> None:
+        """What a client writes must be a valid object of the pinned Kubernetes version
+        (kubernetes-validate's schemas), unknown fields refused (as ``fieldValidation=Strict``
+        does): 422 Invalid naming the field."""
+        if not self.schema_version:
+            return
+        import kubernetes_validate
+
+        kind, api_version, _ = RESOURCES[plural]
+        document = {**obj, "kind": kind, "apiVersion": api_version}
+        try:
+            kubernetes_validate.validate(document, self.schema_version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            where = ".".join(str(part) for part in error.path) or "(root)"
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind} "{(obj.get("metadata") or {}).get("name", "")}" is invalid: '
+                f"{where}: {error.message}",
+            ) from None
+
+    def grant(self, token: str, user: str, rules: list[tuple[str | None, Obj]]) -> None:
+        """Requests with ``token`` may do only what ``rules`` allow ((namespace or None for
+        cluster-wide, PolicyRule)); anything else is 403 Forbidden, worded as RBAC words it.
+        Tokens never granted are cluster admins."""
+        self.call(self._tokens.__setitem__, token, (user, list(rules)))
+
+    def write_log(self, namespace: str, name: str, text: str) -> None:
+        """What the pod's container prints (read back through ``pods/log``)."""
+
+        def run() -> None:
+            uid = self._get("pods", namespace, name)["metadata"]["uid"]
+            self._logs.setdefault(uid, []).extend(text.splitlines())
+
+        self.call(run)
 
     def compact(self) -> None:
         """Forget the watch history, so a watch from any older resourceVersion gets 410."""
@@ -423,7 +675,10 @@ class FakeKube:
                 "path": re.compile(path_re),
                 "code": code,
                 "times": times,
-                "reason": reason or {409: "Conflict", 500: "InternalError"}.get(code, "Error"),
+                "reason": reason
+                or {409: "Conflict", 429: "TooManyRequests", 500: "InternalError"}.get(
+                    code, "Error"
+                ),
             },
         )
 
@@ -515,6 +770,7 @@ class FakeKube:
         spec = obj.setdefault("spec", {}) if plural in ("pods", "jobs", "services") else None
         if plural == "pods":
             assert spec is not None
+            _extended_resource_toleration(spec)
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("restartPolicy", "Always")
             obj.setdefault("status", {})["phase"] = "Pending"
@@ -591,6 +847,11 @@ class FakeKube:
 
     def _delete_pod(self, pod: Obj, grace: Any) -> Obj:
         meta, status = pod["metadata"], pod.get("status", {})
+        if status.get("phase") == "Running" and grace == 0 and self._devices.get(meta["uid"]):
+            uid = meta["uid"]
+            self._held[uid] = list(self._devices[uid])
+            assert self._loop is not None
+            self._loop.call_later(self.force_delete_hold, self._release_held, uid)
         if status.get("phase") != "Running" or grace == 0:
             return self._delete_now("pods", meta["namespace"], meta["name"])
         if meta.get("deletionTimestamp"):
@@ -613,6 +874,10 @@ class FakeKube:
                 0.01, self._terminate, meta["namespace"], meta["name"], 143, "SIGTERM"
             )
         return pod
+
+    def _release_held(self, uid: str) -> None:
+        self._held.pop(uid, None)
+        self._schedule_reconcile()
 
     @staticmethod
     def _container_name(pod: Obj) -> str:
@@ -706,6 +971,12 @@ class FakeKube:
                 labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()
             ):
                 continue
+            if not _affinity_matches(spec, node):
+                continue
+            untolerated = _untolerated(node, spec.get("tolerations") or [])
+            if untolerated:
+                reasons.append(f"node {name}: untolerated taint {untolerated}")
+                continue
             used = sum(
                 self._gpu_request(other)
                 for (p, _, _), other in self._objects.items()
@@ -757,11 +1028,30 @@ class FakeKube:
         ):
             return
         node = pod["spec"]["nodeName"]
-        taken = {uuid_ for uid, uuids in self._devices.items() for uuid_ in uuids}
+        taken = {
+            uuid_
+            for devices in (*self._devices.values(), *self._held.values())
+            for uuid_ in devices
+        }
         node_obj = self._objects.get(("nodes", "", node))
         count = int(node_obj["status"]["allocatable"].get(GPU, 0)) if node_obj else 0
         free = [f"GPU-{node}-{i}" for i in range(count) if f"GPU-{node}-{i}" not in taken]
-        devices = free[: self._gpu_request(pod)]
+        wanted = self._gpu_request(pod)
+        if len(free) < wanted:
+            # the kubelet's device manager: the scheduler counted the API's pods, the node
+            # still has a force-deleted container on the device
+            pod = copy.deepcopy(pod)
+            pod["status"].update(
+                {
+                    "phase": "Failed",
+                    "reason": "UnexpectedAdmissionError",
+                    "message": "Allocate failed due to requested number of devices unavailable "
+                    f"for {GPU}. Requested: {wanted}, Available: {len(free)}",
+                }
+            )
+            self._set_status("pods", pod)
+            return
+        devices = free[:wanted]
         self._devices[pod["metadata"]["uid"]] = devices
         pod = copy.deepcopy(pod)
         pod["status"].update(
@@ -873,7 +1163,10 @@ class FakeKube:
                     done_indexes.add(
                         int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
                     )
-            elif not pod["metadata"].get("deletionTimestamp"):
+            elif not (pod["metadata"].get("deletionTimestamp") and spec.get("suspend")):
+                # isPodFailed with job-tracking finalizers: a pod that ends Failed counts,
+                # deleted or not (an eviction, FracHub's own short-grace delete), unless the
+                # Job is suspended (the controller removed it)
                 status["failed"] = status.get("failed", 0) + 1
         if indexed:
             status["completedIndexes"] = ",".join(str(i) for i in sorted(done_indexes))
@@ -1017,13 +1310,43 @@ class _Handler(web.RequestHandler):
                     await asyncio.sleep(60)
                     return
                 error = ApiError(fault["code"], fault["reason"], f"injected {fault['code']}")
+                if fault["code"] == 429:  # API priority and fairness says when to come back
+                    self.set_header("Retry-After", str(fault.get("retry_after", 1)))
                 self._send(error.status(), fault["code"])
                 return
         try:
             plural, namespace, name, sub = self._parse()
+            self._authorize(method, plural, namespace, name, sub)
             await getattr(self, f"_{method.lower()}")(plural, namespace, name, sub)
         except ApiError as error:
             self._send(error.status(), error.code)
+
+    def _authorize(
+        self, method: str, plural: str, namespace: str, name: str | None, sub: str | None
+    ) -> None:
+        header = self.request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip()
+        if token not in self.fake._tokens:
+            return
+        user, rules = self.fake._tokens[token]
+        parts = [p for p in urlparse(self.request.path).path.split("/") if p]
+        group = "" if parts[0] == "api" else parts[1]
+        if method == "GET":
+            watching = self._query().get("watch", "").lower() in ("true", "1")
+            verb = "get" if name is not None else ("watch" if watching else "list")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
+            verb = verb or ("delete" if name is not None else "deletecollection")
+        resource = f"{plural}/{sub}" if sub else plural
+        if not _allowed(rules, verb, group, resource, namespace):
+            where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+            target = f'{plural} "{name}"' if name else plural
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+                f'in API group "{group}"{where}',
+            )
 
     async def get(self, _path: str) -> None:
         await self._dispatch("GET")
@@ -1042,6 +1365,9 @@ class _Handler(web.RequestHandler):
 
     async def _get(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
         fake = self.fake
+        if plural == "pods" and sub == "log" and name is not None:
+            await self._pod_log(namespace, name)
+            return
         if name is not None:
             self._send(fake._get(plural, namespace, name))
             return
@@ -1067,6 +1393,47 @@ class _Handler(web.RequestHandler):
                 "items": items,
             }
         )
+
+    def _check_immutable(
+        self, plural: str, namespace: str, name: str, new: Obj, sub: str | None
+    ) -> None:
+        if plural != "jobs" or sub == "status":
+            return
+        why = _job_template_change(self.fake._get(plural, namespace, name), new)
+        if why:
+            raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: {why}')
+
+    async def _pod_log(self, namespace: str, name: str) -> None:
+        """``pods/log``: text; ``tailLines``; ``follow`` streams until the pod ends."""
+        fake = self.fake
+        pod = fake._get("pods", namespace, name)
+        if not pod["spec"].get("nodeName") or (
+            pod["status"].get("phase") == "Pending" and not fake._logs.get(pod["metadata"]["uid"])
+        ):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{fake._container_name(pod)}" in pod "{name}" is waiting to start',
+            )
+        query = self._query()
+        uid = pod["metadata"]["uid"]
+        lines = list(fake._logs.get(uid, []))
+        if query.get("tailLines"):
+            lines = lines[-int(query["tailLines"]) :] if int(query["tailLines"]) else []
+        self.set_header("Content-Type", "text/plain")
+        self.write("".join(line + "\n" for line in lines))
+        if query.get("follow", "").lower() in ("true", "1"):
+            sent = len(fake._logs.get(uid, []))
+            while True:
+                await self.flush()
+                current = fake._objects.get(("pods", namespace, name))
+                new = fake._logs.get(uid, [])[sent:]
+                sent += len(new)
+                self.write("".join(line + "\n" for line in new))
+                if current is None or current["status"].get("phase") in TERMINAL:
+                    break
+                await asyncio.sleep(0.05)
+        self.finish()
 
     async def _watch(
         self, plural: str, namespace: str | None, labels: str, fields: str, query: dict[str, str]
@@ -1113,6 +1480,7 @@ class _Handler(web.RequestHandler):
 
     async def _post(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
         body = self._body()
+        self.fake.validate(plural, body)
         self._send(self.fake._create(plural, namespace, body), 201)
 
     async def _put(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
@@ -1123,6 +1491,8 @@ class _Handler(web.RequestHandler):
         if RESOURCES[plural][2]:
             body["metadata"]["namespace"] = namespace
         rv = body["metadata"].get("resourceVersion")
+        self.fake.validate(plural, body)
+        self._check_immutable(plural, namespace, name, body, sub)
         self._send(self.fake._update(plural, body, check_rv=rv, status=sub == "status"))
 
     async def _patch(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:
@@ -1140,6 +1510,8 @@ class _Handler(web.RequestHandler):
             if sub != "status":
                 new["status"] = current.get("status")
         new["metadata"]["name"] = name
+        self.fake.validate(plural, new)
+        self._check_immutable(plural, namespace, name, new, sub)
         self._send(self.fake._update(plural, new, check_rv=rv, status=sub == "status"))
 
     async def _delete(self, plural: str, namespace: str, name: str | None, sub: str | None) -> None:

@@ -125,7 +125,7 @@ def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
             assert handle["jobs"] == ["frachub-1-0"]
             job = cluster.jobs(f"{o.WORKLOAD}=1")[0]
             assert job["spec"]["suspend"] is False  # admitted
-            assert job["spec"]["template"]["spec"]["nodeSelector"] == {o.HOSTNAME: "node-a"}
+            assert o.pinned_node(job["spec"]["template"]["spec"]) == "node-a"
             assert job["spec"]["completionMode"] == "Indexed"
             labels = job["metadata"]["labels"]
             assert labels[o.USER] == "alice-example.org" and labels[o.PROJECT] == "vision"
@@ -337,9 +337,7 @@ def test_gang_across_nodes_is_one_indexed_job_per_node(cluster: Cluster, backend
             assert handle["jobs"] == ["frachub-9-0-g0", "frachub-9-0-g1"]
             jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{o.WORKLOAD}=9")}
             assert jobs["frachub-9-0-g0"]["spec"]["completions"] == 2
-            assert jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]["nodeSelector"] == {
-                o.HOSTNAME: "node-b"
-            }
+            assert o.pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == "node-b"
             pods = await pods_of(cluster, 9, 3)
             assert {p["spec"]["nodeName"] for p in pods} == {"node-a", "node-b"}
             on_b = next(p for p in pods if p["spec"]["nodeName"] == "node-b")
@@ -463,6 +461,30 @@ def test_server_errors_and_timeouts_are_retried(cluster: Cluster, backend: Any) 
             handle = await made.start(make_job(16, [("node-a", [0], 1.0)]))
             assert handle["jobs"] == ["frachub-16-0"]
             await pods_of(cluster, 16)
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_429_waits_as_long_as_retry_after_says(cluster: Cluster, backend: Any) -> None:
+    """API priority and fairness answers 429 with Retry-After; the client waits that long
+    (not its own 0.1-0.2 s first backoff) before trying again."""
+    fake = cluster.require_fake("injects API errors")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            fake.fail_next("POST", r"/jobs$", 429)
+            began = asyncio.get_running_loop().time()
+            await made.start(make_job(17, [("node-a", [0], 1.0)]))
+            assert asyncio.get_running_loop().time() - began >= 1.0
+            posts = [
+                path
+                for method, path in fake.requests
+                if method == "POST" and path.endswith("/jobs")
+            ]
+            assert len(posts) == 2
         finally:
             await made.close()
 
@@ -636,5 +658,191 @@ def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
         await asyncio.wait_for(waiting, 3)
         assert second.elector is not None and second.elector.is_leader
         await second.close()
+
+    run(scenario)
+
+
+def test_a_fractional_gang_on_one_node_sees_its_reserved_gpus_in_rank_order(
+    cluster: Cluster, backend: Any
+) -> None:
+    """Reservation mode names shares by UUID, so each pod of a 2 x 0.5 gang is shown both
+    reserved GPUs, its own at cuda:LOCAL_RANK (torchrun's set_device(LOCAL_RANK))."""
+    cluster.require_fake("reads the pods' environment")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(31, [("node-a", [2], 0.5), ("node-a", [1], 0.5)]))
+            pods = await pods_of(cluster, 31, count=2)
+            uuid_of = made.inventory().uuid
+            shown = f"{uuid_of('node-a', 2)},{uuid_of('node-a', 1)}"
+            for pod in pods:
+                assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == shown
+            commands = sorted(" ".join(p["spec"]["containers"][0]["command"]) for p in pods)
+            assert "RANK=0; LOCAL_RANK=0" in commands[0] + commands[1]
+            assert "RANK=1; LOCAL_RANK=1" in commands[0] + commands[1]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_gpus_held_by_pods_frachub_did_not_create_are_left_out(
+    cluster: Cluster, backend: Any
+) -> None:
+    fake = cluster.require_fake("creates another team's pod")
+    fake.call(fake._put_namespace, "other-team")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            assert {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 4
+            fake.call(
+                fake._create,
+                "pods",
+                "other-team",
+                {
+                    "metadata": {"name": "their-training"},
+                    "spec": {
+                        "nodeSelector": {o.HOSTNAME: "node-a"},
+                        "containers": [{"name": "main", "resources": {"limits": {o.GPU: "3"}}}],
+                    },
+                },
+            )
+            await eventually(
+                lambda: {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 1,
+                what="node-a down to the one GPU nobody else holds",
+            )
+            await made.start(make_job(41, [("node-a", [0], 1.0)]))  # FracHub's own: not foreign
+            await pods_of(cluster, 41)
+            assert {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 1
+            fake.call(fake._delete_now, "pods", "other-team", "their-training")
+            await eventually(
+                lambda: {n.name: n.gpus for n in made.inventory().nodes}["node-a"] == 4,
+                what="node-a whole again",
+            )
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_pods_are_pinned_by_node_name_where_the_hostname_label_differs(
+    cluster: Cluster, backend: Any
+) -> None:
+    """hostname-override or FQDN node names: kubernetes.io/hostname is not the Node's name,
+    so a nodeSelector on it would match no node; affinity on metadata.name does."""
+    fake = cluster.require_fake("adds a node whose hostname label differs")
+    fake.add_node("gpu-1.cluster.internal", gpus=2, hostname="gpu-1")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(51, [("gpu-1.cluster.internal", [0], 1.0)]))
+            await made.start(make_job(52, [("gpu-1.cluster.internal", [1], 0.5)]))
+            for workload_id in (51, 52):
+                (pod,) = await pods_of(cluster, workload_id)
+                assert pod["spec"]["nodeName"] == "gpu-1.cluster.internal"
+            reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
+            assert o.pinned_node(reservation["spec"]) == "gpu-1.cluster.internal"
+        finally:
+            await made.close()
+        labelled = await backend(node_label=o.HOSTNAME)  # the old way: pinned by the label
+        try:
+            await labelled.start(make_job(53, [("gpu-1.cluster.internal", [1], 1.0)]))
+            await asyncio.sleep(0.5)
+            (job,) = cluster.jobs(f"{o.WORKLOAD}=53")
+            assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+                o.HOSTNAME: "gpu-1.cluster.internal"
+            }
+            assert all(o.pod_phase(p) == "Pending" for p in cluster.pods(f"{o.WORKLOAD}=53"))
+        finally:
+            await labelled.close()
+
+    run(scenario)
+
+
+def test_an_evicted_pod_is_lost_and_requeued_not_failed(cluster: Cluster, backend: Any) -> None:
+    """A drain or eviction gives the pod DisruptionTarget; with backoffLimit 0 the Job
+    fails, but the program did not: the attempt ends with no exit code (the service
+    requeues it) and a message saying why."""
+    fake = cluster.require_fake("evicts a pod")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(61, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 61)
+            fake.evict(cluster.namespace, pod["metadata"]["name"])
+            [end] = await exits_of(made)
+            assert end.workload_id == 61 and end.exit_code is None, end
+            assert "disrupted (EvictionByEvictionAPI" in end.message
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_stop_whose_deleted_pods_fail_the_job_is_still_a_stop(
+    cluster: Cluster, backend: Any
+) -> None:
+    """The Job controller counts pods deleted while the Job is not (yet) suspended as
+    failures (job-tracking finalizers); a stop FracHub asked for stays a stop."""
+    fake = cluster.require_fake("deletes a pod behind the backend's back")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            handle = await made.start(make_job(62, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 62)
+            attempt = made._attempts[handle["attempt"]]
+            attempt.stopping = True  # the stop is under way; its pod goes first
+            fake.call(
+                fake._delete_pod, fake.get("pods", cluster.namespace, pod["metadata"]["name"]), 0
+            )
+            await made.stop(62, handle, 0)
+            [end] = await exits_of(made)
+            assert end.exit_code != 0 and end.message.startswith("stopped"), end
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_retried_start_leaves_a_started_jobs_template_alone(
+    cluster: Cluster, backend: Any
+) -> None:
+    """A started Job's pod template is immutable on a real server (the fake refuses it
+    too): a retried start that finds its Job running, here one an older FracHub pinned with
+    a nodeSelector, takes it over without re-admitting it."""
+    fake = cluster.require_fake("edits a Job as an older version left it")
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            job = make_job(15, [("node-a", [0], 1.0)])
+            await made.start(job)
+            await pods_of(cluster, 15)
+            name = o.attempt_name(15, 0)
+            current = fake.get("jobs", cluster.namespace, name)
+            assert current is not None
+            template = current["spec"]["template"]["spec"]
+            template.pop("affinity")
+            template["nodeSelector"] = {o.HOSTNAME: "node-a"}
+            fake.call(fake._update, "jobs", current)  # as an older FracHub admitted it
+            with pytest.raises(Exception, match=r"422.*immutable"):
+                await made.kube.call(  # type: ignore[union-attr]
+                    made.kube.batch.patch_namespaced_job,  # type: ignore[union-attr]
+                    name,
+                    cluster.namespace,
+                    o.admit_patch("node-a", made.settings),
+                    _content_type="application/merge-patch+json",
+                )
+            again = await made.start(job)
+            assert again["jobs"] == [name]
+            assert len(await pods_of(cluster, 15)) == 1
+            assert len(cluster.jobs(f"{o.WORKLOAD}=15")) == 1
+        finally:
+            await made.close()
 
     run(scenario)

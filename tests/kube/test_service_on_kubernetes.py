@@ -12,17 +12,16 @@ leave no workload active. The restart test comes last: it kills and restarts tha
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from service_client import checked, submit, wait_for, wait_state, workload
 
 from scheduler.backends.kubernetes import objects as o
@@ -62,12 +61,7 @@ c.KubernetesBackend.lease_retry_seconds = 0.2
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
 
 
@@ -380,6 +374,38 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
     assert len(training(fake, "pods", job["id"])) == 1
 
 
+def test_job_logs_come_from_the_pods(client, fake) -> None:
+    """GET workloads/{id}/logs reads the pod's log through pods/log: per replica, tail, and
+    follow until the pod ends."""
+    alice = client("vision")
+    job = submit(alice, command="python train.py", gpus=0.5, replicas=2)
+    wait_state(alice, job["id"], "running")
+    pods = running_pods(fake, job["id"], count=2)
+    by_rank = {o.pod_rank(pod): pod for pod in pods}
+    for rank, pod in by_rank.items():
+        fake.write_log(
+            NAMESPACE, pod["metadata"]["name"], f"rank {rank} epoch 1\nrank {rank} epoch 2"
+        )
+    assert checked(alice.get(f"workloads/{job['id']}/logs")).text == (
+        "rank 0 epoch 1\nrank 0 epoch 2\n"
+    )
+    assert checked(alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1")).text == (
+        "rank 1 epoch 2\n"
+    )
+
+    def later() -> None:  # the job prints while the client follows, then ends
+        time.sleep(1.0)
+        fake.write_log(NAMESPACE, by_rank[0]["metadata"]["name"], "rank 0 epoch 3")
+        time.sleep(0.5)
+        finish(fake, by_rank[0], 0)
+
+    threading.Thread(target=later).start()
+    with alice.stream("GET", f"workloads/{job['id']}/logs?follow=1&tail=0", timeout=20) as stream:
+        received = list(stream.iter_lines())  # ends with the pod
+    assert received == ["rank 0 epoch 3"], received
+    drain(alice)
+
+
 def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     client, fake, service: ServiceProcess
 ) -> None:
@@ -414,7 +440,12 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
         5,
         "the finisher's Job failed",
     )
-    service.start()
+    service.start()  # a standby until the dead one's Lease expires: 503 until then
+    wait_for(
+        lambda: httpx.get(f"{service.api_url}health", timeout=2).status_code == 200,
+        20,
+        "the restarted service holding the Lease (health 200)",
+    )
 
     done = wait_state(bob, finisher["id"], "failed", "succeeded")
     assert done["exit_code"] == 7, done

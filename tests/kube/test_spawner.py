@@ -64,19 +64,17 @@ async def create(spawner: FracKubeSpawner) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture
-def kube_default(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> None:
-    """KubeSpawner loads the default kubeconfig at construction (path read at import)."""
-    from kubernetes_asyncio.config import kube_config
-
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", cluster.kubeconfig)
-    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
-
-
 def test_fractional_notebook_is_placed_on_the_reserved_gpu(
-    cluster: Cluster, kube_default: None
+    cluster: Cluster, kube_default: None, backend: Any
 ) -> None:
     async def scenario() -> None:
+        scheduler = await backend()  # writes the UUID the reservation pod prints onto it
+        try:
+            await place(scheduler)
+        finally:
+            await scheduler.close()
+
+    async def place(scheduler: Any) -> None:
         spawner = make_spawner(cluster, allocation(0.25))
         body = await create(spawner)
         spec = body["spec"]

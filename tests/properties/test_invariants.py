@@ -243,7 +243,7 @@ def scenario_docs(draw) -> dict:
     run_until = draw(st.sampled_from([None, None, 60, 150]))
     if run_until is not None:
         doc["run_until"] = run_until
-    placement = draw(st.sampled_from(["pack", "pack", "spread"]))
+    placement = draw(st.sampled_from(["pack", "pack", "spread", "frachub"]))
     if placement != "pack":
         doc["placement"] = placement
     return doc

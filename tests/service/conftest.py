@@ -5,6 +5,8 @@
     api            api(token) -> httpx.Client on the frachub API through the proxy
     start_service  start_service(config_text, command=None, env=None) -> ServiceProcess
                    (external mode, stopped after the test)
+    postgres       a throwaway PostgreSQL server for the session (tests/postgres.py);
+                   ``database_config(request, kind)`` puts a service on SQLite or on it
 
 Every test in this folder is marked ``service``; ``pytest -m "not service"`` skips them.
 Without jupyterhub or configurable-http-proxy (source scripts/proxy.sh) they skip,
@@ -13,15 +15,14 @@ except in CI (CI=true), where that is an error.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
+from postgres import PostgresServer
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,13 +41,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
-    with Hub(tmp_path_factory.mktemp("hub")) as running:
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL cluster for the session (tests/postgres.py)."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+DATABASES = ["sqlite", "postgresql"]
+"""Params of the fixtures that run the service core on both stores."""
+
+
+def database_config(request: pytest.FixtureRequest, kind: str) -> str:
+    """Config lines putting the service's store on ``kind``: nothing for SQLite (the default
+    file in the data dir), a fresh database on the session's server for PostgreSQL."""
+    if kind == "sqlite":
+        return ""
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return f"\nc.FracHubService.db_url = {server.database()!r}\n"
 
 
 _serial = itertools.count(1)

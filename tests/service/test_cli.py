@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 from hubharness import ServiceProcess, free_port
-from service_client import checked, service_config, submit, wait_state
+from service_client import checked, service_config, submit, wait_for, wait_state
 
 pytestmark = pytest.mark.service
 
@@ -88,6 +88,26 @@ def submitted_id(result: Result) -> int:
     match = SUBMITTED.match(result.stdout)
     assert match, result.stdout
     return int(match.group(1))
+
+
+def test_submit_names_gpu_models(user, api) -> None:
+    alice = user()
+    client = api(alice.token)
+    job = submitted_id(alice("submit", "-g", "1", "--gpu-model", "declared", "--", "true"))
+    assert checked(client.get(f"workloads/{job}")).json()["gpu_model"] == ["declared"]
+    job = submitted_id(
+        alice("submit", "-g", "1", "--gpu-model", "H100", "--gpu-model", "B200", "--", "true")
+    )
+    reason = wait_for(
+        lambda: (
+            "gpu_model"
+            in (why := checked(client.get(f"workloads/{job}")).json()["pending_reason"] or "")
+            and why
+        ),
+        what="the pending reason",
+    )
+    assert reason.startswith("needs a GPU of model B200 or H100 (its gpu_model)"), reason
+    assert alice("cancel", str(job)).returncode == 0
 
 
 def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
@@ -238,6 +258,20 @@ REFUSALS = [
     ("no-command", ["submit", "--gpus", "1"], {}, 2, "give the command after --"),
     ("bad-id", ["logs", "abc"], {}, 2, "a job id is a number"),
     ("bad-memory", ["submit", "--gpu-memory", "lots", "--", "true"], {}, 2, "not a memory size"),
+    (
+        "long-gpu-model",
+        ["submit", "-g", "1", "--gpu-model", "x" * 254, "--", "true"],
+        {},
+        2,
+        "a GPU model name is 1 to 253 characters",
+    ),
+    (
+        "too-many-gpu-models",
+        ["submit", "-g", "1", *[f"--gpu-model=m{i}" for i in range(17)], "--", "true"],
+        {},
+        1,
+        "frachub: gpu_model: must be a GPU model name",
+    ),
     ("odd-fraction", ["submit", "-g", "0.3333", "--", "true"], {}, 1, "frachub: gpus: fractions"),
     (
         "reserved-env",

@@ -11,7 +11,6 @@ server any more" release is what ends them.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, find_proxy
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from service_client import checked, service_config, wait_for
 
 IDLE_LIMIT = 4
@@ -44,13 +43,8 @@ c.Spawner.http_timeout = 60
 
 @pytest.fixture(scope="module")
 def gpu_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    if not os.environ.get("CI"):
-        if importlib.util.find_spec("jupyterhub") is None:
-            pytest.skip("jupyterhub is not installed")
-        if find_proxy() is None:
-            pytest.skip("configurable-http-proxy not installed: source scripts/proxy.sh")
     work = tmp_path_factory.mktemp("idle-hub")
-    with Hub(work, extra_config=hub_config(work / "home")) as hub:
+    with running_hub(work, extra_config=hub_config(work / "home")) as hub:
         yield hub
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -18,11 +17,25 @@ import httpx
 import pytest
 from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
+from sqlalchemy import create_engine
+
+from scheduler.service.store import engine_url
+
+from .conftest import DATABASES, database_config
 
 
-@pytest.fixture
-def crashable(hub, tmp_path):
-    process = ServiceProcess(hub, service_config(gpus=2, grace=1), tmp_path / "svc").start()
+@pytest.fixture(params=DATABASES)
+def crashable(hub, tmp_path, request):
+    """A service to SIGKILL, on SQLite and on PostgreSQL (``database_url`` says where)."""
+    extra = database_config(request, request.param)
+    process = ServiceProcess(
+        hub, service_config(gpus=2, grace=1, extra=extra), tmp_path / "svc"
+    ).start()
+    process.database_url = (
+        extra.split("=", 1)[1].strip().strip("'")
+        if extra
+        else f"sqlite:///{tmp_path / 'svc' / 'frachub-data' / 'frachub.sqlite'}"
+    )
     yield process
     process.stop()
 
@@ -138,14 +151,18 @@ def test_sigkill_during_a_burst_of_submissions(crashable, alice) -> None:
         thread.join()
     assert not errors, errors[:3]
 
-    database = crashable.workdir / "frachub-data" / "frachub.sqlite"
-    with sqlite3.connect(database) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        rows = db.execute("SELECT id, state, user, project, command FROM workloads").fetchall()
-        without_event = db.execute(
+    engine = create_engine(engine_url(crashable.database_url))
+    with engine.connect() as db:
+        if engine.dialect.name == "sqlite":
+            assert db.exec_driver_sql("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows = db.exec_driver_sql(
+            'SELECT id, state, "user", project, command FROM workloads'
+        ).fetchall()
+        without_event = db.exec_driver_sql(
             "SELECT count(*) FROM workloads w WHERE NOT EXISTS "
             "(SELECT 1 FROM events e WHERE e.workload_id = w.id AND e.type = 'submitted')"
         ).fetchone()[0]
+    engine.dispose()
     stored = {row[0] for row in rows}
     assert set(acknowledged) <= stored
     assert without_event == 0

@@ -1,30 +1,55 @@
-"""The store's schema migrations: an older database is upgraded in place with its rows
-intact, and a database from a newer FracHub is refused with a clear message."""
+"""The store's schema migrations, on SQLite and on PostgreSQL: an older database is upgraded
+in place with its rows intact, and a database from a newer FracHub is refused with a clear
+message."""
 
 from __future__ import annotations
-
-import sqlite3
 
 import pytest
 from alembic import command
 from sqlalchemy import create_engine
 
 from scheduler.service.orm import WorkloadRecord
-from scheduler.service.store import StoreError, _alembic_config, open_store
+from scheduler.service.store import StoreError, _alembic_config, engine_url, open_store
+
+from .conftest import DATABASES
 
 
-def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
-    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
-    engine = create_engine(url)
+@pytest.fixture(params=DATABASES)
+def url(request, tmp_path) -> str:
+    """An empty database: a SQLite file, or a new database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return request.getfixturevalue("postgres").database()
+
+
+def sql(url: str, statement: str) -> list[tuple]:
+    """Run one statement in its own transaction; its rows (if it returns any)."""
+    engine = create_engine(engine_url(url))
+    try:
+        with engine.begin() as connection:
+            result = connection.exec_driver_sql(statement)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def at_revision(url: str, revision: str, insert: str) -> None:
+    engine = create_engine(engine_url(url))
     with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0001")
-        connection.exec_driver_sql(
-            "INSERT INTO workloads (name, user, project, kind, state, command, env, replicas,"
-            " priority, preemptible, min_runtime, submitted_at, start_seq, placement,"
-            " restart_count, preemptions, message) VALUES ('job-1', 'alice', 'vision',"
-            " 'training', 'pending', '\"sleep 1\"', '{}', 1, 50, 1, 0, 1.0, 0, '[]', 0, 0, '')"
-        )
+        command.upgrade(_alembic_config(connection), revision)
+        connection.exec_driver_sql(insert)
     engine.dispose()
+
+
+def test_an_old_database_is_upgraded_with_its_rows(url) -> None:
+    at_revision(
+        url,
+        "0001",
+        'INSERT INTO workloads (name, "user", project, kind, state, command, env, replicas,'
+        " priority, preemptible, min_runtime, submitted_at, start_seq, placement,"
+        " restart_count, preemptions, message) VALUES ('job-1', 'alice', 'vision',"
+        " 'training', 'pending', '\"sleep 1\"', '{}', 1, 50, TRUE, 0, 1.0, 0, '[]', 0, 0, '')",
+    )
     store = open_store(url)
     [record] = store.active_workloads()
     assert (record.name, record.user, record.command, record.claimant_id) == (
@@ -34,25 +59,21 @@ def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
         None,
     )
     store.close()
-    with sqlite3.connect(tmp_path / "old.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+    assert sql(url, "SELECT version_num FROM alembic_version") == [("0004",)]
 
 
-def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> None:
+def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(url) -> None:
     """0003 adds the idle limit and warning to workloads; allocations from before have none."""
-    url = f"sqlite:///{tmp_path / 'v2.sqlite'}"
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0002")
-        connection.exec_driver_sql(
-            "INSERT INTO workloads (name, user, project, kind, state, command, env, server_name,"
-            " gpus, replicas, priority, preemptible, min_runtime, submitted_at, started_at,"
-            " start_seq, placement, restart_count, preemptions, claimant_id, message) VALUES"
-            " ('notebook-alice', 'alice', 'vision', 'interactive', 'running', NULL, '{}', 'gpu',"
-            ' 0.5, 1, 100, 0, 0, 1.0, 2.0, 1, \'[{"node": "ws", "gpus": [[0, 500]]}]\','
-            " 0, 0, NULL, '')"
-        )
-    engine.dispose()
+    at_revision(
+        url,
+        "0002",
+        'INSERT INTO workloads (name, "user", project, kind, state, command, env, server_name,'
+        " gpus, replicas, priority, preemptible, min_runtime, submitted_at, started_at,"
+        " start_seq, placement, restart_count, preemptions, claimant_id, message) VALUES"
+        " ('notebook-alice', 'alice', 'vision', 'interactive', 'running', NULL, '{}', 'gpu',"
+        ' 0.5, 1, 100, FALSE, 0, 1.0, 2.0, 1, \'[{"node": "ws", "gpus": [[0, 500]]}]\','
+        " 0, 0, NULL, '')",
+    )
     store = open_store(url)
     [record] = store.active_workloads()
     assert (record.name, record.server_name, record.state, record.is_allocation) == (
@@ -64,21 +85,20 @@ def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> 
     assert record.placement[0].gpus[0].milli == 500
     assert (record.idle_timeout, record.last_activity, record.idle_stop_at) == (None, None, None)
     assert record.idle_warning is None
+    assert record.gpu_model is None  # 0004: any GPU model
     record.idle_timeout = 3600.0
     record.idle_warning = "idle since 14:05 UTC; ..."
     store.commit()
     store.close()
-    with sqlite3.connect(tmp_path / "v2.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
-        row = db.execute("SELECT idle_timeout, idle_warning FROM workloads").fetchone()
-        assert row == (3600.0, "idle since 14:05 UTC; ...")
+    assert sql(url, "SELECT version_num FROM alembic_version") == [("0004",)]
+    assert sql(url, "SELECT idle_timeout, idle_warning FROM workloads") == [
+        (3600.0, "idle since 14:05 UTC; ...")
+    ]
 
 
-def test_a_newer_database_is_refused(tmp_path) -> None:
-    url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+def test_a_newer_database_is_refused(url) -> None:
     open_store(url).close()
-    with sqlite3.connect(tmp_path / "new.sqlite") as db:
-        db.execute("UPDATE alembic_version SET version_num = '9999'")
+    sql(url, "UPDATE alembic_version SET version_num = '9999'")
     with pytest.raises(StoreError, match="newer version"):
         open_store(url)
 
@@ -127,3 +147,12 @@ def test_a_request_ends_in_commit_or_rollback(tmp_path) -> None:
     store.end(failed=True)
     assert not store.session.in_transaction()
     store.close()
+
+
+def test_a_postgresql_url_uses_the_psycopg_driver() -> None:
+    """What the chart's docs write (postgresql://user@host/db) needs no driver name."""
+    assert engine_url("postgresql://frachub@db/frachub") == (
+        "postgresql+psycopg://frachub@db/frachub"
+    )
+    assert engine_url("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
+    assert engine_url("sqlite:///x.sqlite") == "sqlite:///x.sqlite"

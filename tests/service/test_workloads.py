@@ -11,16 +11,21 @@ import pytest
 from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 
+from .conftest import DATABASES, database_config
+
 PRINT_ENV = (
     'python3 -c "import json, os; print(json.dumps({k: v for k, v in os.environ.items() '
     "if k.startswith(('FRACHUB_', 'CUDA_', 'XLA_', 'TF_'))}))\""
 )
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
+@pytest.fixture(scope="module", params=DATABASES)
+def service(hub, tmp_path_factory, request):
+    """The service on SQLite, then on PostgreSQL (the same tests on both stores)."""
     process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("workloads")
+        hub,
+        service_config(gpus=2, grace=1, extra=database_config(request, request.param)),
+        tmp_path_factory.mktemp("workloads"),
     ).start()
     yield process
     process.stop()

@@ -95,6 +95,7 @@ def test_policy_all_prints_one_object_with_every_policy(trace, capsys):
         "gpupacking",
         "bestfit",
         "fgd",
+        "pack",
         "frachub",
     ]
 

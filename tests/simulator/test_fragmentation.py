@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from scheduler.engine.fragmentation import (
+    FragmentationTable,
     TaskShape,
     node_fragmentation,
     target_workload,
     task_fragmentation,
 )
-from scheduler.openb.fastfrag import FragmentationTable
 
 pytestmark = pytest.mark.simulator
 
@@ -186,7 +186,8 @@ def test_fast_fragmentation_equals_the_plain_function(seed):
         plain = node_fragmentation(free, cpu, mem, MODELS[model], workload)
         assert table.fragmentation(free, cpu, mem, model) == pytest.approx(plain)
         delta, pick = table.row(np.array(free, dtype=np.int64), cpu, mem, model)
-        for k, (kc, km, milli, num) in enumerate(keys):
+        for kc, km, milli, num in keys:
+            k = table.key_index[table.normal((kc, km, milli, num))]
             if kc > cpu or km > mem:
                 continue  # CPU and memory fit are checked by the caller, not the table
             after = []
@@ -206,9 +207,12 @@ def test_fast_fragmentation_equals_the_plain_function(seed):
             elif num == 0:
                 after.append(node_fragmentation(free, cpu - kc, mem - km, MODELS[model], workload))
             if not after:
-                assert delta[k] == np.inf, (free, keys[k])
+                assert delta[k] == np.inf, (free, (kc, km, milli, num))
                 continue
-            assert delta[k] == pytest.approx(min(after) - plain, abs=1e-6), (free, keys[k])
+            assert delta[k] == pytest.approx(min(after) - plain, abs=1e-6), (
+                free,
+                (kc, km, milli, num),
+            )
             if num == 1:
                 # the picked GPU's free milli gives the best delta too
                 new = list(free)

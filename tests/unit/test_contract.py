@@ -14,8 +14,11 @@ from scheduler.contract import (
     contract_env,
     prepend_path,
     rendezvous,
+    visible_gpus,
 )
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.engine.ledger import Ledger
+from scheduler.engine.model import GpuShare, Node, ReplicaPlacement, Request
+from scheduler.engine.placement import Pack, Spread, place
 
 pytestmark = pytest.mark.unit
 
@@ -154,3 +157,43 @@ def test_contract_module_is_pure() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert imported <= {"__future__", "collections", "dataclasses", "scheduler"}
+
+
+def test_gang_replicas_on_one_node_see_each_others_gpus_in_local_rank_order() -> None:
+    """torchrun's processes call torch.cuda.set_device(LOCAL_RANK): cuda:LOCAL_RANK must be
+    the replica's own GPU, and no two ranks may get the same device (NCCL)."""
+    on = [ReplicaPlacement("n1", (GpuShare(g, 500),)) for g in (3, 1)]
+    placement = (on[0], ReplicaPlacement("n2", (GpuShare(0, 500),)), on[1])
+    assert [visible_gpus(placement, rank) for rank in range(3)] == [(3, 1), (0,), (3, 1)]
+    for rank in (0, 2):
+        where = rendezvous(placement, rank, "10.0.0.1", 29500)
+        assert where is not None
+        env = env_for(placement[rank], rendezvous=where, visible=visible_gpus(placement, rank))
+        shown = env[CUDA_VISIBLE_DEVICES].split(",")
+        assert shown[where.local_rank] == str(placement[rank].gpus[0].index)
+        assert env["FRACHUB_GPU_UUIDS"] == f"GPU-n1-{placement[rank].gpus[0].index}"
+    uuids = env_for(on[1], visible=(3, 1), device_variable=NVIDIA_VISIBLE_DEVICES)
+    assert uuids[NVIDIA_VISIBLE_DEVICES] == "GPU-n1-3,GPU-n1-1"
+
+
+def test_replicas_sharing_a_gpu_or_holding_several_see_their_own() -> None:
+    stacked = (QUARTER, QUARTER)
+    assert visible_gpus(stacked, 1) == (QUARTER.gpus[0].index,)
+    pairs = tuple(
+        ReplicaPlacement("n1", (GpuShare(a, 1000), GpuShare(b, 1000))) for a, b in ((0, 1), (2, 3))
+    )
+    assert visible_gpus(pairs, 1) == (2, 3)
+    with pytest.raises(ValueError, match="leave out"):
+        env_for(pairs[1], visible=(0, 1))
+
+
+def test_a_fractional_gang_spreads_over_free_gpus() -> None:
+    """Two halves go to two GPUs while two are free (both scorers), stacking only when one
+    GPU is all there is."""
+    for scorer in (Pack(), Spread()):
+        ledger = Ledger([Node("n1", gpus=2)])
+        placement = place(ledger, Request(gpus=0.5, replicas=2), scorer)
+        assert placement is not None
+        assert sorted(r.gpus[0].index for r in placement) == [0, 1], scorer.name
+    single = place(Ledger([Node("n1", gpus=1)]), Request(gpus=0.5, replicas=2), Pack())
+    assert single is not None and [r.gpus[0].index for r in single] == [0, 0]

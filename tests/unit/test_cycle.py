@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.engine import (
@@ -19,6 +21,7 @@ from scheduler.engine import (
     Start,
     State,
     Workload,
+    reasons,
     run_cycle,
     scorer_named,
 )
@@ -112,7 +115,10 @@ def test_running_work_on_a_vanished_node_is_evicted_as_node_lost() -> None:
     gone = running("g", "old", [(0, 1000)])
     snapshot = Snapshot((Node("ws", 1),), (Queue("lab", deserved_gpus=1),), (gone,))
     result = run_cycle(snapshot, 5.0, PACK)
-    assert result.decisions[0] == Evict("g", EvictReason.NODE_LOST)
+    # started at 0, never saved: 5 s of one GPU lost
+    assert result.decisions[0] == Evict(
+        "g", EvictReason.NODE_LOST, lost_seconds=5.0, lost_gpu_seconds=5.0
+    )
     assert isinstance(result.decisions[1], Start) and result.decisions[1].workload == "g"
 
 
@@ -129,7 +135,13 @@ def test_consolidation_is_a_move_decision_naming_its_claimant() -> None:
     )
     result = run_cycle(snapshot, 5.0, PACK)
     assert result.decisions == (
-        Move("f1", (ReplicaPlacement("n1", (GpuShare(0, 500),)),), claimant="big"),
+        Move(
+            "f1",
+            (ReplicaPlacement("n1", (GpuShare(0, 500),)),),
+            claimant="big",
+            lost_seconds=5.0,
+            lost_gpu_seconds=2.5,
+        ),
         Start("big", (ReplicaPlacement("n0", (GpuShare(0, 1000), GpuShare(1, 1000))),)),
     )
 
@@ -161,7 +173,9 @@ def test_with_a_grace_period_the_claimant_is_reserved_not_started() -> None:
     )
     policy = Policy(scorer=scorer_named("pack"), immediate_evictions=False)
     result = run_cycle(snapshot, 1.0, policy)
-    assert result.decisions == (Evict("b", EvictReason.RECLAIM, claimant="nb"),)
+    assert result.decisions == (
+        Evict("b", EvictReason.RECLAIM, claimant="nb", lost_seconds=1.0, lost_gpu_seconds=1.0),
+    )
     assert "as soon as" in result.pending["nb"].reason
 
     releasing = Snapshot(
@@ -206,7 +220,7 @@ def test_spread_uses_the_quietest_gpu() -> None:
 
 
 def test_unknown_scorer_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="choose one of: frag, pack, spread"):
+    with pytest.raises(ValueError, match="choose one of: frachub, pack, spread"):
         scorer_named("best")
 
 
@@ -221,7 +235,6 @@ def _busy_cluster() -> Snapshot:
 
 
 def test_a_fork_decides_like_a_fresh_session() -> None:
-    from dataclasses import replace
 
     from scheduler.engine import Session, decide
 
@@ -241,7 +254,6 @@ def test_a_fork_decides_like_a_fresh_session() -> None:
 
 
 def test_forks_chain_through_their_own_decisions() -> None:
-    from dataclasses import replace
 
     from scheduler.engine import Session, decide
 
@@ -278,7 +290,7 @@ def test_forks_chain_through_their_own_decisions() -> None:
     assert chained.decisions == fresh.decisions
 
 
-def test_frag_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> None:
+def test_frachub_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> None:
     """0.75 of a GPU: on the half-used node it strands 0.5 GPU that quarter notebooks can
     still use; on the empty node it would break up two GPUs that 2-GPU jobs need."""
     snapshot = Snapshot(
@@ -286,7 +298,7 @@ def test_frag_keeps_whole_nodes_whole_for_the_multi_gpu_work_it_expects() -> Non
         (Queue("lab", deserved_gpus=4),),
         (running("q", "a", [(0, 750)]), workload("new", gpus=0.75, seq=2)),
     )
-    (start,) = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("frag"))).decisions
+    (start,) = run_cycle(snapshot, 0.0, Policy(scorer=scorer_named("frachub"))).decisions
     assert start.placement[0].node == "a"
     assert start.placement[0].gpus == (GpuShare(1, 750),)
 
@@ -298,3 +310,51 @@ def test_frag_counts_what_the_expected_shapes_cannot_use() -> None:
     pair = TaskShape(cpu_milli=0, gpu_milli=1000, num_gpu=2, probability=0.5)
     assert node_fragmentation([1000, 1000], 0, 0, "", [quarter, pair]) == 0
     assert node_fragmentation([1000, 200], 0, 0, "", [quarter, pair]) == 0.5 * 200 + 0.5 * 1200
+
+
+def test_work_at_risk_counts_from_the_latest_save() -> None:
+    base = running("t", "ws", [(0, 1000), (1, 1000)])  # 2 GPUs, started at 0
+    assert base.saved_at(100.0) == 0.0 and base.work_at_risk(100.0) == 200.0
+    reported = replace(base, checkpointed_at=70.0)
+    assert reported.saved_at(100.0) == 70.0 and reported.work_at_risk(100.0) == 60.0
+    # a declared interval counts a save every interval after the latest known one
+    assert replace(base, checkpoint_interval=30.0).saved_at(100.0) == 90.0
+    assert replace(reported, checkpoint_interval=20.0).saved_at(100.0) == 90.0
+    # a checkpoint from before this run (it was requeued since) saves nothing of it
+    assert replace(base, started_at=50.0, checkpointed_at=40.0).saved_at(100.0) == 50.0
+
+
+def test_eviction_in_words_names_claimant_and_lost_work() -> None:
+    evict = Evict("t", EvictReason.PREEMPT, "nlp/notebook-carol", 720.0, 1440.0)
+    assert reasons.evicted(evict) == (
+        "preempted for nlp/notebook-carol; 12 min since last checkpoint lost (0.4 GPU-hours)"
+    )
+    move = Move("t", (), "big", 0.0, 0.0)
+    assert reasons.evicted(move) == "moved to make room for big; no work lost"
+    lost = Evict("t", EvictReason.NODE_LOST, None, 9000.0, 9000.0)
+    assert (
+        reasons.evicted(lost)
+        == "its node was lost; 2.5 h since last checkpoint lost (2.5 GPU-hours)"
+    )
+
+
+def test_a_borrower_does_not_evict_work_over_the_loss_bound_but_a_notebook_does() -> None:
+    nodes = (Node("ws", 1),)
+    queues = (Queue("owner", deserved_gpus=1), Queue("borrower"), Queue("third"))
+    halves = (
+        running("b1", "ws", [(0, 500)], queue="borrower"),
+        running("b2", "ws", [(0, 500)], queue="borrower", start_seq=2),
+    )
+    # "third" deserves nothing: its claim is beyond quota (within its fair share of half the
+    # GPU), so the bound applies to its victims
+    claim = workload("t", "third", gpus=0.5, seq=3)
+    policy = Policy(scorer=scorer_named("pack"), loss_bound=3600.0)
+    early = run_cycle(Snapshot(nodes, queues, (*halves, claim)), 1800.0, policy)
+    assert [type(d) for d in early.decisions] == [Evict, Start]
+    assert early.decisions[0].lost_gpu_seconds == 900.0
+    late = run_cycle(Snapshot(nodes, queues, (*halves, claim)), 10000.0, policy)
+    assert late.decisions == () and "1 GPU-hour of unsaved work" in late.pending["t"].reason
+    notebook = workload("nb", "owner", kind=Kind.INTERACTIVE, gpus=0.5, seq=4)
+    owed = run_cycle(Snapshot(nodes, queues, (*halves, notebook)), 10000.0, policy)
+    assert [type(d) for d in owed.decisions] == [Evict, Start]
+    assert owed.decisions[0].lost_gpu_seconds == 5000.0

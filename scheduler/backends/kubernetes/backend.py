@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,14 +38,21 @@ from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.kubernetes import objects as o
-from scheduler.backends.kubernetes.client import Informer, Kube, KubeError, load_configuration
+from scheduler.backends.kubernetes.client import (
+    Informer,
+    Kube,
+    KubeError,
+    load_configuration,
+    namespaced_key,
+)
 from scheduler.backends.kubernetes.leader import LeaseElector
 from scheduler.backends.kubernetes.reservation import (
     ReservationTimeout,
     ensure_reservation,
+    report_uuid,
     utc_stamp,
 )
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
+from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous, visible_gpus
 
 HANDLE_KIND = "kubernetes"
 
@@ -78,11 +86,18 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("namespace")
     def _default_namespace(self) -> str:
-        path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-        if os.path.exists(path):
-            with open(path) as f:
-                return f.read().strip()
-        return "default"
+        return _own_namespace()
+
+    lease_namespace = Unicode(
+        help="""Namespace of the leader Lease: where the scheduler's Role grants ``leases``
+        (the chart's: the release namespace, which differs from ``namespace`` when jobs run
+        elsewhere). Default: the pod's own namespace in a cluster ($POD_NAMESPACE or its
+        service account's), else ``namespace``.""",
+    ).tag(config=True)
+
+    @default("lease_namespace")
+    def _default_lease_namespace(self) -> str:
+        return os.environ.get("POD_NAMESPACE") or _own_namespace(self.namespace)
 
     sharing_mode = CaselessStrEnum(
         list(o.SHARING_MODES),
@@ -102,15 +117,17 @@ class KubernetesBackend(LoggingConfigurable):
 
     reservation_image = Unicode(
         "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-        help="""Image of reservation pods; it needs nvidia-smi and curl for the default
-        reservation_command (or set your own command).""",
+        help="""Image of reservation pods: any image with /bin/sh, sleep and head (the default
+        reservation_command asks nvidia-smi, which the NVIDIA runtime mounts, else reads the
+        device plugin's NVIDIA_VISIBLE_DEVICES). It gets no API access.""",
     ).tag(config=True)
 
     reservation_command = List(
         Unicode(),
         default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
-        help="""Command of reservation pods: it must annotate its own pod with
-        frachub.io/gpu-uuid=<the UUID of the GPU it holds> and keep running.""",
+        help="""Command of reservation pods: it must print the line
+        ``frachub.io/gpu-uuid=<UUID of the GPU it holds>`` and keep running; the scheduler
+        reads it through pods/log and annotates the pod.""",
     ).tag(config=True)
 
     reservation_timeout = Float(
@@ -125,8 +142,23 @@ class KubernetesBackend(LoggingConfigurable):
 
     service_account = Unicode(
         "",
-        help="Service account of job and reservation pods (empty: the namespace default). "
-        "Reservation pods need permission to patch their own pod.",
+        help="Service account of job pods (empty: the namespace default). Reservation pods "
+        "run without one (no API access).",
+    ).tag(config=True)
+
+    tolerations = List(
+        Dict(),
+        help="""Tolerations of job and reservation pods, e.g. [{"key": "nvidia.com/gpu",
+        "operator": "Exists", "effect": "NoSchedule"}] for tainted GPU nodes. Fractional pods
+        in reservation mode request no nvidia.com/gpu, so the ExtendedResourceToleration
+        admission plugin does not add one for them: set it here (and in KubeSpawner's
+        ``tolerations`` for notebooks).""",
+    ).tag(config=True)
+
+    runtime_class_name = Unicode(
+        "",
+        help="""runtimeClassName of job and reservation pods (e.g. "nvidia" where the NVIDIA
+        runtime is not the node's default, as KAI sets it); empty: the node's default.""",
     ).tag(config=True)
 
     priority_class = Unicode(
@@ -143,13 +175,25 @@ class KubernetesBackend(LoggingConfigurable):
     ).tag(config=True)
 
     node_label = Unicode(
-        o.HOSTNAME, help="The node label that pins a pod to the node the engine chose."
+        "",
+        help="""Empty (default): pods are pinned to the engine's node by node affinity on the
+        Node's name (matchFields metadata.name), which holds where the kubernetes.io/hostname
+        label differs from the name. Set a label (e.g. kubernetes.io/hostname) to pin with a
+        nodeSelector on it instead.""",
     ).tag(config=True)
 
     node_selector = Dict(
         value_trait=Unicode(),
         help="""Only nodes with these labels are scheduled onto, e.g.
         {"frachub.io/pool": "gpu"}. Empty: every Ready node with GPUs.""",
+    ).tag(config=True)
+
+    count_foreign_pods = Bool(
+        True,
+        help="""Watch pods in every namespace and leave the GPUs of those FracHub did not
+        create out of the inventory (the chart's ClusterRole grants pods list/watch). Off, or
+        without the grant (a warning says so), FracHub assumes it has the GPU nodes to itself:
+        dedicate them with taints or ``node_selector``.""",
     ).tag(config=True)
 
     default_gpu_memory_mib = Integer(
@@ -250,11 +294,16 @@ class KubernetesBackend(LoggingConfigurable):
         self.nodes: Informer | None = None
         self.pods: Informer | None = None
         self.jobs: Informer | None = None
+        self.foreign: Informer | None = None
         self.elector: LeaseElector | None = None
         self.leadership_lost = asyncio.Event()
         self._attempts: dict[str, _Attempt] = {}
         self._last_gc = 0.0
         self._exit_codes: dict[str, dict[str, int]] = {}
+        self._reporting: set[str] = set()
+        self._disrupted: dict[str, dict] = {}  # Job name -> a pod's DisruptionTarget condition
+        self._tasks: set[asyncio.Task] = set()
+        self._last_used: dict[tuple[str, int], float] = {}
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -279,6 +328,8 @@ class KubernetesBackend(LoggingConfigurable):
             reservation_image=self.reservation_image,
             reservation_command=tuple(self.reservation_command),
             reservation_priority_class=self.reservation_priority_class,
+            tolerations=tuple(self.tolerations),
+            runtime_class_name=self.runtime_class_name,
         )
 
     async def connect(self) -> None:
@@ -288,7 +339,7 @@ class KubernetesBackend(LoggingConfigurable):
         if self.leader_election:
             self.elector = LeaseElector(
                 self.kube,
-                self.namespace,
+                self.lease_namespace,
                 self.lease_name,
                 self.identity,
                 lease_seconds=self.lease_seconds,
@@ -318,14 +369,68 @@ class KubernetesBackend(LoggingConfigurable):
         )
         for informer in (self.nodes, self.pods, self.jobs):
             await informer.start()
+        if self.count_foreign_pods:
+            foreign = Informer(
+                kube,
+                kube.core.list_pod_for_all_namespaces,
+                label_selector=f"!{o.TRACKED}",
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                watch_timeout=self.watch_timeout,
+                key=namespaced_key,
+            )
+            try:
+                await foreign.start()
+                self.foreign = foreign
+            except KubeError as error:
+                if error.status != 403:
+                    raise
+                self.log.warning(
+                    "cannot list pods in every namespace (%s): GPUs held by pods FracHub did "
+                    "not create are not subtracted from the inventory",
+                    error.message,
+                )
+        self._pod_changed("RELISTED", {})  # reservation pods still to report their UUID
 
     def _pod_changed(self, kind: str, pod: dict) -> None:
-        """Keep exit codes of job pods: a deleted pod leaves the cache with its code."""
+        """Keep exit codes of job pods (a deleted pod leaves the cache with its code), and
+        write the UUID a running reservation pod printed onto it (see reservation.py)."""
         if not pod:
+            if kind == "RELISTED" and self.pods is not None:
+                for cached in list(self.pods.objects.values()):
+                    self._pod_changed("ADDED", cached)
             return
+        meta = pod["metadata"]
+        if (
+            kind != "DELETED"
+            and (meta.get("labels") or {}).get(o.COMPONENT) == o.RESERVATION
+            and o.pod_phase(pod) == "Running"
+            and not (meta.get("annotations") or {}).get(o.GPU_UUID)
+            and meta["name"] not in self._reporting
+        ):
+            self._reporting.add(meta["name"])
+            task = asyncio.get_running_loop().create_task(self._report_uuid(pod))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         owner, code = o.owner_job(pod), o.pod_exit_code(pod)
+        disruption = o.pod_condition(pod, "DisruptionTarget")
+        if owner is not None and disruption is not None:
+            self._disrupted[owner] = disruption
         if owner is not None and code is not None:
             self._exit_codes.setdefault(owner, {})[pod["metadata"]["name"]] = code
+
+    async def _report_uuid(self, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        try:
+            for attempt in range(20):  # the line may come a moment after Running
+                if self.kube is None or await report_uuid(self.kube, self.namespace, pod):
+                    return
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+            self.log.warning("reservation pod %s printed no GPU UUID", name)
+        except KubeError as error:
+            if error.status != 404:
+                self.log.warning("reading the GPU UUID of %s failed: %s", name, error)
+        finally:
+            self._reporting.discard(name)
 
     def _lost_lease(self) -> None:
         self.leadership_lost.set()
@@ -348,6 +453,7 @@ class KubernetesBackend(LoggingConfigurable):
             self.reserved_uuids(),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
+            held=o.foreign_gpus(list(self.foreign.objects.values())) if self.foreign else None,
         )
 
     def reserved_uuids(self) -> dict[tuple[str, int], str]:
@@ -383,6 +489,7 @@ class KubernetesBackend(LoggingConfigurable):
             await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
             base = f"{base}-{int(time.time() * 1000) % 100000}"
             existing = []
+        await self._check_home_claims(job)
         names = o.job_names(job.placement, base)
         gang = len(job.placement) > 1
         service = base if gang else None
@@ -391,6 +498,7 @@ class KubernetesBackend(LoggingConfigurable):
         envs = [self._environment(job, rank, uuids, base, service) for rank in range(job.replicas)]
         manifests = o.job_manifests(job, settings, envs, service, base)
         created: list[str] = []
+        admitted: set[str] = set()  # taken-over Jobs that run already: their template stays
         try:
             for manifest in manifests:
                 name = manifest["metadata"]["name"]
@@ -398,9 +506,13 @@ class KubernetesBackend(LoggingConfigurable):
                     await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
                     created.append(name)
                 except KubeError as error:
-                    if error.status != 409 or not await self._same_attempt(name, job):
+                    found = await self._same_attempt(name, job) if error.status == 409 else None
+                    if found is None:
                         raise
                     self.log.info("job %s exists already (a retried start): taking it over", name)
+                    if not found["spec"].get("suspend"):
+                        # a started Job's pod template is immutable on a real server
+                        admitted.add(name)
             if service:
                 try:
                     await kube.call(
@@ -412,6 +524,8 @@ class KubernetesBackend(LoggingConfigurable):
                     if error.status != 409:
                         raise
             for name, ranks in zip(names, o.replica_groups(job.placement), strict=True):
+                if name in admitted:
+                    continue
                 await kube.call(
                     kube.batch.patch_namespaced_job,
                     name,
@@ -513,6 +627,7 @@ class KubernetesBackend(LoggingConfigurable):
             del self._attempts[token]
             for name in attempt.jobs:
                 self._exit_codes.pop(name, None)
+                self._disrupted.pop(name, None)
             exits.append(Exit(attempt.workload_id, code, message))
             if attempt.stopping and attempt.failure is None:
                 with contextlib.suppress(KubeError):
@@ -524,12 +639,59 @@ class KubernetesBackend(LoggingConfigurable):
         return exits
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
-        """Logs stay with the pods (``kubectl logs -l frachub.io/workload-id=<id>``)."""
+        """Logs stay with the pods: ``read_log`` streams them through pods/log."""
         return None
+
+    async def read_log(
+        self, workload_id: int, replica: int = 0, *, tail: int = -1, follow: bool = False
+    ) -> AsyncIterator[bytes]:
+        """What replica ``replica`` of the workload's latest attempt printed, from its pod
+        (pods/log): the last ``tail`` lines (all when negative), then, with ``follow``, what
+        it prints until it ends. Nothing when no pod of it is left (finished Jobs keep
+        theirs for ``ttl_seconds_after_finished``)."""
+        kube, _, pods, _ = self._require()
+        candidates = [
+            pod
+            for pod in pods.objects.values()
+            if (pod["metadata"].get("labels") or {}).get(o.WORKLOAD) == str(workload_id)
+            and (pod["metadata"].get("labels") or {}).get(o.COMPONENT) == o.TRAINING
+            and o.pod_rank(pod) == replica
+            and (pod.get("spec") or {}).get("nodeName")
+        ]
+        if not candidates:
+            return
+        pod = max(
+            candidates,
+            key=lambda p: (
+                int((p["metadata"].get("labels") or {}).get(o.ATTEMPT, 0)),
+                p["metadata"].get("creationTimestamp", ""),
+            ),
+        )
+        options: dict[str, Any] = {"container": "job", "follow": follow}
+        if tail >= 0:
+            options["tail_lines"] = tail
+        try:
+            response = await kube.core.read_namespaced_pod_log(
+                pod["metadata"]["name"],
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=None if follow else self.request_timeout,
+                **options,
+            )
+        except Exception as error:  # ApiException, connection errors: no log to show
+            self.log.warning("reading the log of %s failed: %s", pod["metadata"]["name"], error)
+            return
+        async with response:
+            if response.status >= 300:
+                return
+            async for chunk in response.content.iter_any():
+                yield chunk
 
     async def close(self) -> None:
         """Stop watching and give the Lease back; running jobs go on."""
-        for informer in (self.nodes, self.pods, self.jobs):
+        for task in list(self._tasks):
+            task.cancel()
+        for informer in (self.nodes, self.pods, self.jobs, self.foreign):
             if informer is not None:
                 await informer.stop()
         if self.elector is not None:
@@ -569,11 +731,14 @@ class KubernetesBackend(LoggingConfigurable):
             or bool(job["metadata"].get("deletionTimestamp"))
         )
 
-    async def _same_attempt(self, name: str, job: JobSpec) -> bool:
+    async def _same_attempt(self, name: str, job: JobSpec) -> dict | None:
+        """The existing Job ``name`` when it is a live Job of this workload, else None."""
         kube, _, _, _ = self._require()
         found = await kube.call(kube.batch.read_namespaced_job, name, self.namespace)
         labels = found["metadata"].get("labels") or {}
-        return labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found)
+        if labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found):
+            return found
+        return None
 
     async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
         kube, _, _, _ = self._require()
@@ -595,6 +760,49 @@ class KubernetesBackend(LoggingConfigurable):
                 if error.status != 404:
                     raise
 
+    async def _check_home_claims(self, job: JobSpec) -> None:
+        """A ReadWriteOnce claim (z2jh's default home) attaches to one node: a gang across
+        nodes, or a job on another node than a pod already using the claim, would wait in
+        ContainerCreating (Multi-Attach) forever. Refuse those starts with words instead."""
+        kube, _, pods, _ = self._require()
+        nodes = sorted({replica.node for replica in job.placement})
+        for volume in o.format_template(list(self.home_volumes), **o.user_fields(job.user)):
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+            try:
+                pvc = await kube.call(
+                    kube.core.read_namespaced_persistent_volume_claim, claim, self.namespace
+                )
+            except KubeError as error:
+                if error.status in (403, 404):  # not ours to read, or not made yet
+                    continue
+                raise
+            modes = set((pvc.get("spec") or {}).get("accessModes") or [])
+            if modes & {"ReadWriteMany", "ReadOnlyMany"}:
+                continue
+            held = sorted(
+                {
+                    pod["spec"]["nodeName"]
+                    for pod in pods.objects.values()
+                    if pod.get("spec", {}).get("nodeName")
+                    and o.pod_live(pod)
+                    and any(
+                        (v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+                        for v in pod["spec"].get("volumes") or []
+                    )
+                }
+            )
+            where = set(nodes) | set(held)
+            if len(where) > 1:
+                raise BackendError(
+                    f"the home volume claim {claim} is {'/'.join(sorted(modes)) or 'ReadWriteOnce'}"
+                    f": it cannot be mounted on {', '.join(sorted(where))} at once"
+                    + (f" (pods on {', '.join(held)} use it)" if held else "")
+                    + "; give jobs ReadWriteMany storage (KubernetesBackend.home_volumes, "
+                    "docs/kubernetes.md)"
+                )
+
     async def _reserve(self, job: JobSpec) -> dict[tuple[str, int], str]:
         """Reservation mode: the UUID of every GPU the job shares (reservation pods)."""
         if self.sharing_mode != "reservation":
@@ -605,7 +813,7 @@ class KubernetesBackend(LoggingConfigurable):
         for node, index in wanted:
             try:
                 uuids[(node, index)] = await ensure_reservation(
-                    kube, self.settings, node, index, self.reservation_timeout
+                    kube, self.settings, node, index, self.reservation_timeout, scheduler=True
                 )
             except ReservationTimeout as error:
                 raise BackendError(str(error)) from error
@@ -651,7 +859,7 @@ class KubernetesBackend(LoggingConfigurable):
                     kube.core.delete_namespaced_pod,
                     meta["name"],
                     self.namespace,
-                    grace_period_seconds=0,
+                    grace_period_seconds=o.RESERVATION_GRACE,
                 )
 
     def _shares_in_use(self) -> set[tuple[str, int]]:
@@ -689,6 +897,7 @@ class KubernetesBackend(LoggingConfigurable):
         replica = job.placement[rank]
         home = self.home_mount_path.rstrip("/") or "/"
         master = o.master_address(job.placement, base, service) if service else ""
+        reserved = o.is_fractional(replica) and self.sharing_mode == "reservation"
         contract = contract_env(
             workload_id=job.workload_id,
             replica=replica,
@@ -703,8 +912,12 @@ class KubernetesBackend(LoggingConfigurable):
             rendezvous=rendezvous(job.placement, rank, master, self.rendezvous_port)
             if service
             else None,
+            # reserved shares are named by UUID, so a gang's pods on one node can be shown
+            # each other's GPUs (cuda:LOCAL_RANK is their own); the device plugin and HAMi
+            # show a pod only its own
+            visible=visible_gpus(job.placement, rank) if reserved else None,
         )
-        if not (o.is_fractional(replica) and self.sharing_mode == "reservation"):
+        if not reserved:
             contract.pop(NVIDIA_VISIBLE_DEVICES, None)
             contract.pop("FRACHUB_GPU_UUIDS", None)
         env = dict(self.environment)
@@ -731,7 +944,9 @@ class KubernetesBackend(LoggingConfigurable):
                 attempt.seen.add(name)
             elif name in attempt.seen:
                 missing.append(name)
-        if attempt.failure is None:
+        if attempt.failure is None and not attempt.stopping:
+            # a Job FracHub is stopping may fail because of the pods it deleted itself (the
+            # Job controller counts them): that is the stop, not the workload's failure
             for name in attempt.jobs:
                 job = jobs.get(name)
                 if job is not None and o.job_condition(job, "Failed"):
@@ -769,6 +984,14 @@ class KubernetesBackend(LoggingConfigurable):
             if o.pod_phase(pod) == "Failed" and not pod["metadata"].get("deletionTimestamp")
         ]
         failed.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        disruptions = [o.pod_condition(pod, "DisruptionTarget") for pod in pods]
+        for disruption in [*disruptions, self._disrupted.get(job_name)]:
+            if disruption is not None:
+                # evicted, drained, preempted by kube-scheduler, node gone: not the program's
+                # failure; None makes the service requeue the workload in its place
+                why = disruption.get("reason") or "DisruptionTarget"
+                detail = disruption.get("message") or ""
+                return None, f"its pod was disrupted ({why}{': ' + detail if detail else ''})"
         for pod in failed:
             code = o.pod_exit_code(pod)
             if code is not None:
@@ -798,13 +1021,19 @@ class KubernetesBackend(LoggingConfigurable):
             if (pod["metadata"].get("labels") or {}).get(o.COMPONENT) == o.RESERVATION
         ]
         wall = time.time()
+        for key in used:
+            self._last_used[key] = wall
         for pod in reservations:
             annotations = pod["metadata"].get("annotations") or {}
             key = (annotations.get(o.NODE, ""), int(annotations.get(o.GPU_INDEX, -1)))
             if key in used:
                 continue
-            claimed = _parse_time(annotations.get(o.CLAIMED, ""))
-            if claimed is not None and wall - claimed < self.reservation_linger_seconds:
+            # a spawner finds a reservation without stamping it (z2jh's hub Role cannot
+            # patch pods): keep it for the linger after its last use as well as its claim
+            claimed = max(
+                _parse_time(annotations.get(o.CLAIMED, "")) or 0.0, self._last_used.get(key, 0.0)
+            )
+            if wall - claimed < self.reservation_linger_seconds:
                 continue
             self.log.info("releasing the unused reservation %s", pod["metadata"]["name"])
             with contextlib.suppress(KubeError):
@@ -812,7 +1041,7 @@ class KubernetesBackend(LoggingConfigurable):
                     kube.core.delete_namespaced_pod,
                     pod["metadata"]["name"],
                     self.namespace,
-                    grace_period_seconds=0,
+                    grace_period_seconds=o.RESERVATION_GRACE,
                 )
 
     def _handle(self, attempt: _Attempt) -> Handle:
@@ -839,6 +1068,15 @@ class KubernetesBackend(LoggingConfigurable):
         if not jobs:
             return None
         return _Attempt(workload_id, name, jobs, str(service) if service else None, shares)
+
+
+def _own_namespace(fallback: str = "default") -> str:
+    """The pod's namespace in a cluster (its service account's), else ``fallback``."""
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip() or fallback
+    return fallback
 
 
 def _parse_time(text: str) -> float | None:

@@ -86,6 +86,11 @@ class Kube:
 
     async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Obj:
         """``fn(*args, **kwargs)`` as a dict; retried on timeouts, 429 and 5xx."""
+        text = await self.text(fn, *args, **kwargs)
+        return json.loads(text) if text else {}
+
+    async def text(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> str:
+        """The body of ``fn(*args, **kwargs)`` as text (``read_namespaced_pod_log``)."""
         for attempt in range(self.retries + 1):
             try:
                 response = await fn(
@@ -93,9 +98,12 @@ class Kube:
                 )
                 async with response:
                     text = await response.text()
-                body = json.loads(text) if text else {}
                 if response.status < 300:
-                    return body
+                    return text
+                try:
+                    body = json.loads(text) if text else {}
+                except ValueError:
+                    body = {}
                 error = KubeError(
                     response.status,
                     str(body.get("reason") or response.reason),
@@ -104,11 +112,15 @@ class Kube:
                 if response.status not in RETRIED_STATUS or attempt == self.retries:
                     raise error
                 problem: Exception = error
+                delay = backoff(attempt)
+                retry_after = response.headers.get("Retry-After", "")
+                if response.status == 429 and retry_after.isdigit():
+                    delay = max(delay, min(float(retry_after), 30.0))
             except (TimeoutError, aiohttp.ClientError) as e:
                 if attempt == self.retries:
                     raise KubeError(0, "Unreachable", f"{type(e).__name__}: {e}") from e
                 problem = e
-            delay = backoff(attempt)
+                delay = backoff(attempt)
             self.log.warning(
                 "Kubernetes API %s failed (%s); retrying in %.1fs", fn.__name__, problem, delay
             )
@@ -132,8 +144,14 @@ class Informer:
         label_selector: str = "",
         watch_timeout: int = 300,
         on_change: Callable[[str, Obj], None] | None = None,
+        field_selector: str = "",
+        key: Callable[[Obj], str] | None = None,
     ) -> None:
+        """``key`` names an object in ``objects`` (default: its name; a watch across
+        namespaces needs ``namespaced_key``)."""
         self.kube = kube
+        self.field_selector = field_selector
+        self._key = key or _key
         self.list_fn = list_fn
         self.args = args
         self.label_selector = label_selector
@@ -160,8 +178,11 @@ class Informer:
                 await self._watch.close()
 
     async def _list(self) -> None:
-        body = await self.kube.call(self.list_fn, *self.args, label_selector=self.label_selector)
-        self.objects = {_key(obj): obj for obj in body.get("items", [])}
+        extra = {"field_selector": self.field_selector} if self.field_selector else {}
+        body = await self.kube.call(
+            self.list_fn, *self.args, label_selector=self.label_selector, **extra
+        )
+        self.objects = {self._key(obj): obj for obj in body.get("items", [])}
         self.resource_version = str(body.get("metadata", {}).get("resourceVersion", ""))
 
     async def _run(self) -> None:
@@ -198,6 +219,7 @@ class Informer:
                 self.list_fn,
                 *self.args,
                 label_selector=self.label_selector,
+                **({"field_selector": self.field_selector} if self.field_selector else {}),
                 resource_version=self.resource_version,
                 timeout_seconds=self.watch_timeout,
                 allow_watch_bookmarks=True,
@@ -211,9 +233,9 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 if kind == "DELETED":
-                    self.objects.pop(_key(obj), None)
+                    self.objects.pop(self._key(obj), None)
                 else:
-                    self.objects[_key(obj)] = obj
+                    self.objects[self._key(obj)] = obj
                 if self.on_change is not None:
                     self.on_change(kind, obj)
         finally:
@@ -222,3 +244,7 @@ class Informer:
 
 def _key(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
+
+
+def namespaced_key(obj: Obj) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"

@@ -44,6 +44,12 @@ SHARES = "frachub.io/gpu-shares"
 GPU_UUID = "frachub.io/gpu-uuid"
 CLAIMED = "frachub.io/claimed-at"
 STOPPED = "frachub.io/stop-requested"
+RANKS = "frachub.io/ranks"
+RESERVATION_GRACE = 1
+"""Reservation pods are deleted gracefully, never forced (grace 0): a forced delete frees the
+GPU in the API while the container still holds it on the node, and the next whole-GPU pod
+there is refused by the kubelet (UnexpectedAdmissionError)."""
+"""On a Job's pods: the gang rank of each completion index, in index order."""
 MANAGED = "frachub"
 TRAINING, RESERVATION = "training", "gpu-reservation"
 HOSTNAME = "kubernetes.io/hostname"
@@ -78,6 +84,15 @@ def reservation_name(node: str, index: int) -> str:
 # --- inventory ------------------------------------------------------------------------------
 
 
+TOPOLOGY_LABELS = (
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "nvidia.com/gpu.clique",
+)
+"""Node labels kept as the engine's topology: gangs prefer nodes that share all of them.
+(The GPU model, ``nvidia.com/gpu.product``, becomes the node's GPU model.)"""
+
+
 def node_ready(node: Obj) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -89,13 +104,16 @@ def inventory_from(
     *,
     node_selector: Mapping[str, str] | None = None,
     default_memory_mib: int = 0,
+    held: Mapping[str, int] | None = None,
 ) -> Inventory:
     """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
     ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
-    the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``). Nodes not
+    the GPU count is the smaller of the label and allocatable ``nvidia.com/gpu``); the
+    :data:`TOPOLOGY_LABELS` a node has become its engine labels. Nodes not
     Ready, cordoned, or without GPUs are left out. A GPU's UUID is the one its reservation pod
     reported, else ``GPU-unreserved-<node>-<index>`` (whole-GPU pods get theirs from the device
-    plugin and never use it)."""
+    plugin and never use it). ``held`` (node -> GPUs) are held by pods FracHub did not
+    create (``foreign_gpus``): they are left out of the node's count."""
     out_nodes: list[Node] = []
     gpus: list[Gpu] = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -109,17 +127,54 @@ def inventory_from(
         counts = [int(allocatable.get(GPU, 0) or 0)]
         if labels.get("nvidia.com/gpu.count"):
             counts.append(int(labels["nvidia.com/gpu.count"]))
-        count = min(counts)
+        count = min(counts) - int((held or {}).get(meta["name"], 0))
         if count <= 0:
             continue
         memory = int(labels.get("nvidia.com/gpu.memory") or default_memory_mib)
         model = labels.get("nvidia.com/gpu.product", "unknown")
         name = meta["name"]
-        out_nodes.append(Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model))
+        topology = {key: labels[key] for key in TOPOLOGY_LABELS if labels.get(key)}
+        out_nodes.append(
+            Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model, labels=topology)
+        )
         for index in range(count):
             uuid = reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
             gpus.append(Gpu(name, index, uuid, model, memory))
     return Inventory(nodes=tuple(out_nodes), gpus=tuple(gpus), source="kubernetes")
+
+
+def pod_gpus(pod: Obj) -> int:
+    """Whole ``nvidia.com/gpu`` a pod asks (limits, else requests; init containers too)."""
+    spec = pod.get("spec") or {}
+    total = 0
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(
+            GPU
+        )
+        total += int(amount or 0)
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(
+            GPU
+        )
+        total = max(total, int(amount or 0))
+    return total
+
+
+def foreign_gpus(pods: Sequence[Obj]) -> dict[str, int]:
+    """node -> GPUs held by bound, live pods FracHub neither created nor placed (no
+    ``frachub.io/managed`` label): another scheduler's work, a DaemonSet, a user's pod."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if labels.get(TRACKED) == "true" or not node or not pod_live(pod):
+            continue
+        gpus = pod_gpus(pod)
+        if gpus:
+            held[node] = held.get(node, 0) + gpus
+    return held
 
 
 # --- pods and jobs --------------------------------------------------------------------------
@@ -139,7 +194,7 @@ class PodSettings:
     home_mount_path: str = "/home/jovyan"
     volumes: Sequence[Obj] = ()
     volume_mounts: Sequence[Obj] = ()
-    node_label: str = HOSTNAME
+    node_label: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     environment: Mapping[str, str] = field(default_factory=dict)
     ttl_seconds_after_finished: int = 86400
@@ -147,6 +202,26 @@ class PodSettings:
     reservation_image: str = ""
     reservation_command: Sequence[str] = ()
     reservation_priority_class: str = ""
+    tolerations: Sequence[Obj] = ()
+    runtime_class_name: str = ""
+
+
+def user_fields(username: str) -> dict[str, str]:
+    """The ``{username}``-style fields of volume templates, expanded as KubeSpawner (>= 7)
+    expands them for a user's default server, so ``claim-{username}`` names the claim z2jh
+    made for ``a@b.org``: ``username`` and ``user_server`` are KubeSpawner's safe slug,
+    ``escaped_username`` its legacy (< 7) escaping, ``unescaped_username`` the name itself."""
+    from kubespawner.slugs import escape_slug, safe_slug
+
+    safe = safe_slug(username, max_length=48)
+    return {
+        "username": safe,
+        "user_server": safe,
+        "safe_username": safe,
+        "escaped_username": escape_slug(username),
+        "unescaped_username": username,
+        "servername": "",
+    }
 
 
 def format_template(value: Any, **names: str) -> Any:
@@ -284,8 +359,9 @@ def job_manifests(
             env.pop("LOCAL_RANK")
         pod_labels = {**labels, GROUP: str(number), ATTEMPT_NAME: base}
         limits = gpu_resources(settings.sharing, replica, job.gpu_memory_mib)
-        volumes = [format_template(v, username=job.user) for v in settings.volumes]
-        mounts = [format_template(m, username=job.user) for m in settings.volume_mounts]
+        fields = user_fields(job.user)
+        volumes = [format_template(v, **fields) for v in settings.volumes]
+        mounts = [format_template(m, **fields) for m in settings.volume_mounts]
         container: Obj = {
             "name": "job",
             "image": settings.image,
@@ -316,11 +392,13 @@ def job_manifests(
             pod_spec["priorityClassName"] = settings.priority_class
         if settings.scheduler_name:
             pod_spec["schedulerName"] = settings.scheduler_name
+        add_node_settings(pod_spec, settings)
         annotations = {
             USER: job.user,
             PROJECT: job.project,
             SHARES: shares_text(tuple(job.placement[r] for r in ranks)),
             "frachub.io/workload-name": job.name,
+            RANKS: ",".join(str(rank) for rank in ranks),
         }
         manifests.append(
             {
@@ -348,14 +426,50 @@ def job_manifests(
     return manifests
 
 
-def admit_patch(node: str, settings: PodSettings) -> Obj:
-    """Kueue's admission: pin the (never started) suspended Job to its node and resume it."""
+def add_node_settings(spec: Obj, settings: PodSettings) -> None:
+    """Tolerations (tainted GPU nodes) and runtimeClassName (e.g. ``nvidia``) of a pod spec.
+    A fractional pod in reservation mode requests no ``nvidia.com/gpu``, so the
+    ExtendedResourceToleration admission plugin adds it no toleration: it needs these."""
+    if settings.tolerations:
+        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.runtime_class_name:
+        spec["runtimeClassName"] = settings.runtime_class_name
+
+
+def pin(node: str, node_label: str) -> Obj:
+    """Pod spec fields that put a pod on ``node``: node affinity on the Node's *name*
+    (``matchFields: metadata.name``), which holds where the ``kubernetes.io/hostname`` label
+    differs from it (hostname-override, FQDN node names); or, with ``node_label`` set, a
+    ``nodeSelector`` on that label."""
+    if node_label:
+        return {"nodeSelector": {node_label: node}}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
     return {
-        "spec": {
-            "suspend": False,
-            "template": {"spec": {"nodeSelector": {settings.node_label: node}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
         }
     }
+
+
+def pinned_node(spec: Obj) -> str | None:
+    """The node ``pin`` put a pod spec on (either form), or None."""
+    for value in (spec.get("nodeSelector") or {}).values():
+        return str(value)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for selector in term.get("matchFields") or []:
+            if selector.get("key") == "metadata.name" and selector.get("values"):
+                return str(selector["values"][0])
+    return None
+
+
+def admit_patch(node: str, settings: PodSettings) -> Obj:
+    """Kueue's admission: pin the (never started) suspended Job to its node and resume it."""
+    return {"spec": {"suspend": False, "template": {"spec": pin(node, settings.node_label)}}}
 
 
 def job_names(placement: Placement, base: str) -> list[str]:
@@ -390,25 +504,19 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
         "name": "reserve",
         "image": settings.reservation_image or settings.image,
         "resources": {"limits": {GPU: "1"}},
-        "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {
-                "name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            },
-            {"name": "FRACHUB_UUID_ANNOTATION", "value": GPU_UUID},
-        ],
     }
     if settings.reservation_command:
         container["command"] = list(settings.reservation_command)
     spec: Obj = {
         "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 0,
-        "nodeSelector": {settings.node_label: node},
+        "terminationGracePeriodSeconds": RESERVATION_GRACE,
+        **pin(node, settings.node_label),
         "containers": [container],
+        # the program only prints the UUID; the scheduler reads it through pods/log
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
     }
-    if settings.service_account:
-        spec["serviceAccountName"] = settings.service_account
+    add_node_settings(spec, settings)
     if settings.reservation_priority_class or settings.priority_class:
         spec["priorityClassName"] = settings.reservation_priority_class or settings.priority_class
     if settings.scheduler_name and settings.sharing != "hami":
@@ -432,18 +540,32 @@ def reservation_manifest(node: str, index: int, settings: PodSettings, claimed_a
     }
 
 
-# The reservation pod's program, for images with Python and NVML (nvidia-ml-py) is not
-# assumed: nvidia-smi is in every image the NVIDIA runtime sets up. It patches its own pod
-# with the UUID through the API, using its service account, then sleeps.
-RESERVATION_SCRIPT = r"""set -e
-uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1)
-token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)
-curl -sf --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
-  -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
-  -X PATCH "https://kubernetes.default.svc/api/v1/namespaces/$POD_NAMESPACE/pods/$POD_NAME" \
-  -d "{\"metadata\":{\"annotations\":{\"$FRACHUB_UUID_ANNOTATION\":\"$uuid\"}}}" >/dev/null
+# The reservation pod's program needs no API access, no curl and no Python: it prints the
+# UUID of the GPU it holds and sleeps; the scheduler reads the line through ``pods/log`` and
+# annotates the pod (``frachub.io/gpu-uuid``), where FracKubeSpawner, whose z2jh hub Role
+# reads pods but not their logs, finds it. nvidia-smi is mounted by the NVIDIA container
+# runtime into every GPU container; without it, the device plugin's NVIDIA_VISIBLE_DEVICES
+# (its default "envvar" strategy) names the device.
+UUID_LINE = "frachub.io/gpu-uuid="
+RESERVATION_SCRIPT = r"""
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -n1)
+case "$uuid" in GPU-*) ;; *) uuid=${NVIDIA_VISIBLE_DEVICES%%,*} ;; esac
+case "$uuid" in
+  GPU-*) echo "frachub.io/gpu-uuid=$uuid" ;;
+  *) echo "no GPU UUID from nvidia-smi or NVIDIA_VISIBLE_DEVICES" >&2; exit 1 ;;
+esac
 exec sleep infinity
 """
+
+
+def reported_uuid(log: str) -> str | None:
+    """The UUID a reservation pod's program printed (its last ``frachub.io/gpu-uuid=`` line)."""
+    found = None
+    for line in log.splitlines():
+        line = line.strip()
+        if line.startswith(UUID_LINE) and line[len(UUID_LINE) :].startswith("GPU-"):
+            found = line[len(UUID_LINE) :]
+    return found
 
 
 # --- reading pods and jobs back -------------------------------------------------------------
@@ -465,9 +587,25 @@ def pod_exit_code(pod: Obj) -> int | None:
     return None
 
 
+def pod_condition(pod: Obj, kind: str) -> Obj | None:
+    """The pod's condition ``kind`` when it is True (e.g. DisruptionTarget), else None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
 def job_condition(job: Obj, kind: str) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def pod_rank(pod: Obj) -> int:
+    """The gang rank of a training pod (its completion index through ``frachub.io/ranks``)."""
+    meta = pod["metadata"]
+    index = int((meta.get("labels") or {}).get("batch.kubernetes.io/job-completion-index", 0))
+    ranks = [r for r in ((meta.get("annotations") or {}).get(RANKS) or "").split(",") if r]
+    return int(ranks[index]) if index < len(ranks) else index
 
 
 def owner_job(pod: Obj) -> str | None:

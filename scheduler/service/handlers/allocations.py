@@ -104,6 +104,7 @@ class AllocationListHandler(AllocationAccess):
             server_name=request.server_name,
             gpus=request.gpus,
             gpu_memory_mib=request.gpu_memory_mib,
+            gpu_model=sorted(request.gpu_models) or None,
             replicas=1,
             priority=default_priority(kind, request.preemptible),
             preemptible=request.preemptible,

@@ -3,6 +3,7 @@ OpenAPI document."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -125,11 +126,33 @@ class OpenAPIHandler(JSONErrors):
         self.finish(OPENAPI.read_bytes())
 
 
+class HealthHandler(JSONErrors):
+    """Readiness, without a token (the chart's readinessProbe): 200 while this replica
+    schedules; 503 on a standby that waits for the leader Lease, or one that has lost it,
+    so that a Service sends requests only to the replica that acts."""
+
+    def get(self) -> None:
+        standby = self.settings.get("standby_reason")
+        reason = standby() if standby is not None else ""
+        if reason:
+            raise web.HTTPError(503, "%s", reason)
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.finish(json.dumps({"status": "ok"}))
+
+
+class StandbyHandler(JSONErrors):
+    """Every other path of a standby replica (not routed in the service's own app)."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(503, "%s", self.settings["standby_reason"]())
+
+
 default_handlers = [
     (r"/api/v1/?", RootHandler),
     (r"/api/v1/user/?", UserHandler),
     (r"/api/v1/nodes/?", NodesHandler),
     (r"/api/v1/usage/?", UsageHandler),
     (r"/api/v1/openapi\.json", OpenAPIHandler),
+    (r"/api/v1/health/?", HealthHandler),
     (r"/metrics", MetricsHandler),
 ]

@@ -146,6 +146,7 @@ class WorkloadListHandler(WorkloadAccess):
             env=submission.env,
             gpus=submission.gpus,
             gpu_memory_mib=submission.gpu_memory_mib,
+            gpu_model=sorted(submission.gpu_models) or None,
             replicas=submission.replicas,
             priority=submission.priority,
             preemptible=submission.preemptible,
@@ -200,6 +201,10 @@ class WorkloadLogsHandler(WorkloadAccess):
         tail = self._int_argument("tail", -1)
         follow = self.get_argument("follow", "0").lower() in ("1", "true", "yes")
         path = self.loop.backend.log_path(record.id, replica)
+        reader = getattr(self.loop.backend, "read_log", None)
+        if not path and reader is not None:  # Kubernetes: the pods' logs (pods/log)
+            await self._stream(reader, record, replica, tail, follow)
+            return
         position = 0
         if path and os.path.lexists(path):
             try:
@@ -223,6 +228,23 @@ class WorkloadLogsHandler(WorkloadAccess):
             return
         if follow and path and os.path.exists(path):
             self._write_from(path, position)
+        self.finish()
+
+    async def _stream(self, reader, record, replica: int, tail: int, follow: bool) -> None:
+        """A backend that streams logs itself; with ``follow``, a job still starting (no pod
+        yet) is waited for while the workload is active."""
+        while True:
+            wrote = False
+            async for chunk in reader(record.id, replica, tail=tail, follow=follow):
+                wrote = True
+                self.write(chunk)
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return
+            if wrote or not follow or record.id not in self.loop.records:
+                break
+            await asyncio.sleep(0.5)
         self.finish()
 
     def _int_argument(self, name: str, default: int) -> int:

@@ -1,0 +1,91 @@
+"""Node labels and GPU models through the real service: a declared inventory with topology
+labels and two GPU models, jobs submitted over HTTP behind a real hub.
+
+A gang lands within one topology zone; a job that names a GPU model (``gpu_model``) waits
+for that model, with a pending reason that says so, while GPUs of another model sit free.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hubharness import ServiceProcess
+from service_client import checked, service_config, submit, wait_for, wait_state, workload
+
+ZONE = "topology.kubernetes.io/zone"
+
+INVENTORY = f"""
+c.FracHubService.queues = [{{"name": "lab", "deserved_gpus": 16}}]
+c.LocalBackend.declared_inventory = [
+    {{"name": "a100-a-0", "gpus": 4, "model": "A100", "labels": {{"{ZONE}": "a"}}}},
+    {{"name": "a100-b-0", "gpus": 4, "model": "A100", "labels": {{"{ZONE}": "b"}}}},
+    {{"name": "a100-b-1", "gpus": 4, "model": "A100", "labels": {{"{ZONE}": "b"}}}},
+    {{"name": "t4", "gpus": 4, "model": "T4", "labels": {{"{ZONE}": "a"}}}},
+]
+"""
+
+
+@pytest.fixture(scope="module")
+def service(hub, tmp_path_factory):
+    process = ServiceProcess(
+        hub, service_config(extra=INVENTORY), tmp_path_factory.mktemp("labels")
+    ).start()
+    yield process
+    process.stop()
+
+
+def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(service, make_user, api):
+    _, token = make_user(groups=("lab",))
+    client = api(token)
+    nodes = {node["name"]: node for node in checked(client.get("nodes")).json()}
+    assert nodes["a100-b-1"]["labels"] == {ZONE: "b"}
+    assert nodes["t4"]["gpu_model"] == "T4"
+
+    busy = submit(client, gpus=2, gpu_model="A100")
+    assert busy["gpu_model"] == ["A100"]
+    busy = wait_state(client, busy["id"], "running")
+    assert [r["node"] for r in busy["placement"]] == ["a100-a-0"]
+
+    # The first replica would pack onto a100-a-0 (fewest free), but zone a has no room for
+    # the others on an A100 (the T4 there is the wrong model): the whole gang goes to zone b.
+    gang = submit(client, gpus=2, replicas=3, gpu_model=["A100"])
+    gang = wait_state(client, gang["id"], "running")
+    assert {nodes[r["node"]]["labels"][ZONE] for r in gang["placement"]} == {"b"}
+
+    for _ in range(2):  # the A100s' last two GPUs on each of a100-a-0 and a100-b-1
+        wait_state(client, submit(client, gpus=2, gpu_model="A100")["id"], "running")
+    held = submit(client, gpus=1, gpu_model="A100")
+    anywhere = wait_state(client, submit(client, gpus=1)["id"], "running")
+    assert [r["node"] for r in anywhere["placement"]] == ["t4"]
+
+    reason = wait_for(
+        lambda: workload(client, held["id"])["pending_reason"],
+        what="the held job's pending reason",
+    )
+    assert workload(client, held["id"])["state"] == "pending"
+    assert reason.startswith("waits for a GPU of model A100 (its gpu_model): needs 1 GPU"), reason
+    assert "other models do not count" in reason, reason
+
+    never = submit(client, gpus=0.5, gpu_model="H100")
+    reason = wait_for(
+        lambda: (
+            "never" in (workload(client, never["id"])["pending_reason"] or "")
+            and workload(client, never["id"])["pending_reason"]
+        ),
+        what="the H100 job's pending reason",
+    )
+    assert reason == (
+        "needs a GPU of model H100 (its gpu_model); this cluster has only A100, T4, "
+        "so it can never start"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", [7, "", [], ["A100", 3], ["x" * 254]], ids=["number", "empty", "none", "mixed", "long"]
+)
+def test_a_bad_gpu_model_is_refused_naming_the_field(service, make_user, api, value):
+    _, token = make_user(groups=("lab",))
+    response = checked(
+        api(token).post("workloads", json={"command": "true", "gpus": 1, "gpu_model": value})
+    )
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("gpu_model: must be a GPU model name")
