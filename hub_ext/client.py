@@ -557,6 +557,11 @@ class AsyncFracHubClient(ClientCore):
         """Ask for a notebook's GPU share; returns the allocation (running or pending)."""
         return await self._json("POST", "allocations", json=body)
 
+    async def dry_run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What the scheduler would do now with each of ``body["requests"]`` (the spawn
+        form's hints); stores nothing."""
+        return await self._json("POST", "allocations/dry-run", json=body)
+
     async def allocation(
         self, allocation_id: int, *, wait: float = 0, version: float | None = None
     ) -> dict[str, Any]:

@@ -324,12 +324,15 @@ def command_from(words: Sequence[str]) -> str | list[str]:
 
 
 def submit_job(client: FracHubClient, **kwargs: Any) -> dict[str, Any]:
-    """``client.submit`` with a hint where the service wants a project chosen."""
+    """``client.submit`` with a hint where the service wants a project chosen, and a refusal
+    of what can never start (409) saying plainly that nothing was submitted."""
     try:
         return client.submit(**kwargs)
     except FracHubError as error:
         if error.status == 400 and error.message.startswith("project:"):
             error.message += "; choose one with --project"
+        if error.status == 409:
+            error.message = f"not submitted: {error.message}"
         raise
 
 

@@ -35,12 +35,19 @@ from traitlets.config import Configurable
 
 from hub_ext.client import AsyncFracHubClient, FracHubError
 from hub_ext.paths import TEMPLATES_DIR
-from hub_ext.scopes import SERVER_TOKEN_SCOPES
+from hub_ext.scopes import ADMIN_GROUP, SERVER_TOKEN_SCOPES
 from scheduler.backends.pyhook import HOOK_DIR
 from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
 from scheduler.display import describe_placement, placement_of
 from scheduler.engine.lifecycle import FINAL_STATES, WorkloadState
-from spawner.offers import FormView, offers, user_projects
+from spawner.offers import (
+    FormView,
+    dry_run_body,
+    no_project_message,
+    offers,
+    user_projects,
+    verdicts_by_choice,
+)
 from spawner.profiles import (
     InvalidOption,
     KubeProfiles,
@@ -186,13 +193,17 @@ class FracSpawnerMixin(Configurable):
         groups = getattr(self.user, "groups", None) or ()  # type: ignore[attr-defined]
         return [group.name for group in groups]
 
+    @property
+    def frachub_is_admin(self) -> bool:
+        """A hub admin or a FracHub admin (the frachub-admins group): someone who can add
+        themselves to a project rather than ask an admin to."""
+        return bool(getattr(self.user, "admin", False)) or ADMIN_GROUP in self.user_groups()  # type: ignore[attr-defined]
+
     def frachub_selection(self, profiles: list[Profile]) -> Selection:
         try:
             selection = resolve(profiles, self.user_options or {}, self.user_groups())
         except InvalidOption as error:
-            raise SpawnException(
-                error.message, reason="frachub-option", status_code=error.status
-            ) from None
+            raise refusal(error.message, reason="frachub-option", status=error.status) from None
         if selection.ignored:
             self.log.warning(  # type: ignore[attr-defined]
                 "Ignoring unrecognized user_options for %s: %s",
@@ -219,13 +230,14 @@ class FracSpawnerMixin(Configurable):
         includes ``frachub_quota.html`` and ``frachub_gpus.html``), else FracHub's own."""
         profiles = await self.frachub_profiles()
         groups = self.user_groups()
+        user = self.user.name  # type: ignore[attr-defined]
         try:
             client = self.frachub_client
-            queues, nodes = await asyncio.gather(client.queues(), client.nodes())
+            queues = await client.queues()
             unreachable = None
         except FracHubError as error:
-            queues, nodes, unreachable = [], [], error.message
-        projects = user_projects(queues, self.user.name, groups)  # type: ignore[attr-defined]
+            queues, unreachable = [], error.message
+        projects = user_projects(queues, user, groups)
         user_options = dict(self.user_options or {})
         selection: Selection | None
         try:
@@ -240,12 +252,21 @@ class FracSpawnerMixin(Configurable):
             )
         wanted = user_options.get("project")
         project = next((p for p in projects if p.name == wanted), projects[0] if projects else None)
+        verdicts = None
+        if project is not None and unreachable is None:
+            body, keys = dry_run_body(profiles, groups, user, project.name)
+            if keys:
+                try:
+                    verdicts = verdicts_by_choice(keys, await client.dry_run(body))
+                except FracHubError as error:
+                    unreachable = error.message
         view = FormView(
-            offers=offers(profiles, groups, None if unreachable else project, nodes),
+            offers=offers(profiles, groups, project, verdicts),
             projects=projects,
             project=project,
             selection=selection,
             unreachable=unreachable,
+            no_project="" if projects or unreachable else no_project_message(self.frachub_is_admin),
         )
         environment = Environment(
             loader=ChoiceLoader(
@@ -387,10 +408,10 @@ class FracSpawnerMixin(Configurable):
                 reason = allocation.get("pending_reason") or "waiting for the scheduler"
                 reason = reason[:1].upper() + reason[1:]
                 if "can never start" in reason:
-                    raise SpawnException(
-                        f"this GPU request can never be met: {reason}",
+                    raise refusal(
+                        f"This GPU request can never be met: {reason}",
                         reason="frachub-never",
-                        status_code=503,
+                        status=503,
                     )
                 position = allocation.get("queue_position")
                 where = (
@@ -411,23 +432,32 @@ class FracSpawnerMixin(Configurable):
                 raise self._refusal(error) from None
             self.allocation = allocation
         if allocation["state"] != WorkloadState.RUNNING:
-            raise SpawnException(
-                f"the GPU allocation ended before the server started: {allocation['state']}"
+            raise refusal(
+                f"The GPU share ended before the server started: {allocation['state']}"
                 + (f" ({allocation['message']})" if allocation.get("message") else ""),
                 reason="frachub-ended",
-                status_code=503,
+                status=503,
             )
         return allocation
 
     def _refusal(self, error: FracHubError) -> SpawnException:
         if error.status == 0:
-            return SpawnException(error.message, reason="frachub-unreachable", status_code=503)
+            return refusal(
+                f"The GPU scheduler is not answering: {error.message}",
+                reason="frachub-unreachable",
+                status=503,
+            )
         status = {409: 503, 404: 503}.get(error.status, error.status)
         if status >= 500:
             status = 503
-        return SpawnException(
-            f"FracHub: {error.message}", reason="frachub-refused", status_code=status
-        )
+        message = error.message
+        if "is not a member of any project" in message:
+            message = no_project_message(self.frachub_is_admin).replace(
+                "CPU only works", "a CPU-only server works"
+            )
+        else:
+            message = f"The GPU scheduler refused this server: {message}"
+        return refusal(message, reason="frachub-refused", status=status)
 
     async def frachub_release(self) -> None:
         """Give the share back (idempotent: the service answers 409 when it is already gone,
@@ -574,6 +604,14 @@ class FracSpawnerMixin(Configurable):
         if self.frachub_pytorch_hook:
             env["PYTHONPATH"] = prepend_path(str(HOOK_DIR), env.get("PYTHONPATH"))
         return env
+
+
+def refusal(message: str, *, reason: str, status: int) -> SpawnException:
+    """A ``SpawnException`` the hub shows as the message alone: its own text would be
+    "403 SpawnException(reason=frachub-refused): ...", a class name no user should read."""
+    error = SpawnException(message, reason=reason, status_code=status)
+    error.jupyterhub_message = message  # type: ignore[attr-defined]
+    return error
 
 
 def notebook_contract(

@@ -1,10 +1,11 @@
-"""What the spawn form shows next to each GPU choice: free now, would wait, or out of reach.
+"""What the spawn form shows next to each GPU choice: the scheduler's own answer.
 
-Pure: it reads the service's ``queues`` and ``nodes`` views (already fetched by the spawner)
-and the user's groups. It answers the questions a researcher has before clicking Start —
-"will this start now?", "how much of my project's quota is used?" — and greys out what can
-never start for them (a profile closed to their groups, a size beyond their project's
-deserved quota, which is all a notebook may ever use).
+Each choice's hint is the service's dry run (``POST allocations/dry-run``): the engine's
+decision for that request if it arrived now (starts now; starts after reclaiming GPUs another
+project borrowed; waits, and why; can never start), so the form and what then happens agree.
+Pure: the spawner fetches the queues and the dry run and passes them in. Greyed out is what
+can never start for this user: a profile closed to their groups, a choice the scheduler says
+can never start, any GPU when they are in no project.
 """
 
 from __future__ import annotations
@@ -29,17 +30,29 @@ class ProjectUse:
 
     @property
     def summary(self) -> str:
-        return (
-            f"{self.name}: {self.allocated_gpus:g} of {gpus_text(self.deserved_gpus)} in use "
-            f"(fair share now {gpus_text(self.fair_share_gpus)})"
-        )
+        """Use against the guaranteed quota. The fair share is named only when it exceeds the
+        quota (idle GPUs others may lend): on an idle cluster it is 0, which would read as
+        "you get nothing" while the whole quota is there for the asking."""
+        text = f"{self.name}: {self.allocated_gpus:g} of {gpus_text(self.deserved_gpus)} in use"
+        if self.fair_share_gpus > self.deserved_gpus + EPSILON:
+            text += (
+                f" (up to {gpus_text(self.fair_share_gpus)} now with idle GPUs borrowed, "
+                "for preemptible work)"
+            )
+        return text
 
 
 @dataclass(frozen=True)
 class ChoiceOffer:
     choice: GpuChoice
     disabled: bool
-    status: str  # "free now", "would wait: ...", or why it is out of reach
+    status: str  # the scheduler's answer in words: "starts now on ...", "would wait: ..."
+    outcome: str = ""  # the dry run's: now, reclaim, preempt, wait, never; "" when unknown
+
+    @property
+    def rank(self) -> int:
+        """How good a pick it is: starts now, then after making room, then waits."""
+        return {"now": 0, "reclaim": 1, "preempt": 1, "": 2, "wait": 3}.get(self.outcome, 9)
 
 
 @dataclass(frozen=True)
@@ -74,38 +87,37 @@ def user_projects(
     ]
 
 
-def size_in_gpus(choice: GpuChoice, nodes: Sequence[Mapping[str, Any]]) -> float:
-    """A memory request counts as the share of the largest GPU it needs."""
-    if choice.gpus is not None:
-        return choice.gpus
-    largest = max((gpu["memory_gib"] for node in nodes for gpu in node["gpus"]), default=0.0)
-    return choice.gpu_memory_gib / largest if largest else float("inf")  # type: ignore[operator]
+def dry_run_body(
+    profiles: Sequence[Profile], groups: Iterable[str], user: str, project: str
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The dry-run request for every GPU choice of the profiles open to ``groups``, and the
+    (profile slug, choice key) each entry of its ``requests`` stands for."""
+    groups = set(groups)
+    keys: list[tuple[str, str]] = []
+    requests: list[dict[str, Any]] = []
+    for profile in profiles:
+        if not profile.allows(groups):
+            continue
+        for choice in profile.gpu_choices:
+            keys.append((profile.slug, choice.key))
+            requests.append({**choice.request, "preemptible": profile.preemptible})
+    return {"user": user, "project": project, "requests": requests}, keys
 
 
-def fits_now(choice: GpuChoice, nodes: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether some node has room for the choice right now, without evicting anything."""
-    for node in nodes:
-        gpus = node["gpus"]
-        if choice.gpu_memory_gib is not None:
-            if any(
-                (1 - gpu["used"]) * gpu["memory_gib"] + EPSILON >= choice.gpu_memory_gib
-                for gpu in gpus
-            ):
-                return True
-        elif choice.gpus is not None and choice.gpus <= 1:
-            if any(1 - gpu["used"] + EPSILON >= choice.gpus for gpu in gpus):
-                return True
-        elif choice.gpus is not None and sum(gpu["used"] < EPSILON for gpu in gpus) >= choice.gpus:
-            return True
-    return False
+def verdicts_by_choice(
+    keys: Sequence[tuple[str, str]], answer: Mapping[str, Any]
+) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return dict(zip(keys, answer.get("results") or (), strict=False))
 
 
 def offers(
     profiles: Sequence[Profile],
     groups: Iterable[str],
     project: ProjectUse | None,
-    nodes: Sequence[Mapping[str, Any]],
+    verdicts: Mapping[tuple[str, str], Mapping[str, Any]] | None,
 ) -> list[ProfileOffer]:
+    """``verdicts``: the dry run's answer per (slug, key); None when it could not be asked
+    (the service is unreachable: every choice may be tried, the hint says it is unknown)."""
     groups = set(groups)
     result = []
     for profile in profiles:
@@ -116,32 +128,50 @@ def offers(
                     profile,
                     True,
                     note,
-                    tuple(ChoiceOffer(c, True, note) for c in profile.gpu_choices),
+                    tuple(ChoiceOffer(c, True, note, "never") for c in profile.gpu_choices),
                 )
             )
             continue
         choices = []
         for choice in profile.gpu_choices:
-            size = size_in_gpus(choice, nodes)
             if project is None:
-                choices.append(ChoiceOffer(choice, True, "you are in no project with GPUs"))
-            elif not profile.preemptible and size > project.deserved_gpus + EPSILON:
+                choices.append(ChoiceOffer(choice, True, "you are in no project", "never"))
+            elif verdicts is None:
+                choices.append(ChoiceOffer(choice, False, "availability unknown"))
+            else:
+                verdict = verdicts.get((profile.slug, choice.key))
+                if verdict is None:
+                    choices.append(ChoiceOffer(choice, False, "availability unknown"))
+                    continue
+                outcome = str(verdict.get("outcome") or "")
                 choices.append(
                     ChoiceOffer(
-                        choice,
-                        True,
-                        f"beyond {project.name}'s quota of {gpus_text(project.deserved_gpus)}",
+                        choice, outcome == "never", hint(verdict.get("message") or ""), outcome
                     )
-                )
-            elif fits_now(choice, nodes):
-                choices.append(ChoiceOffer(choice, False, "free now"))
-            else:
-                choices.append(
-                    ChoiceOffer(choice, False, "would wait: no GPU has this much free now")
                 )
         disabled = bool(choices) and all(offer.disabled for offer in choices)
         result.append(ProfileOffer(profile, disabled, "", tuple(choices)))
     return result
+
+
+def hint(message: str) -> str:
+    """The scheduler's words, without the leading notebook phrase a refusal carries."""
+    return message.removeprefix("a notebook that ")
+
+
+def no_project_message(is_admin: bool) -> str:
+    """Why GPU choices are greyed out for someone in no project, and what they can do; an
+    admin is told how to fix it, not to ask an admin."""
+    if is_admin:
+        return (
+            "You are in no FracHub project, so GPU choices are unavailable; CPU only works. "
+            "To use GPUs, add yourself to a project: its group on the hub's admin page, or its "
+            "members through FracHub's queues API."
+        )
+    return (
+        "You are in no FracHub project, so GPU choices are unavailable; CPU only works. "
+        "Ask an admin to add you to a project."
+    )
 
 
 @dataclass(frozen=True)
@@ -152,8 +182,47 @@ class FormView:
     offers: Sequence[ProfileOffer]
     projects: Sequence[ProjectUse]
     project: ProjectUse | None
-    selection: Selection | None  # what the form pre-selects
+    selection: Selection | None  # what the user asked for last (or the profiles' default)
     unreachable: str | None  # why GPU availability is unknown, if it is
+    no_project: str = ""  # why GPU choices are greyed out for someone in no project
+
+    @property
+    def picked(self) -> tuple[str, str | None] | None:
+        """The (profile slug, GPU key) the form pre-selects: what the user asked for last or
+        the default, if it can start; else the choice of that profile (then of any profile)
+        that would start soonest; else the first profile open to them with no GPU."""
+        sel = self.selection
+        wanted = sel.profile.slug if sel and sel.profile else None
+        wanted_key = sel.gpu.key if sel and sel.gpu else None
+        mine = self.offer(wanted) if wanted else None
+        if wanted is not None and mine is not None and not mine.disabled:
+            if not mine.choices:
+                return (wanted, None)
+            if wanted_key is None and mine.profile.default_gpu is not None:
+                wanted_key = mine.profile.default_gpu.key
+            current = next((c for c in mine.choices if c.choice.key == wanted_key), None)
+            best = min((c for c in mine.choices if not c.disabled), key=lambda c: c.rank)
+            keep = current is not None and not current.disabled
+            if keep and (current.rank <= 2 or current.rank <= best.rank):  # type: ignore[union-attr]
+                return (wanted, current.choice.key)  # type: ignore[union-attr]
+            return (wanted, best.choice.key)
+        for offer in self.offers:
+            if offer.disabled:
+                continue
+            usable = [c for c in offer.choices if not c.disabled]
+            if not offer.choices:
+                return (offer.profile.slug, None)
+            if usable:
+                return (offer.profile.slug, min(usable, key=lambda c: c.rank).choice.key)
+        return None
+
+    def checked_profile(self, slug: str) -> bool:
+        picked = self.picked
+        return picked is not None and picked[0] == slug
+
+    def checked_gpu(self, slug: str, key: str) -> bool:
+        picked = self.picked
+        return picked is not None and picked == (slug, key)
 
     @property
     def by_slug(self) -> dict[str, ProfileOffer]:

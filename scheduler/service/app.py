@@ -46,7 +46,7 @@ from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service import datalock
 from scheduler.service.directory import HubDirectory
-from scheduler.service.handlers import allocations, history, info, pages, queues, workloads
+from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.loop import SchedulingLoop, Settings
@@ -57,7 +57,7 @@ from scheduler.service.sampler import sample_every
 from scheduler.service.store import Store, StoreError, open_store
 
 LOCK_FILE = datalock.SERVICE_LOCK_FILE
-API_MODULES = (workloads, allocations, queues, info, history)  # what openapi.json describes
+API_MODULES = (workloads, allocations, dryrun, queues, info, history)  # what openapi.json describes
 HANDLER_MODULES = (*API_MODULES, pages)
 
 
@@ -176,6 +176,14 @@ class FracHubService(Application):
         0.0,
         help="""Seconds a started training job is protected from preemption unless its
         submission says otherwise (Run:ai's min-runtime), so short jobs are not churned.""",
+    ).tag(config=True)
+
+    cluster_may_grow = Bool(
+        False,
+        help="""Accept jobs and notebooks that fit no node of the cluster as it is now (a
+        gang larger than all its GPUs, 8 GPUs on one node of 4-GPU nodes): they wait for nodes
+        an autoscaler adds. Off: they are refused at once (409) with the reason, as a request
+        that can never start. A notebook beyond its deserved quota is refused either way.""",
     ).tag(config=True)
 
     cycle_interval = Float(
@@ -378,6 +386,7 @@ class FracHubService(Application):
             "metrics": metrics,
             "backend_name": self.backend_class.__name__,
             "default_min_runtime": self.default_min_runtime,
+            "cluster_may_grow": self.cluster_may_grow,
             "page_default_limit": self.page_default_limit,
             "page_max_limit": self.page_max_limit,
             "log_function": self._log_request,

@@ -35,8 +35,9 @@ from scheduler.engine import (
     Policy,
     Queue,
     QueueStatus,
+    Session,
     Snapshot,
-    run_cycle,
+    decide,
 )
 from scheduler.engine.lifecycle import (
     Effect,
@@ -103,6 +104,10 @@ class SchedulingLoop:
         """Running work beyond its project's quota -> who may reclaim it, in words."""
         self.inventory: Inventory = backend.inventory()
         self.next_wakeup: float | None = None
+        self.settled: Session | None = None
+        """The last cycle's session once it decided nothing: what the store and the backend
+        hold now, forked to decide arrivals in milliseconds (``dry_run``); None once anything
+        changed since."""
         self.version = 0
         """Bumped whenever something a waiting client may care about changed."""
         self._changed = asyncio.Event()
@@ -223,6 +228,7 @@ class SchedulingLoop:
         return True
 
     def queues_changed(self) -> None:
+        self.settled = None
         self.load_queues()
         self.request_cycle()
 
@@ -250,6 +256,7 @@ class SchedulingLoop:
 
     def _reload(self) -> None:
         """After a rollback: the lives as the store has them again."""
+        self.settled = None
         for record in self.records.values():
             self.lifecycle.restore(record.as_life())
 
@@ -262,11 +269,14 @@ class SchedulingLoop:
         now = self.clock()
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
+            self.settled = None
             snapshot = self.snapshot()
             # the placement's target workload: the cluster's own recent requests
             self.policy = self.policy.for_snapshot(snapshot)
-            result = run_cycle(snapshot, now, self.policy)
+            session = Session(snapshot, now, self.policy)
+            result = decide(session)
             if not result.decisions:
+                self.settled = session
                 break
             effects = self.lifecycle.apply(result, now)
             started.update(int(e.name) for e in effects if isinstance(e, Started))
@@ -365,6 +375,16 @@ class SchedulingLoop:
             finally:
                 os.close(fd)
 
+    def standing(self) -> Session:
+        """A session of the state the scheduler stands in now, to fork for a dry run: the
+        settled one of the last cycle, or (something changed since) a fresh one, decided so
+        that it describes where the next cycle will leave things."""
+        if self.settled is not None:
+            return self.settled
+        session = Session(self.snapshot(), self.clock(), self.policy)
+        decide(session)
+        return session
+
     # -- carrying out the lifecycle's effects: the store first, the backend second ---------
 
     async def _carry_out(self, effects: list[Effect], now: float) -> None:
@@ -383,6 +403,8 @@ class SchedulingLoop:
         stops: list[tuple[WorkloadRecord, dict | None, float]] = []
         launches: list[WorkloadRecord] = []
         touched: dict[str, WorkloadRecord] = {}
+        if effects:
+            self.settled = None
         for effect in effects:
             record = self.records[int(effect.name)]
             touched[effect.name] = record

@@ -25,7 +25,9 @@ from scheduler.engine import (
     Request,
     Session,
     Snapshot,
+    Start,
     Workload,
+    decide,
     default_priority,
     reasons,
     scorer_named,
@@ -78,6 +80,10 @@ ALLOCATE_FIELDS = (
     "preemptible",
     "idle_timeout_seconds",
 )
+DRY_RUN_FIELDS = ("user", "project", "requests")
+DRY_RUN_REQUEST_FIELDS = ("gpus", "gpu_memory_gib", "preemptible")
+MAX_DRY_RUN_REQUESTS = 32
+"""A spawn form's GPU choices, over all its profiles, with room to spare."""
 MAX_IDLE_TIMEOUT = 365 * 24 * 3600
 """A year: longer limits are typos (milliseconds?); null already means "never"."""
 MAX_RUNTIME = 10 * 365 * 24 * 3600
@@ -315,6 +321,48 @@ def parse_allocation(document: Any) -> AllocationRequest:
     )
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """Notebook shares to try, each as if it were asked for alone now."""
+
+    user: str | None
+    project: str | None
+    requests: tuple[AllocationRequest, ...]
+
+
+def parse_dry_run(document: Any) -> DryRun:
+    body = _body(document, DRY_RUN_FIELDS)
+    items = body.get("requests")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_DRY_RUN_REQUESTS:
+        raise InvalidSpec(
+            "requests",
+            f"must be a list of 1 to {MAX_DRY_RUN_REQUESTS} GPU requests "
+            '({"gpus": 0.5} or {"gpu_memory_gib": 12}, with "preemptible")',
+        )
+    requests = []
+    for i, item in enumerate(items):
+        where = f"requests[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidSpec(where, "must be a JSON object")
+        for key in item:
+            if key not in DRY_RUN_REQUEST_FIELDS:
+                raise InvalidSpec(
+                    f"{where}.{shown(key)}",
+                    f"is not a field; one of {', '.join(DRY_RUN_REQUEST_FIELDS)}",
+                )
+        try:
+            gpus, memory_mib = _gpu_request(item)
+            preemptible = _bool(item, "preemptible", False)
+        except InvalidSpec as error:
+            raise InvalidSpec(f"{where}.{error.where}", error.message) from None
+        requests.append(AllocationRequest(None, "", None, gpus, memory_mib, preemptible))
+    return DryRun(
+        user=_optional_name(body, "user"),
+        project=_optional_name(body, "project"),
+        requests=tuple(requests),
+    )
+
+
 def _idle_timeout(body: Mapping) -> float | None:
     value = number_field(
         body, "idle_timeout_seconds", "", None, optional=True, strictly_positive=True
@@ -332,6 +380,8 @@ def never_starts(
     project: str,
     queues: Sequence[Queue],
     nodes: Sequence[Node],
+    *,
+    cluster_may_grow: bool = False,
 ) -> str | None:
     """Why an allocation can never start on this cluster with these quotas, or None.
 
@@ -360,7 +410,8 @@ def never_starts(
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
+    shapes = session.ledger.shapes_for(workload.request)
+    if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
         return f"a notebook that {reasons.no_room(session, workload)}"
     if request.preemptible:
         return None  # preemptible notebooks may borrow beyond the quota
@@ -387,11 +438,24 @@ def _empty_cluster(queues: Sequence[Queue], nodes: Sequence[Node]) -> Session:
 
 
 def job_never_fits(
-    submission: Submission, project: str, queues: Sequence[Queue], nodes: Sequence[Node]
+    submission: Submission,
+    project: str,
+    queues: Sequence[Queue],
+    nodes: Sequence[Node],
+    *,
+    cluster_may_grow: bool = False,
 ) -> str | None:
-    """Why a job's replica fits no GPU or node of this cluster, in the engine's words, or
-    None (also for a cluster with no nodes yet)."""
-    if not nodes:
+    """Why a job can never start on this cluster with these quotas, in the engine's words,
+    or None (also for a cluster with no nodes yet).
+
+    A replica no GPU or node here can hold says so in the engine's own wording. Otherwise the
+    engine itself decides the job on the *idle* cluster (no other work, the same quotas and
+    limits): what does not start there never starts, whether a gang whose replicas together
+    exceed the cluster (3 replicas of 2 GPUs on a 2-GPU machine), a project's GPU limit below
+    the job, or a non-preemptible job beyond its project's deserved quota. A cluster that may
+    grow (``cluster_may_grow``, an admin's setting) refuses nothing.
+    """
+    if not nodes or cluster_may_grow:
         return None
     workload = Workload(
         name="new",
@@ -409,9 +473,20 @@ def job_never_fits(
         seq=0,
     )
     session = _empty_cluster(queues, nodes)
-    if fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
+    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
+        return f"a job that {reasons.no_room(session, workload)}"
+    result = decide(session.fork([workload], 0.0))
+    if any(isinstance(d, Start) and d.workload == workload.name for d in result.decisions):
         return None
-    return f"a job that {reasons.no_room(session, workload)}"
+    pending = result.pending.get(workload.name)
+    why = pending.reason if pending else "the scheduler does not start it"
+    return f"a job that can never start here: even on the idle cluster it {_as_verb(why)}"
+
+
+def _as_verb(reason: str) -> str:
+    """The engine's reasons start with a verb ("needs ...") or a subject ("vision is limited
+    to ..."); after "it", the latter reads as a clause of its own."""
+    return reason if reason.startswith("needs") else f"would wait: {reason}"
 
 
 def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:

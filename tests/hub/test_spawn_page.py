@@ -30,9 +30,9 @@ def test_pick_half_a_gpu_and_the_notebook_starts(up: Up, up_page, shot) -> None:
     assert page.locator("nav").get_by_role("link", name="Training").is_visible()
     assert "vision: 0 of 1 GPU in use" in form.inner_text()
     half = form.locator(".frachub-profile[data-profile='gpu'] label", has_text="0.5 GPU")
-    assert "free now" in half.inner_text()
+    assert "starts now on" in half.inner_text()  # the scheduler's dry run
     two = form.locator(".frachub-profile[data-profile='gpu'] label", has_text="2 GPUs")
-    assert "beyond vision's quota of 1 GPU" in two.inner_text()
+    assert "vision deserves 1 GPU; a notebook of 2 GPUs can never start" in two.inner_text()
     assert form.locator("input[name='gpu-gpu'][value='2']").is_disabled()
     half.click()
     shot("spawn-form-half-gpu", page)

@@ -303,6 +303,21 @@ REFUSALS = [
         1,
         "is not a member of project nlp",
     ),
+    (
+        "never-starts",
+        ["submit", "-g", "9", "--", "true"],
+        {},
+        1,
+        "frachub: not submitted: a job that needs 9 GPUs on one node; the largest node has",
+    ),
+    (
+        "gang-never-starts",
+        ["submit", "-g", "2", "--replicas", "3", "--", "true"],
+        {},
+        1,
+        "frachub: not submitted: a job that can never start here: even on the idle cluster "
+        "it needs 3 replicas × 2 GPUs",
+    ),
     ("no-such-job", ["describe", "999999"], {}, 1, "frachub: workload 999999 not found"),
     ("wrong-token", ["jobs"], {"FRACHUB_TOKEN": "0123456789abcdef"}, 1, "token in FRACHUB_TOKEN"),
     ("no-url", ["jobs"], {"FRACHUB_URL": None}, 2, "set FRACHUB_URL to the FracHub service"),

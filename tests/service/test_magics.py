@@ -254,6 +254,7 @@ def test_refusals_are_one_line(kernel, hub, api) -> None:
         (f"%frachub cancel {others}", f"workload {others} not found"),
         ("%frachub submit --gpus 0.3333 -- true", "gpus: fractions are counted in thousandths"),
         ("%frachub submit --gpus 1 --project nlp -- true", "not a member of project nlp"),
+        ("%frachub submit --gpus 4 -- true", "not submitted: a job that needs 4 GPUs on one"),
     ):
         run = execute(kernel, code)
         assert run.reply["status"] == "error", run.everything
@@ -264,4 +265,7 @@ def test_refusals_are_one_line(kernel, hub, api) -> None:
     run = execute(kernel, "%%frachub submit --gpus 0.3333 --name refused\nprint(1)")
     assert run.reply["status"] == "error"
     assert not list((kernel.cwd / "frachub-jobs").glob("refused-*"))  # no orphan script
+    run = execute(kernel, "%%frachub submit --gpus 4 --name refused\nprint(1)")
+    assert run.reply["status"] == "error" and "not submitted" in run.error["traceback"][0]
+    assert not list((kernel.cwd / "frachub-jobs").glob("refused-*"))
     checked(bob.delete(f"workloads/{others}"))

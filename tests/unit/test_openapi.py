@@ -36,7 +36,7 @@ from scheduler.backends.base import Gpu, Inventory
 from scheduler.engine import Node, Pending, Queue, QueueStatus
 from scheduler.fields import QUEUE_FIELDS, InvalidSpec
 from scheduler.service import access, requests
-from scheduler.service.handlers import allocations, history, info, queues, workloads
+from scheduler.service.handlers import allocations, dryrun, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
 from scheduler.service.store import SampleBucket
@@ -46,7 +46,7 @@ pytestmark = pytest.mark.unit
 
 DOCUMENT_PATH = Path(requests.__file__).with_name("openapi.json")
 DOCUMENT: dict[str, Any] = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
-HANDLER_MODULES = (workloads, allocations, queues, info, history)
+HANDLER_MODULES = (workloads, allocations, dryrun, queues, info, history)
 VERBS = ("get", "post", "put", "patch", "delete", "head", "options")
 SCOPE_NAMES = {"READ": access.READ, "SUBMIT": access.SUBMIT, "ADMIN": access.ADMIN}
 ACCESS_SCOPE = "access:services!service=frachub"
@@ -347,6 +347,7 @@ def body_schema(shape: str, verb: str) -> dict:
 BODY_FIELDS = {
     ("/api/v1/workloads", "post"): requests.SUBMIT_FIELDS,
     ("/api/v1/allocations", "post"): requests.ALLOCATE_FIELDS,
+    ("/api/v1/allocations/dry-run", "post"): requests.DRY_RUN_FIELDS,
     ("/api/v1/queues", "post"): (*QUEUE_FIELDS, "members"),
     ("/api/v1/queues/{}", "patch"): (*QUEUE_FIELDS, "members"),
 }
@@ -537,6 +538,32 @@ def test_allocation_schema_agrees_with_the_validator(body: Any) -> None:
     assert schema_accepts("#/components/schemas/AllocationRequest", body) is expected
 
 
+DRY_RUNS = [
+    {"requests": [{"gpus": 0.5}]},
+    {"user": "alice", "project": "vision", "requests": [{"gpus": 1}, {"gpu_memory_gib": 12}]},
+    {"requests": [{"gpus": 2, "preemptible": True}] * 32},
+    {"requests": [{"gpus": 0.5}] * 33},
+    {"requests": []},
+    {"requests": None},
+    {},
+    {"requests": [{}]},
+    {"requests": [{"gpus": 0.5, "gpu_memory_gib": 12}]},
+    {"requests": [{"gpus": 1.5}]},
+    {"requests": [{"gpus": 0.5, "server_name": ""}]},
+    {"requests": [{"gpus": 0.5, "preemptible": "yes"}]},
+    {"requests": [7]},
+    {"requests": [{"gpus": 0.5}], "kind": "training"},
+    {"user": "-x", "requests": [{"gpus": 0.5}]},
+    [],
+]
+
+
+@pytest.mark.parametrize("body", DRY_RUNS, ids=repr)
+def test_dry_run_schema_agrees_with_the_validator(body: Any) -> None:
+    expected = parser_accepts(lambda: requests.parse_dry_run(body))
+    assert schema_accepts("#/components/schemas/DryRunRequest", body) is expected
+
+
 @pytest.mark.parametrize("body", NEW_QUEUES, ids=repr)
 def test_queue_create_schema_agrees_with_the_validator(body: Any) -> None:
     expected = _queue_accepted(body, None)
@@ -558,6 +585,7 @@ def test_the_sample_bodies_exercise_both_answers() -> None:
     for bodies, parse in (
         (SUBMISSIONS, requests.parse_submission),
         (ALLOCATIONS, requests.parse_allocation),
+        (DRY_RUNS, requests.parse_dry_run),
     ):
         answers = {parser_accepts(functools.partial(parse, body)) for body in bodies}
         assert answers == {True, False}

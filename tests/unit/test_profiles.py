@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from spawner.offers import ProjectUse, fits_now, offers, user_projects
+from spawner.offers import (
+    FormView,
+    ProjectUse,
+    dry_run_body,
+    no_project_message,
+    offers,
+    user_projects,
+    verdicts_by_choice,
+)
 from spawner.profiles import InvalidOption, parse_gpu_choice, parse_profiles, resolve
 
 pytestmark = pytest.mark.unit
@@ -145,42 +153,83 @@ def test_no_profiles_means_no_gpu_and_no_options():
         resolve([], {"gpus": 1}, groups=[])
 
 
-NODES = [
-    {
-        "name": "a",
-        "gpus": [
-            {"index": 0, "memory_gib": 24, "used": 0.75},
-            {"index": 1, "memory_gib": 24, "used": 1.0},
-        ],
-    },
-    {
-        "name": "b",
-        "gpus": [
-            {"index": 0, "memory_gib": 24, "used": 0.0},
-            {"index": 1, "memory_gib": 24, "used": 0.5},
-        ],
-    },
-]
+def verdict(outcome: str, message: str) -> dict:
+    return {"outcome": outcome, "message": message, "reclaims_from": [], "queue_position": None}
 
 
-def test_fits_now_reads_free_room_per_gpu_and_node(profiles):
-    choices = {c.key: c for c in profiles[1].gpu_choices}
-    assert fits_now(choices["0.25"], NODES)
-    assert fits_now(choices["0.5"], NODES)
-    assert fits_now(choices["1"], NODES)
-    assert not fits_now(choices["2"], NODES)  # no node has two wholly free GPUs
-    assert fits_now(choices["20GiB"], NODES)  # b/0 is free
-    assert not fits_now(choices["20GiB"], NODES[:1])  # a/0 has 6 GiB free
+def test_the_dry_run_asks_for_every_open_choice_with_its_profiles_preemptibility(profiles):
+    body, keys = dry_run_body(profiles, ["nlp"], "ana", "nlp")
+    assert body["user"] == "ana" and body["project"] == "nlp"
+    assert keys == [("gpu", "0.25"), ("gpu", "0.5"), ("gpu", "20GiB"), ("gpu", "1"), ("gpu", "2")]
+    assert body["requests"][2] == {"gpu_memory_gib": 20, "preemptible": False}
+    assert body["requests"][3] == {"gpus": 1, "preemptible": False}
 
 
-def test_offers_grey_out_what_can_never_start(profiles):
+def dry_run_offers(profiles, answers: dict) -> FormView:
     project = ProjectUse("nlp", deserved_gpus=1, allocated_gpus=0.5, fair_share_gpus=1)
-    result = {offer.profile.slug: offer for offer in offers(profiles, ["nlp"], project, NODES)}
-    gpu = {c.choice.key: c for c in result["gpu"].choices}
-    assert gpu["0.5"].status == "free now" and not gpu["0.5"].disabled
-    assert gpu["2"].disabled and "beyond nlp's quota of 1 GPU" in gpu["2"].status
-    assert result["big-gpus"].disabled and "vision" in result["big-gpus"].note
-    assert not result["cpu"].disabled
+    _, keys = dry_run_body(profiles, ["nlp"], "ana", "nlp")
+    verdicts = verdicts_by_choice(keys, {"results": [answers[key] for _, key in keys]})
+    return FormView(
+        offers=offers(profiles, ["nlp"], project, verdicts),
+        projects=[project],
+        project=project,
+        selection=resolve(profiles, {}, ["nlp"]),
+        unreachable=None,
+    )
+
+
+ANSWERS = {
+    "0.25": verdict("now", "starts now on node a, GPU 0 (0.25)"),
+    "0.5": verdict("wait", "would wait: nlp's notebooks use 0.5 GPU of its deserved 1 GPU"),
+    "20GiB": verdict("reclaim", "starts after reclaiming GPUs that vision borrowed (1 workload)"),
+    "1": verdict("wait", "would wait: nlp's notebooks use ..."),
+    "2": verdict("never", "a notebook that nlp deserves 1 GPU; ... can never start"),
+}
+
+
+def test_each_hint_is_the_schedulers_answer_and_never_is_greyed_out(profiles):
+    view = dry_run_offers(profiles, ANSWERS)
+    gpu = {c.choice.key: c for c in view.offer("gpu").choices}
+    assert gpu["0.25"].status == "starts now on node a, GPU 0 (0.25)"
+    assert gpu["20GiB"].outcome == "reclaim" and not gpu["20GiB"].disabled
+    assert gpu["2"].disabled and gpu["2"].status.startswith("nlp deserves 1 GPU")
+    assert view.offer("big-gpus").disabled and "vision" in view.offer("big-gpus").note
+    assert not view.offer("cpu").disabled
+
+
+def test_the_form_pre_selects_a_choice_that_starts(profiles):
+    # the profile's default (0.5) would wait while 0.25 starts now: 0.25 is picked
+    assert dry_run_offers(profiles, ANSWERS).picked == ("gpu", "0.25")
+    # a default that can start (now, or after a reclaim) stays picked
+    starts = {**ANSWERS, "0.5": verdict("reclaim", "starts after reclaiming ...")}
+    assert dry_run_offers(profiles, starts).picked == ("gpu", "0.5")
+    # nothing of the profile can ever start: the first open profile without a GPU
+    never = dict.fromkeys(ANSWERS, verdict("never", "can never start"))
+    view = dry_run_offers(profiles, never)
+    assert view.offer("gpu").disabled and view.picked == ("cpu", None)
+    assert view.checked_profile("cpu") and not view.checked_profile("gpu")
+
+
+def test_someone_in_no_project_gets_cpu_pre_selected_and_words_for_who_they_are(profiles):
+    view = FormView(
+        offers=offers(profiles, [], None, None),
+        projects=[],
+        project=None,
+        selection=resolve(profiles, {}, []),
+        unreachable=None,
+        no_project=no_project_message(is_admin=True),
+    )
+    assert view.offer("gpu").disabled and view.picked == ("cpu", None)
+    assert "ask an admin" not in no_project_message(is_admin=True).lower()
+    assert "add yourself" in no_project_message(is_admin=True)
+    assert "Ask an admin" in no_project_message(is_admin=False)
+
+
+def test_the_quota_line_does_not_say_an_idle_project_gets_nothing():
+    idle = ProjectUse("nlp", deserved_gpus=1, allocated_gpus=0, fair_share_gpus=0)
+    assert idle.summary == "nlp: 0 of 1 GPU in use"
+    lending = ProjectUse("nlp", deserved_gpus=1, allocated_gpus=1, fair_share_gpus=2)
+    assert "up to 2 GPUs now with idle GPUs borrowed" in lending.summary
 
 
 def test_user_projects_by_group_member_or_everybody():

@@ -83,7 +83,13 @@ class AllocationListHandler(AllocationAccess):
                     f"{record.id} ({record.state}); release it first",
                 )
         project = await self.project_for(request.project, user)
-        hopeless = never_starts(request, project, self.loop.queues, self.loop.inventory.nodes)
+        hopeless = never_starts(
+            request,
+            project,
+            self.loop.queues,
+            self.loop.inventory.nodes,
+            cluster_may_grow=self.settings.get("cluster_may_grow", False),
+        )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
         kind = Kind.INTERACTIVE

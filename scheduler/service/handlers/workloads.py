@@ -61,6 +61,13 @@ class WorkloadAccess(APIHandler):
         if requested is None:
             if len(mine) == 1:
                 return mine[0]
+            if not mine and user == self.caller.name and self.caller.is_admin:
+                # an admin's own work may go to any project: say so, not "ask an admin"
+                raise InvalidSpec(
+                    "project",
+                    f"is required: {user} is in no project, and as an admin may name any of "
+                    + ", ".join(leaf_projects(self.loop.queues)),
+                )
             if not mine:
                 raise web.HTTPError(
                     403, f"{user} is not a member of any project; ask an admin to add them"
@@ -120,7 +127,13 @@ class WorkloadListHandler(WorkloadAccess):
                 f"(higher needs {ADMIN}), got {submission.priority}",
             )
         project = await self.project_for(submission.project, self.caller.name)
-        hopeless = job_never_fits(submission, project, self.loop.queues, self.loop.inventory.nodes)
+        hopeless = job_never_fits(
+            submission,
+            project,
+            self.loop.queues,
+            self.loop.inventory.nodes,
+            cluster_may_grow=self.settings.get("cluster_may_grow", False),
+        )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
         record = WorkloadRecord(

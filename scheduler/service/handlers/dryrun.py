@@ -1,0 +1,67 @@
+"""``POST /api/v1/allocations/dry-run``: what the scheduler would do with notebook shares now.
+
+The spawn form shows, beside each GPU choice, whether it would start now, start once borrowed
+GPUs are reclaimed from another project, wait (and why), or never start. Each request is
+decided alone, as if it arrived now, by the engine's arrival path on the service's standing
+session (``scheduler/service/dryrun.py``); nothing is stored and nobody's queue position
+moves. The same refusals as a real allocation apply first: a shape no GPU here holds, or a
+notebook beyond the deserved quota it must stay inside, is "never".
+"""
+
+from __future__ import annotations
+
+from tornado import web
+
+from scheduler.engine import Kind, Request, Workload, default_priority
+from scheduler.service.access import ADMIN, READ
+from scheduler.service.dryrun import dry_run, never
+from scheduler.service.handlers.workloads import WorkloadAccess
+from scheduler.service.requests import never_starts, parse_dry_run
+
+ARRIVAL = "dry-run"
+
+
+class DryRunHandler(WorkloadAccess):
+    async def post(self) -> None:
+        self.require(READ)
+        body = parse_dry_run(self.json_body())
+        user = body.user or self.caller.name
+        if user != self.caller.name and not self.caller.is_admin:
+            raise web.HTTPError(403, f"a dry run for another user needs {ADMIN}")
+        project = await self.project_for(body.project, user)
+        loop = self.loop
+        nodes = loop.inventory.nodes
+        grow = self.settings.get("cluster_may_grow", False)
+        standing = None
+        now = loop.clock()
+        results = []
+        for request in body.requests:
+            hopeless = never_starts(request, project, loop.queues, nodes, cluster_may_grow=grow)
+            if hopeless is not None:
+                verdict = never(hopeless)
+            else:
+                standing = standing or loop.standing()
+                arrival = Workload(
+                    name=ARRIVAL,
+                    queue=project,
+                    kind=Kind.INTERACTIVE,
+                    request=Request(
+                        gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib
+                    ),
+                    priority=default_priority(Kind.INTERACTIVE, request.preemptible),
+                    preemptible=request.preemptible,
+                    submitted_at=now,
+                    seq=2**62,
+                    user=user,
+                )
+                verdict = dry_run(standing, arrival, now, loop.settings.grace_seconds)
+            entry = {"preemptible": request.preemptible, **verdict.as_json()}
+            if request.gpu_memory_mib is not None:
+                entry["gpu_memory_gib"] = request.gpu_memory_mib / 1024
+            else:
+                entry["gpus"] = request.gpus
+            results.append(entry)
+        self.write_json({"user": user, "project": project, "results": results})
+
+
+default_handlers = [(r"/api/v1/allocations/dry-run/?", DryRunHandler)]
