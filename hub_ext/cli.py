@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     for job_command in jobs_cli.SUBCOMMANDS:
         sub = commands.add_parser(
             job_command.name,
+            aliases=list(job_command.aliases),
             help=job_command.help,
             description=job_command.description or None,
         )

@@ -1,6 +1,7 @@
 """``frachub submit | jobs | describe | logs | cancel | quota``: training from a terminal.
 
-In the style of Run:ai's CLI (``runai submit``, ``runai list``, ``runai logs``): the command
+In the style of Run:ai's CLI (``runai submit``, ``runai list``, ``runai logs``, ``runai
+delete``; ``list`` and ``delete`` are aliases of ``jobs`` and ``cancel``): the command
 goes after ``--``, flags name GPUs as a fraction (``--gpus 0.5``) or as memory
 (``--gpu-memory 20``). Every command talks to the FracHub service as the token's owner
 through :mod:`hub_ext.client`; ``--url``/``--token`` beat ``FRACHUB_URL`` and
@@ -20,8 +21,11 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +50,8 @@ from scheduler.display import memory_gib
 from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_REPLICAS
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
+WATCH_SECONDS = 2.0  # `jobs --watch` redraws this often by default
+MAX_WATCH_SECONDS = 3600.0
 
 
 # --- argument definitions, shared with the magics -----------------------------------------------
@@ -75,6 +81,19 @@ def _whole_number(text: str, minimum: int, wording: str, maximum: int = MAX_ID) 
         raise argparse.ArgumentTypeError(f"must be {wording}, got {text}")
     if value > maximum:
         raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {text}")
+    return value
+
+
+def watch_interval(text: str) -> float:
+    """Seconds between redraws: at least 0.5 (the service is shared), at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0.5 <= value <= MAX_WATCH_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0.5 and {MAX_WATCH_SECONDS:g} seconds, got {text[:40]}"
+        )
     return value
 
 
@@ -187,6 +206,38 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-p", "--project", action="append", default=[], help="only this project (repeatable)"
     )
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument(
+        "--all-users",
+        action="store_true",
+        help="admins: every user's jobs (default: your own)",
+    )
+    who.add_argument(
+        "-u",
+        "--user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="admins: this user's jobs (repeatable), as squeue -u",
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print the service's JSON instead of a table"
+    )
+
+
+def add_watch_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w",
+        "--watch",
+        nargs="?",
+        type=watch_interval,
+        const=WATCH_SECONDS,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {WATCH_SECONDS:g}) until Ctrl-C, as watch(1)",
+    )
 
 
 def add_id_argument(parser: argparse.ArgumentParser) -> None:
@@ -278,24 +329,51 @@ def submit_job(client: FracHubClient, **kwargs: Any) -> dict[str, Any]:
         raise
 
 
-def jobs_view(
-    client: FracHubClient, *, all_states: bool = False, projects: Sequence[str] = ()
-) -> Table:
-    """Active work and the latest finished jobs, newest first; or everything."""
+def whose_jobs(client: FracHubClient, args: argparse.Namespace) -> list[str]:
+    """The ``user`` filter of ``jobs``: the caller's own jobs by default (an admin's token
+    would otherwise list everyone's), every user's with ``--all-users``, named users with
+    ``--user``; the last two need the admin right, said here in the CLI's words."""
+    if args.all_users or args.user:
+        me = client.user()
+        if not me.get("admin"):
+            flag = "--all-users" if args.all_users else "--user"
+            raise FracHubError(403, f"{flag} needs the FracHub admin right ({me['name']} has not)")
+        return list(args.user)
+    return [client.user()["name"]]
+
+
+def jobs_listing(
+    client: FracHubClient,
+    *,
+    all_states: bool = False,
+    projects: Sequence[str] = (),
+    users: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], str]:
+    """Active work and the latest finished jobs, newest first, or everything; with the note
+    saying which when some were left out."""
     if all_states:
-        items = client.list_workloads(projects=projects)
-        note = ""
-    else:
-        active = client.list_workloads(active=True, projects=projects)
-        recent = client.list_workloads(
-            states=FINAL_STATES, projects=projects, limit=RECENT_FINISHED
-        )
-        items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
-        note = (
-            f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
-            if len(recent) >= RECENT_FINISHED
-            else ""
-        )
+        return client.list_workloads(projects=projects, users=users), ""
+    active = client.list_workloads(active=True, projects=projects, users=users)
+    recent = client.list_workloads(
+        states=FINAL_STATES, projects=projects, users=users, limit=RECENT_FINISHED
+    )
+    items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
+    note = (
+        f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
+        if len(recent) >= RECENT_FINISHED
+        else ""
+    )
+    return items, note
+
+
+def jobs_view(client: FracHubClient, args: argparse.Namespace) -> Table:
+    """``jobs``'s table from its flags (``add_jobs_arguments``)."""
+    items, note = jobs_listing(
+        client,
+        all_states=args.all_states,
+        projects=args.project,
+        users=whose_jobs(client, args),
+    )
     return jobs_table(items, now_utc(), note=note, empty="no jobs")
 
 
@@ -345,17 +423,49 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True))
+
+
 @_reporting
 def run_jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(jobs_view(client, all_states=args.all_states, projects=args.project))
-    return 0
+        if args.json:
+            users = whose_jobs(client, args)
+            items, _note = jobs_listing(
+                client, all_states=args.all_states, projects=args.project, users=users
+            )
+            print_json(items)
+            return 0
+        if not args.watch:
+            print(jobs_view(client, args))
+            return 0
+        return _watch(lambda: str(jobs_view(client, args)), args.watch)
+
+
+def _watch(draw: Callable[[], str], seconds: float) -> int:
+    """Redraw ``draw()`` every ``seconds`` until Ctrl-C, as ``watch(1)`` does: on a terminal
+    the screen is cleared first; piped, each view follows the last."""
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    try:
+        while True:
+            view = draw()
+            stamp = now_utc().astimezone().strftime("%H:%M:%S")
+            sys.stdout.write(f"{clear}Every {seconds:g}s, {stamp} (Ctrl-C stops)\n{view}\n")
+            sys.stdout.flush()
+            time.sleep(seconds)
+    except KeyboardInterrupt:
+        return 0
 
 
 @_reporting
 def run_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(describe_report(client.get(args.id), now_utc()))
+        workload = client.get(args.id)
+    if args.json:
+        print_json(workload)
+    else:
+        print(describe_report(workload, now_utc()))
     return 0
 
 
@@ -394,7 +504,11 @@ def run_cancel(args: argparse.Namespace) -> int:
 @_reporting
 def run_quota(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(quota_report(client.quota()))
+        quota = client.quota()
+    if args.json:
+        print_json(dataclasses.asdict(quota))
+    else:
+        print(quota_report(quota))
     return 0
 
 
@@ -407,13 +521,16 @@ class Subcommand:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str = ""
+    aliases: tuple[str, ...] = ()
+    """Other names, for Run:ai's and Slurm's users (``list``, ``delete``)."""
 
 
 def _with_connection(
-    add: Callable[[argparse.ArgumentParser], None],
+    *adds: Callable[[argparse.ArgumentParser], None],
 ) -> Callable[[argparse.ArgumentParser], None]:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add(parser)
+        for add in adds:
+            add(parser)
         add_connection_arguments(parser)
 
     return add_arguments
@@ -431,33 +548,46 @@ SUBCOMMANDS = (
     ),
     Subcommand(
         "jobs",
-        "list your jobs",
-        _with_connection(add_jobs_arguments),
+        "list your jobs (alias: list)",
+        _with_connection(add_jobs_arguments, add_json_argument, add_watch_argument),
         run_jobs,
-        f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished.",
+        f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished "
+        "(--all-states: all). Admins see other users' with --all-users or --user NAME. "
+        "--watch redraws until Ctrl-C; --json prints the service's records.",
+        aliases=("list",),
     ),
     Subcommand(
         "describe",
         "show one job: placement, pending reason, events",
-        _with_connection(add_id_argument),
+        _with_connection(add_id_argument, add_json_argument),
         run_describe,
+        "One job in full: what it asked for, its state and why (the pending reason), where "
+        "it runs, and its events (started, preempted, requeued, finished).",
     ),
     Subcommand(
         "logs",
         "print a job's output (--follow to stream it)",
         _with_connection(add_logs_arguments),
         run_logs,
+        "A job's output (replica 0 of a gang unless --replica). --follow streams it until "
+        "the job ends, saying meanwhile where it waits in the queue; Ctrl-C stops following, "
+        "not the job.",
     ),
     Subcommand(
         "cancel",
-        "cancel a pending or running job",
+        "cancel a pending or running job (alias: delete)",
         _with_connection(add_id_argument),
         run_cancel,
+        "Cancel a job: a pending one leaves the queue at once; a running one gets SIGTERM, "
+        "then SIGKILL after the grace period, and shows 'cancelling' until it has stopped.",
+        aliases=("delete",),
     ),
     Subcommand(
         "quota",
         "your projects: quotas, use and fair share",
-        _with_connection(lambda parser: None),
+        _with_connection(add_json_argument),
         run_quota,
+        "Your projects: the GPUs each deserves (safe from preemption), its hard limit, what "
+        "it and you use now, its fair share of idle GPUs, and its running and pending jobs.",
     ),
 )
