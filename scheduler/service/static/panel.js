@@ -22,6 +22,14 @@ import {
 } from "./common.js";
 
 const POLL_MS = 1500;
+
+// A command as a shell would show it: a string as is, a list of words quoted where needed
+// and spaced (as the CLI's format_command does).
+function commandText(command) {
+  if (!Array.isArray(command)) return command;
+  return command.map((word) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'"'"'`)}'`)).join(" ");
+}
+
 const LOG_LIMIT = 512 * 1024; // characters kept on screen; older lines drop off the top
 
 const table = document.querySelector("#frachub-workloads-table tbody");
@@ -157,7 +165,7 @@ function renderDetail() {
   document.getElementById("frachub-detail-state").replaceChildren(stateBadge(workload.state));
   const pending = workload.state === State.PENDING;
   document.getElementById("frachub-detail-facts").replaceChildren(
-    ...fact("Command", workload.command ? el("code", {}, workload.command) : null),
+    ...fact("Command", workload.command ? el("code", {}, commandText(workload.command)) : null),
     ...fact("Project", workload.project),
     ...fact("Resources", gpusText(workload)),
     ...fact("Queue position", pending && workload.queue_position ? `#${workload.queue_position}` : null),
