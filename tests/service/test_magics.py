@@ -133,6 +133,10 @@ def test_the_kernelspec_loads_the_magics(kernel) -> None:
     assert "already loaded" in ok(kernel, "%load_ext hub_ext.magics").stdout
     ok(kernel, "%reload_ext hub_ext.magics")
     assert ok(kernel, "%frachub").stdout.startswith("usage: %frachub")
+    # --help and -h as any command line takes them, for the magic and each command
+    for code in ("%frachub --help", "%frachub -h", "%%frachub --help\nprint(1)"):
+        assert "%frachub submit --gpus 0.5" in ok(kernel, code).stdout, code
+    assert "--all-users" in ok(kernel, "%frachub list --help").stdout
 
 
 def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
@@ -149,7 +153,7 @@ def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
     assert f"\n{kernel.cwd}\n" in followed.stdout  # it ran in the kernel's directory
     assert f"frachub: job {job} (line-job) succeeded" in followed.stdout
 
-    [listing] = ok(kernel, "%frachub jobs").displays
+    [listing] = ok(kernel, "%frachub list").displays  # Run:ai's word for jobs
     assert re.search(rf"<td[^>]*>{job}</td>\s*<td[^>]*>line-job</td>", listing["text/html"])
     assert "succeeded" in listing["text/html"]
     header, *rows = listing["text/plain"].splitlines()
