@@ -9,8 +9,8 @@ import os
 import pty
 import struct
 import subprocess
-import termios
 import sys
+import termios
 from pathlib import Path
 
 import pytest
