@@ -32,6 +32,7 @@ from typing import Any
 
 from hub_ext.client import (
     FINAL_STATES,
+    HOLDING_STATES,
     FracHubClient,
     FracHubError,
     NotConfigured,
@@ -39,6 +40,7 @@ from hub_ext.client import (
     WorkloadState,
     connect,
     describe_report,
+    format_gpus,
     jobs_table,
     now_utc,
     quota_report,
@@ -50,6 +52,7 @@ from scheduler.display import memory_gib
 from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_REPLICAS
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
+MAX_SWEEP = 256  # a sweep's jobs in all, as the service bounds them
 WATCH_SECONDS = 2.0  # `jobs --watch` redraws this often by default
 MAX_WATCH_SECONDS = 3600.0
 
@@ -95,6 +98,18 @@ def watch_interval(text: str) -> float:
             f"must be between 0.5 and {MAX_WATCH_SECONDS:g} seconds, got {text[:40]}"
         )
     return value
+
+
+def sweep_parameter(text: str) -> tuple[str, list[str]]:
+    """``lr=0.1,0.01``: a parameter and its values (checked in full by the service)."""
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2,..., got {text[:60]!r}")
+    return name, values.split(",")
+
+
+def sweep_parallel(text: str) -> int:
+    return _whole_number(text, 1, "at least 1", MAX_SWEEP)
 
 
 def replicas(text: str) -> int:
@@ -175,6 +190,21 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         default=[],
         metavar="NAME=VALUE",
         help="an environment variable for the job (repeatable)",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=sweep_parameter,
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="a sweep: one job per combination of the values (repeatable; each job finds "
+        "its value in $FRACHUB_SWEEP_NAME and its number in $FRACHUB_SWEEP_INDEX)",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=sweep_parallel,
+        metavar="N",
+        help=f"with --sweep: at most N of its jobs run at once (default all; 1-{MAX_SWEEP})",
     )
     parser.add_argument(
         "--working-dir",
@@ -279,7 +309,15 @@ def submission(
     args: argparse.Namespace, command: str | list[str], working_dir: str | None
 ) -> dict[str, Any]:
     """The keyword arguments of ``FracHubClient.submit`` from submit's flags."""
+    if args.parallel is not None and not args.sweep:
+        raise FracHubError(0, "--parallel goes with --sweep")
+    sweep = None
+    if args.sweep:
+        sweep = {"parameters": dict(args.sweep)}
+        if args.parallel is not None:
+            sweep["parallel"] = args.parallel
     return {
+        **({"sweep": sweep} if sweep else {}),
         "command": command,
         "gpus": args.gpus,
         "gpu_memory_gib": args.gpu_memory,
@@ -374,7 +412,40 @@ def jobs_view(client: FracHubClient, args: argparse.Namespace) -> Table:
         projects=args.project,
         users=whose_jobs(client, args),
     )
+    note = "\n".join(part for part in (sweeps_note(items), note) if part)
     return jobs_table(items, now_utc(), note=note, empty="no jobs")
+
+
+def sweep_text(sweep: dict[str, Any], parameters: Sequence[tuple[str, list[str]]] = ()) -> str:
+    """The lines that confirm a sweep: how many jobs (of how many values of each of the
+    ``parameters`` given), which ids, how to cancel them all."""
+    members = sweep["workloads"]
+    first = members[0]
+    sizes = " x ".join(str(len(values)) for _name, values in parameters)
+    return (
+        f"Submitted sweep {sweep['id']} to project {first['project']}: {len(members)} jobs"
+        + (f" ({sizes})" if sizes and "x" in sizes else "")
+        + f" of {format_gpus(first, words=True)}, at most {sweep['parallel']} at once: "
+        f"jobs {members[0]['id']}-{members[-1]['id']}\n"
+        f"Cancel them all with: frachub cancel --sweep {sweep['id']}"
+    )
+
+
+def sweeps_note(items: Sequence[dict[str, Any]]) -> str:
+    """One line per sweep in a listing: its jobs and its limit."""
+    sweeps: dict[int, list[dict[str, Any]]] = {}
+    for item in items:
+        if item.get("sweep_id") is not None:
+            sweeps.setdefault(item["sweep_id"], []).append(item)
+    lines = []
+    for sweep_id, members in sorted(sweeps.items()):
+        running = sum(1 for m in members if m["state"] in HOLDING_STATES)
+        ids = sorted(m["id"] for m in members)
+        lines.append(
+            f"sweep {sweep_id}: jobs {ids[0]}-{ids[-1]} shown, {running} running, at most "
+            f"{members[0].get('sweep_parallel')} at once (frachub cancel --sweep {sweep_id})"
+        )
+    return "\n".join(lines)
 
 
 def cancelled_text(workload: dict[str, Any]) -> str:
@@ -416,10 +487,13 @@ def run_submit(args: argparse.Namespace) -> int:
     if not args.command:
         print("frachub submit: give the command after --, e.g. -- python train.py", file=sys.stderr)
         return 2
+    if args.parallel is not None and not args.sweep:
+        print("frachub submit: --parallel goes with --sweep", file=sys.stderr)
+        return 2
     working_dir = working_dir_field(args.working_dir, os.getcwd())
     with _client(args) as client:
         workload = submit_job(client, **submission(args, command_from(args.command), working_dir))
-    print(submitted_text(workload))
+    print(sweep_text(workload, args.sweep) if args.sweep else submitted_text(workload))
     return 0
 
 
@@ -497,8 +571,26 @@ def run_logs(args: argparse.Namespace) -> int:
 @_reporting
 def run_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
+        if args.sweep:
+            sweep = client.cancel_sweep(args.id)
+            for member in sweep["workloads"]:
+                print(
+                    cancelled_text(member)
+                    if member["state"] in ("cancelling", "cancelled")
+                    else f"job {member['id']} ({member['name']}) is {member['state']}"
+                )
+            return 0
         print(cancelled_text(client.cancel(args.id)))
     return 0
+
+
+def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_argument(parser)
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="ID is a sweep's: cancel every job of it not yet ended",
+    )
 
 
 @_reporting
@@ -575,8 +667,8 @@ SUBCOMMANDS = (
     ),
     Subcommand(
         "cancel",
-        "cancel a pending or running job (alias: delete)",
-        _with_connection(add_id_argument),
+        "cancel a pending or running job, or a sweep (alias: delete)",
+        _with_connection(add_cancel_arguments),
         run_cancel,
         "Cancel a job: a pending one leaves the queue at once; a running one gets SIGTERM, "
         "then SIGKILL after the grace period, and shows 'cancelling' until it has stopped.",

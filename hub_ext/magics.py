@@ -45,6 +45,7 @@ from hub_ext.client import (
     state_line,
 )
 from hub_ext.jobs_cli import (
+    add_cancel_arguments,
     add_id_argument,
     add_jobs_arguments,
     add_logs_arguments,
@@ -55,6 +56,7 @@ from hub_ext.jobs_cli import (
     jobs_view,
     submission,
     submit_job,
+    sweep_text,
 )
 from hub_ext.workdir import working_dir_field
 
@@ -93,11 +95,12 @@ class _Parser(argparse.ArgumentParser):
 DESCRIPTION = """Training from a notebook, as this notebook's user.
 
   %frachub submit --gpus 0.5 [--replicas N] [--name NAME] [--project P] -- COMMAND...
+  %frachub submit --gpus 0.5 --sweep lr=0.1,0.01 [--sweep ...] [--parallel N] -- COMMAND...
   %%frachub submit --gpus 0.5 [--name NAME]     (the cell is the script)
   %frachub jobs [--all-states] [--project P] [--all-users | --user NAME]   (alias: list)
   %frachub describe ID
   %frachub logs ID [--follow] [--tail N] [--replica R]
-  %frachub cancel ID                                                         (alias: delete)
+  %frachub cancel ID | cancel --sweep ID                                     (alias: delete)
   %frachub quota
   %frachub help [COMMAND]     (or %frachub --help, %frachub COMMAND --help)
 
@@ -127,7 +130,7 @@ def build_parser(cell: bool = False) -> _Parser:
     )
     add_id_argument(commands.add_parser("describe", help="one job", prog=f"{prog} describe"))
     add_logs_arguments(commands.add_parser("logs", help="a job's output", prog=f"{prog} logs"))
-    add_id_argument(
+    add_cancel_arguments(
         commands.add_parser(
             "cancel", aliases=["delete"], help="cancel a job (alias: delete)", prog=f"{prog} cancel"
         )
@@ -223,6 +226,13 @@ class FracHubMagics(Magics):
         notes = []
         if script is not None:
             notes.append(f"script: {os.path.relpath(script, cwd)}")
+        if args.sweep:  # the service answered with the sweep and its jobs
+            headline, _cancel = sweep_text(workload, args.sweep).split("\n")
+            notes.append(f"cancel them all with %frachub cancel --sweep {workload['id']}")
+            display(
+                jobs_table(workload["workloads"], now_utc(), title=headline, note="; ".join(notes))
+            )
+            return
         notes.append(f"follow it with %frachub logs {workload['id']} --follow")
         display(
             jobs_table(
@@ -256,6 +266,10 @@ class FracHubMagics(Magics):
             )
 
     def _cancel(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
+        if args.sweep:
+            for member in client.cancel_sweep(args.id)["workloads"]:
+                print(cancelled_text(member))
+            return
         print(cancelled_text(client.cancel(args.id)))
 
     def _quota(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:

@@ -45,6 +45,7 @@ from scheduler.fields import (
     priority_field,
     shown,
 )
+from scheduler.service.sweeps import Sweep, parse_sweep
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -64,6 +65,7 @@ SUBMIT_FIELDS = (
     "preemptible",
     "max_runtime_seconds",
     "min_runtime_seconds",
+    "sweep",
 )
 ALLOCATE_FIELDS = (
     "user",
@@ -112,6 +114,8 @@ class Submission:
     preemptible: bool
     max_runtime: float | None
     min_runtime: float | None
+    sweep: Sweep | None = None
+    """One job per combination of the sweep's parameters (``scheduler/service/sweeps.py``)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ def parse_submission(document: Any) -> Submission:
         min_runtime=number_field(
             body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
         ),
+        sweep=parse_sweep(body.get("sweep")),
     )
 
 

@@ -48,7 +48,8 @@ def workload_json(
     record: WorkloadRecord, loop: SchedulingLoop, events: list[EventRecord] | None = None
 ) -> dict[str, Any]:
     waiting = record.state == WorkloadState.PENDING
-    pending = loop.pending.get(record.id) if waiting else None
+    held = loop.held.get(record.id) if waiting else None
+    pending = loop.pending.get(record.id) if waiting and not held else None
     value: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
@@ -68,6 +69,8 @@ def workload_json(
         "pending_reason": (
             pending.reason
             if pending
+            else held
+            if held
             else "waiting for the scheduler's next cycle"
             if waiting
             else None
@@ -94,6 +97,8 @@ def workload_json(
             env=record.env or {},
             min_runtime_seconds=record.min_runtime,
             max_runtime_seconds=record.max_runtime,
+            sweep_id=record.sweep_id,
+            sweep_parallel=record.sweep_parallel,
         )
     if events is not None:
         value["events"] = [

@@ -376,3 +376,65 @@ def test_help_per_command_and_watch(user) -> None:
     assert watching.returncode == 0 and "Traceback" not in err
     text = "".join(seen) + out
     assert text.count("Every 0.5s") >= 2 and "no jobs" in text
+
+
+def test_a_sweep_runs_at_most_parallel_jobs_with_its_values_and_cancels_as_one(
+    user, api, tmp_path
+) -> None:
+    """--sweep lr=... --sweep bs=... --parallel 2: four jobs (the product), each with its
+    values in its environment, two at a time, listed together, cancelled as one."""
+    alice = user()
+    script = 'echo "lr=$FRACHUB_SWEEP_LR bs=$FRACHUB_SWEEP_BS i=$FRACHUB_SWEEP_INDEX"; sleep 60'
+    argv = ["submit", "-g", "0.25", "--name", "hpo", "--sweep", "lr=0.1,0.01"]
+    submitted = alice(*argv, "--sweep", "bs=32,64", "--parallel", "2", "--", script, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    match = re.match(r"Submitted sweep (\d+) to project vision: 4 jobs \(2 x 2\)", submitted.stdout)
+    assert match, submitted.stdout
+    sweep = int(match.group(1))
+    assert f"frachub cancel --sweep {sweep}" in submitted.stdout
+    client = api(alice.token)
+    members = checked(client.get(f"sweeps/{sweep}")).json()["workloads"]
+    assert [m["id"] for m in members] == list(range(sweep, sweep + 4))
+    assert [m["name"] for m in members] == [f"hpo-{i}" for i in range(4)]
+    assert members[3]["env"]["FRACHUB_SWEEP_LR"] == "0.01"
+    assert members[3]["env"]["FRACHUB_SWEEP_BS"] == "64"
+
+    wait_state(client, sweep, "running")
+    wait_state(client, sweep + 1, "running")
+    held = checked(client.get(f"workloads/{sweep + 2}")).json()
+    assert held["state"] == "pending"
+    assert (
+        held["pending_reason"]
+        == f"sweep {sweep} runs at most 2 jobs at once; 2 of its jobs hold GPUs"
+    )
+    assert alice("logs", str(sweep + 1), "--tail", "1").stdout == "lr=0.1 bs=64 i=1\n"
+
+    listed = alice("jobs").stdout
+    assert f"sweep {sweep}: jobs {sweep}-{sweep + 3} shown, 2 running, at most 2 at once" in listed
+
+    # a member that ends lets the next one start
+    assert alice("cancel", str(sweep)).returncode == 0
+    wait_state(client, sweep + 2, "running")
+
+    cancelled = alice("cancel", "--sweep", str(sweep))
+    assert cancelled.returncode == 0, cancelled.stderr
+    for member in range(sweep + 1, sweep + 4):
+        wait_state(client, member, "cancelled")
+
+    refused = alice("submit", "-g", "0.25", "--sweep", "lr=", "--", "true")
+    assert refused.returncode == 2 and "expected NAME=V1,V2" in refused.stderr
+    lonely = alice("submit", "-g", "0.25", "--parallel", "2", "--", "true")
+    assert lonely.returncode == 2 and "--parallel goes with --sweep" in lonely.stderr
+    too_many = alice(
+        "submit",
+        "-g",
+        "0.25",
+        "--sweep",
+        "a=" + ",".join("1" * 20),
+        "--sweep",
+        "b=" + ",".join("2" * 20),
+        "--",
+        "true",
+    )
+    assert too_many.returncode == 1
+    assert too_many.stderr == "frachub: sweep.parameters: make 400 jobs; a sweep has at most 256\n"

@@ -35,7 +35,7 @@ def test_an_old_database_is_upgraded_with_its_rows(tmp_path) -> None:
     )
     store.close()
     with sqlite3.connect(tmp_path / "old.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
 
 
 def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> None:
@@ -69,7 +69,7 @@ def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(tmp_path) -> 
     store.commit()
     store.close()
     with sqlite3.connect(tmp_path / "v2.sqlite") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
         row = db.execute("SELECT idle_timeout, idle_warning FROM workloads").fetchone()
         assert row == (3600.0, "idle since 14:05 UTC; ...")
 
