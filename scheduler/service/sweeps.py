@@ -58,7 +58,7 @@ def parse_sweep(value: Any) -> Sweep | None:
     unknown = [key for key in value if key not in SWEEP_FIELDS]
     if unknown:
         raise InvalidSpec(
-            f"sweep.{shown(unknown[0])}", "is not a sweep field (parameters, parallel)"
+            f"sweep.{_key(unknown[0])}", "is not a sweep field (parameters, parallel)"
         )
     raw = value.get("parameters")
     if not isinstance(raw, Mapping) or not raw:
@@ -68,7 +68,7 @@ def parse_sweep(value: Any) -> Sweep | None:
     parameters = []
     seen: set[str] = set()
     for name, values in raw.items():
-        where = f"sweep.parameters.{shown(name)}"
+        where = f"sweep.parameters.{_key(name)}"
         if not isinstance(name, str) or not PARAMETER.fullmatch(name):
             raise InvalidSpec(
                 where,
@@ -106,6 +106,11 @@ def parse_sweep(value: Any) -> Sweep | None:
             f"must be a whole number from 1 to {MAX_MEMBERS}, got {shown(parallel)}",
         )
     return Sweep(tuple(parameters), parallel)
+
+
+def _key(name: Any) -> str:
+    """A key as a field path names it: plain when short text, else as ``shown`` writes it."""
+    return name if isinstance(name, str) and 0 < len(name) <= 64 else shown(name)
 
 
 def member_env(sweep_id: int, index: int, values: Mapping[str, str]) -> dict[str, str]:
