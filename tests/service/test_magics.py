@@ -167,6 +167,23 @@ def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
     assert ok(kernel, f"%frachub logs {job} --tail 1").stdout == "from-line\n"
 
 
+def test_a_cell_sweep_runs_one_job_per_value_and_cancels_as_one(kernel) -> None:
+    cell = "import os, time\nprint('lr', os.environ['FRACHUB_SWEEP_LR'])\ntime.sleep(60)"
+    code = "%%frachub submit --gpus 0.25 --name cellsweep --sweep lr=0.1,0.01 --parallel 1\n"
+    [shown] = ok(kernel, code + cell).displays
+    match = re.search(
+        r"Submitted sweep (\d+) to project vision: 2 jobs of 0.25 GPU", shown["text/plain"]
+    )
+    assert match, shown["text/plain"]
+    sweep = int(match.group(1))
+    assert "cellsweep-0" in shown["text/plain"] and "cellsweep-1" in shown["text/plain"]
+    assert f"%frachub cancel --sweep {sweep}" in shown["text/plain"]
+    cancelled = ok(kernel, f"%frachub cancel --sweep {sweep}").stdout
+    assert (
+        f"job {sweep} (cellsweep-0)" in cancelled and f"job {sweep + 1} (cellsweep-1)" in cancelled
+    )
+
+
 def test_a_cell_is_saved_as_a_script_and_run_with_the_kernels_python(kernel) -> None:
     cell = (
         "import os, sys\n"
