@@ -640,7 +640,7 @@ SUBCOMMANDS = (
     ),
     Subcommand(
         "jobs",
-        "list your jobs (alias: list)",
+        "list your jobs",
         _with_connection(add_jobs_arguments, add_json_argument, add_watch_argument),
         run_jobs,
         f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished "
@@ -667,7 +667,7 @@ SUBCOMMANDS = (
     ),
     Subcommand(
         "cancel",
-        "cancel a pending or running job, or a sweep (alias: delete)",
+        "cancel a pending or running job, or a sweep",
         _with_connection(add_cancel_arguments),
         run_cancel,
         "Cancel a job: a pending one leaves the queue at once; a running one gets SIGTERM, "

@@ -124,15 +124,13 @@ def build_parser(cell: bool = False) -> _Parser:
     submit = commands.add_parser("submit", help="submit a training job", prog=f"{prog} submit")
     add_submit_arguments(submit, cell=cell)
     add_jobs_arguments(
-        commands.add_parser(
-            "jobs", aliases=["list"], help="list your jobs (alias: list)", prog=f"{prog} jobs"
-        )
+        commands.add_parser("jobs", aliases=["list"], help="list your jobs", prog=f"{prog} jobs")
     )
     add_id_argument(commands.add_parser("describe", help="one job", prog=f"{prog} describe"))
     add_logs_arguments(commands.add_parser("logs", help="a job's output", prog=f"{prog} logs"))
     add_cancel_arguments(
         commands.add_parser(
-            "cancel", aliases=["delete"], help="cancel a job (alias: delete)", prog=f"{prog} cancel"
+            "cancel", aliases=["delete"], help="cancel a job or a sweep", prog=f"{prog} cancel"
         )
     )
     commands.add_parser("quota", help="your projects and quotas", prog=f"{prog} quota")
