@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``frachub`` command.
 
 Each subcommand lives next to the code it drives and contributes two functions,
@@ -7,7 +8,8 @@ exit status 2, never a traceback.
 
     frachub up [--demo]                              JupyterHub + FracHub here (hub_ext/up.py)
     frachub backup DEST | restore SRC                a data directory, safely (hub_ext/backup.py)
-    frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py)
+    frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py;
+                                                     list and delete are jobs and cancel)
     frachub scenario run FILE                        scheduling scenarios (scheduler/scenario)
     frachub simulate openb ...                       trace replay (scheduler/openb)
     frachub simulate fleet ...                       days of a shared cluster (scheduler/fleet)
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     for job_command in jobs_cli.SUBCOMMANDS:
         sub = commands.add_parser(
             job_command.name,
+            aliases=list(job_command.aliases),
             help=job_command.help,
             description=job_command.description or None,
         )
@@ -115,6 +118,17 @@ def _run_service(argv: Sequence[str]) -> int:
     return 0
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Tab completion when argcomplete is installed (``pip install 'frachub[completion]'``,
+    then ``eval "$(register-python-argcomplete frachub)"``); it answers and exits only when
+    the shell asks."""
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["service"]:
@@ -124,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return helm_values(argv[1:])
     parser = build_parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

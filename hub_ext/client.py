@@ -454,6 +454,10 @@ class FracHubClient(ClientCore):
             workload_id = _own_workload_id(os.environ)
         return self._json("POST", f"workloads/{int(workload_id)}/checkpoint")
 
+    def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
+        """Cancel every job of a sweep not yet ended; returns the sweep with its members."""
+        return self._json("DELETE", f"sweeps/{int(sweep_id)}")
+
     def logs(self, workload_id: int, *, tail: int | None = None, replica: int = 0) -> str:
         """A replica's output so far (empty before it has started)."""
         params = _log_params(tail, replica)

@@ -1,6 +1,7 @@
 """``frachub submit | jobs | describe | logs | cancel | quota``: training from a terminal.
 
-In the style of Run:ai's CLI (``runai submit``, ``runai list``, ``runai logs``): the command
+In the style of Run:ai's CLI (``runai submit``, ``runai list``, ``runai logs``, ``runai
+delete``; ``list`` and ``delete`` are aliases of ``jobs`` and ``cancel``): the command
 goes after ``--``, flags name GPUs as a fraction (``--gpus 0.5``) or as memory
 (``--gpu-memory 20``). Every command talks to the FracHub service as the token's owner
 through :mod:`hub_ext.client`; ``--url``/``--token`` beat ``FRACHUB_URL`` and
@@ -20,14 +21,18 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hub_ext.client import (
     FINAL_STATES,
+    HOLDING_STATES,
     FracHubClient,
     FracHubError,
     NotConfigured,
@@ -35,6 +40,7 @@ from hub_ext.client import (
     WorkloadState,
     connect,
     describe_report,
+    format_gpus,
     jobs_table,
     now_utc,
     quota_report,
@@ -46,6 +52,9 @@ from scheduler.display import memory_gib
 from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_NAME_LENGTH, MAX_REPLICAS
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
+MAX_SWEEP = 256  # a sweep's jobs in all, as the service bounds them
+WATCH_SECONDS = 2.0  # `jobs --watch` redraws this often by default
+MAX_WATCH_SECONDS = 3600.0
 
 
 # --- argument definitions, shared with the magics -----------------------------------------------
@@ -76,6 +85,31 @@ def _whole_number(text: str, minimum: int, wording: str, maximum: int = MAX_ID) 
     if value > maximum:
         raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {text}")
     return value
+
+
+def watch_interval(text: str) -> float:
+    """Seconds between redraws: at least 0.5 (the service is shared), at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0.5 <= value <= MAX_WATCH_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0.5 and {MAX_WATCH_SECONDS:g} seconds, got {text[:40]}"
+        )
+    return value
+
+
+def sweep_parameter(text: str) -> tuple[str, list[str]]:
+    """``lr=0.1,0.01``: a parameter and its values (checked in full by the service)."""
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2,..., got {text[:60]!r}")
+    return name, values.split(",")
+
+
+def sweep_parallel(text: str) -> int:
+    return _whole_number(text, 1, "at least 1", MAX_SWEEP)
 
 
 def replicas(text: str) -> int:
@@ -207,6 +241,21 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         help="an environment variable for the job (repeatable)",
     )
     parser.add_argument(
+        "--sweep",
+        type=sweep_parameter,
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="a sweep: one job per combination of the values (repeatable; each job finds "
+        "its value in $FRACHUB_SWEEP_NAME and its number in $FRACHUB_SWEEP_INDEX)",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=sweep_parallel,
+        metavar="N",
+        help=f"with --sweep: at most N of its jobs run at once (default all; 1-{MAX_SWEEP})",
+    )
+    parser.add_argument(
         "--working-dir",
         metavar="DIR",
         help="the directory to run in; relative to your home where jobs run (default: the "
@@ -235,6 +284,38 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-p", "--project", action="append", default=[], help="only this project (repeatable)"
+    )
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument(
+        "--all-users",
+        action="store_true",
+        help="admins: every user's jobs (default: your own)",
+    )
+    who.add_argument(
+        "-u",
+        "--user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="admins: this user's jobs (repeatable), as squeue -u",
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print the service's JSON instead of a table"
+    )
+
+
+def add_watch_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w",
+        "--watch",
+        nargs="?",
+        type=watch_interval,
+        const=WATCH_SECONDS,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {WATCH_SECONDS:g}) until Ctrl-C, as watch(1)",
     )
 
 
@@ -277,7 +358,15 @@ def submission(
     args: argparse.Namespace, command: str | list[str], working_dir: str | None
 ) -> dict[str, Any]:
     """The keyword arguments of ``FracHubClient.submit`` from submit's flags."""
+    if args.parallel is not None and not args.sweep:
+        raise FracHubError(0, "--parallel goes with --sweep")
+    sweep = None
+    if args.sweep:
+        sweep = {"parameters": dict(args.sweep)}
+        if args.parallel is not None:
+            sweep["parallel"] = args.parallel
     return {
+        **({"sweep": sweep} if sweep else {}),
         "command": command,
         "gpus": args.gpus,
         "gpu_memory_gib": args.gpu_memory,
@@ -336,25 +425,85 @@ def submit_job(client: FracHubClient, **kwargs: Any) -> dict[str, Any]:
         raise
 
 
-def jobs_view(
-    client: FracHubClient, *, all_states: bool = False, projects: Sequence[str] = ()
-) -> Table:
-    """Active work and the latest finished jobs, newest first; or everything."""
+def whose_jobs(client: FracHubClient, args: argparse.Namespace) -> list[str]:
+    """The ``user`` filter of ``jobs``: the caller's own jobs by default (an admin's token
+    would otherwise list everyone's), every user's with ``--all-users``, named users with
+    ``--user``; the last two need the admin right, said here in the CLI's words."""
+    if args.all_users or args.user:
+        me = client.user()
+        if not me.get("admin"):
+            flag = "--all-users" if args.all_users else "--user"
+            raise FracHubError(403, f"{flag} needs the FracHub admin right ({me['name']} has not)")
+        return list(args.user)
+    return [client.user()["name"]]
+
+
+def jobs_listing(
+    client: FracHubClient,
+    *,
+    all_states: bool = False,
+    projects: Sequence[str] = (),
+    users: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], str]:
+    """Active work and the latest finished jobs, newest first, or everything; with the note
+    saying which when some were left out."""
     if all_states:
-        items = client.list_workloads(projects=projects)
-        note = ""
-    else:
-        active = client.list_workloads(active=True, projects=projects)
-        recent = client.list_workloads(
-            states=FINAL_STATES, projects=projects, limit=RECENT_FINISHED
-        )
-        items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
-        note = (
-            f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
-            if len(recent) >= RECENT_FINISHED
-            else ""
-        )
+        return client.list_workloads(projects=projects, users=users), ""
+    active = client.list_workloads(active=True, projects=projects, users=users)
+    recent = client.list_workloads(
+        states=FINAL_STATES, projects=projects, users=users, limit=RECENT_FINISHED
+    )
+    items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
+    note = (
+        f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
+        if len(recent) >= RECENT_FINISHED
+        else ""
+    )
+    return items, note
+
+
+def jobs_view(client: FracHubClient, args: argparse.Namespace) -> Table:
+    """``jobs``'s table from its flags (``add_jobs_arguments``)."""
+    items, note = jobs_listing(
+        client,
+        all_states=args.all_states,
+        projects=args.project,
+        users=whose_jobs(client, args),
+    )
+    note = "\n".join(part for part in (sweeps_note(items), note) if part)
     return jobs_table(items, now_utc(), note=note, empty="no jobs")
+
+
+def sweep_text(sweep: dict[str, Any], parameters: Sequence[tuple[str, list[str]]] = ()) -> str:
+    """The lines that confirm a sweep: how many jobs (of how many values of each of the
+    ``parameters`` given), which ids, how to cancel them all."""
+    members = sweep["workloads"]
+    first = members[0]
+    sizes = " x ".join(str(len(values)) for _name, values in parameters)
+    return (
+        f"Submitted sweep {sweep['id']} to project {first['project']}: {len(members)} jobs"
+        + (f" ({sizes})" if sizes and "x" in sizes else "")
+        + f" of {format_gpus(first, words=True)}, at most {sweep['parallel']} at once: "
+        f"jobs {members[0]['id']}-{members[-1]['id']}\n"
+        f"Cancel them all with: frachub cancel --sweep {sweep['id']}"
+    )
+
+
+def sweeps_note(items: Sequence[dict[str, Any]]) -> str:
+    """One line per sweep in a listing: its jobs and its limit."""
+    sweeps: dict[int, list[dict[str, Any]]] = {}
+    for item in items:
+        if item.get("sweep_id") is not None:
+            sweeps.setdefault(item["sweep_id"], []).append(item)
+    lines = []
+    for sweep_id, members in sorted(sweeps.items()):
+        running = sum(1 for m in members if m["state"] in HOLDING_STATES)
+        ids = sorted(m["id"] for m in members)
+        lines.append(
+            f"sweep {sweep_id}: jobs {ids[0]}-{ids[-1]} shown, {running} running, at most "
+            f"{members[0].get('sweep_parallel')} at once (frachub cancel --sweep {sweep_id})"
+        )
+    return "\n".join(lines)
 
 
 def cancelled_text(workload: dict[str, Any]) -> str:
@@ -396,24 +545,59 @@ def run_submit(args: argparse.Namespace) -> int:
     if not args.command:
         print("frachub submit: give the command after --, e.g. -- python train.py", file=sys.stderr)
         return 2
+    if args.parallel is not None and not args.sweep:
+        print("frachub submit: --parallel goes with --sweep", file=sys.stderr)
+        return 2
     working_dir = working_dir_field(args.working_dir, os.getcwd())
     with _client(args) as client:
         workload = submit_job(client, **submission(args, command_from(args.command), working_dir))
-    print(submitted_text(workload))
+    print(sweep_text(workload, args.sweep) if args.sweep else submitted_text(workload))
     return 0
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True))
 
 
 @_reporting
 def run_jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(jobs_view(client, all_states=args.all_states, projects=args.project))
-    return 0
+        if args.json:
+            users = whose_jobs(client, args)
+            items, _note = jobs_listing(
+                client, all_states=args.all_states, projects=args.project, users=users
+            )
+            print_json(items)
+            return 0
+        if not args.watch:
+            print(jobs_view(client, args))
+            return 0
+        return _watch(lambda: str(jobs_view(client, args)), args.watch)
+
+
+def _watch(draw: Callable[[], str], seconds: float) -> int:
+    """Redraw ``draw()`` every ``seconds`` until Ctrl-C, as ``watch(1)`` does: on a terminal
+    the screen is cleared first; piped, each view follows the last."""
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    try:
+        while True:
+            view = draw()
+            stamp = now_utc().astimezone().strftime("%H:%M:%S")
+            sys.stdout.write(f"{clear}Every {seconds:g}s, {stamp} (Ctrl-C stops)\n{view}\n")
+            sys.stdout.flush()
+            time.sleep(seconds)
+    except KeyboardInterrupt:
+        return 0
 
 
 @_reporting
 def run_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(describe_report(client.get(args.id), now_utc()))
+        workload = client.get(args.id)
+    if args.json:
+        print_json(workload)
+    else:
+        print(describe_report(workload, now_utc()))
     return 0
 
 
@@ -445,14 +629,36 @@ def run_logs(args: argparse.Namespace) -> int:
 @_reporting
 def run_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
+        if args.sweep:
+            sweep = client.cancel_sweep(args.id)
+            for member in sweep["workloads"]:
+                print(
+                    cancelled_text(member)
+                    if member["state"] in ("cancelling", "cancelled")
+                    else f"job {member['id']} ({member['name']}) is {member['state']}"
+                )
+            return 0
         print(cancelled_text(client.cancel(args.id)))
     return 0
+
+
+def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_argument(parser)
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="ID is a sweep's: cancel every job of it not yet ended",
+    )
 
 
 @_reporting
 def run_quota(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print(quota_report(client.quota()))
+        quota = client.quota()
+    if args.json:
+        print_json(dataclasses.asdict(quota))
+    else:
+        print(quota_report(quota))
     return 0
 
 
@@ -465,13 +671,16 @@ class Subcommand:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str = ""
+    aliases: tuple[str, ...] = ()
+    """Other names, for Run:ai's and Slurm's users (``list``, ``delete``)."""
 
 
 def _with_connection(
-    add: Callable[[argparse.ArgumentParser], None],
+    *adds: Callable[[argparse.ArgumentParser], None],
 ) -> Callable[[argparse.ArgumentParser], None]:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add(parser)
+        for add in adds:
+            add(parser)
         add_connection_arguments(parser)
 
     return add_arguments
@@ -490,32 +699,45 @@ SUBCOMMANDS = (
     Subcommand(
         "jobs",
         "list your jobs",
-        _with_connection(add_jobs_arguments),
+        _with_connection(add_jobs_arguments, add_json_argument, add_watch_argument),
         run_jobs,
-        f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished.",
+        f"Your jobs, newest first: active ones and the {RECENT_FINISHED} latest finished "
+        "(--all-states: all). Admins see other users' with --all-users or --user NAME. "
+        "--watch redraws until Ctrl-C; --json prints the service's records.",
+        aliases=("list",),
     ),
     Subcommand(
         "describe",
         "show one job: placement, pending reason, events",
-        _with_connection(add_id_argument),
+        _with_connection(add_id_argument, add_json_argument),
         run_describe,
+        "One job in full: what it asked for, its state and why (the pending reason), where "
+        "it runs, and its events (started, preempted, requeued, finished).",
     ),
     Subcommand(
         "logs",
         "print a job's output (--follow to stream it)",
         _with_connection(add_logs_arguments),
         run_logs,
+        "A job's output (replica 0 of a gang unless --replica). --follow streams it until "
+        "the job ends, saying meanwhile where it waits in the queue; Ctrl-C stops following, "
+        "not the job.",
     ),
     Subcommand(
         "cancel",
-        "cancel a pending or running job",
-        _with_connection(add_id_argument),
+        "cancel a pending or running job, or a sweep",
+        _with_connection(add_cancel_arguments),
         run_cancel,
+        "Cancel a job: a pending one leaves the queue at once; a running one gets SIGTERM, "
+        "then SIGKILL after the grace period, and shows 'cancelling' until it has stopped.",
+        aliases=("delete",),
     ),
     Subcommand(
         "quota",
         "your projects: quotas, use and fair share",
-        _with_connection(lambda parser: None),
+        _with_connection(add_json_argument),
         run_quota,
+        "Your projects: the GPUs each deserves (safe from preemption), its hard limit, what "
+        "it and you use now, its fair share of idle GPUs, and its running and pending jobs.",
     ),
 )

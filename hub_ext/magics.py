@@ -7,7 +7,7 @@ to the notebook's project (``FRACHUB_PROJECT``) when the user has several::
 
     %frachub submit --gpus 0.5 -- python train.py --epochs 3
     %%frachub submit --gpus 0.5 --name resnet     # the cell is the script
-    %frachub jobs | describe ID | logs ID [--follow] [--tail N] | cancel ID | quota | help
+    %frachub jobs | describe ID | logs ID [--follow] [--tail N] | cancel ID | quota | --help
 
 ``%%frachub submit`` saves the cell as ``./frachub-jobs/<name>-<UTC time>.py`` under the
 kernel's working directory and runs it there as ``python <script>`` with the kernel's own
@@ -45,6 +45,7 @@ from hub_ext.client import (
     state_line,
 )
 from hub_ext.jobs_cli import (
+    add_cancel_arguments,
     add_id_argument,
     add_jobs_arguments,
     add_logs_arguments,
@@ -55,10 +56,12 @@ from hub_ext.jobs_cli import (
     jobs_view,
     submission,
     submit_job,
+    sweep_text,
 )
 from hub_ext.workdir import working_dir_field
 
 SCRIPT_DIR = "frachub-jobs"  # under the kernel's working directory
+ALIASES = {"list": "jobs", "delete": "cancel"}  # Run:ai's words, as the CLI takes them
 
 
 class FracHubMagicError(Exception):
@@ -92,13 +95,14 @@ class _Parser(argparse.ArgumentParser):
 DESCRIPTION = """Training from a notebook, as this notebook's user.
 
   %frachub submit --gpus 0.5 [--replicas N] [--name NAME] [--project P] -- COMMAND...
+  %frachub submit --gpus 0.5 --sweep lr=0.1,0.01 [--sweep ...] [--parallel N] -- COMMAND...
   %%frachub submit --gpus 0.5 [--name NAME]     (the cell is the script)
-  %frachub jobs [--all-states] [--project P]
+  %frachub jobs [--all-states] [--project P] [--all-users | --user NAME]   (alias: list)
   %frachub describe ID
   %frachub logs ID [--follow] [--tail N] [--replica R]
-  %frachub cancel ID
+  %frachub cancel ID | cancel --sweep ID                                     (alias: delete)
   %frachub quota
-  %frachub help [COMMAND]
+  %frachub help [COMMAND]     (or %frachub --help, %frachub COMMAND --help)
 
 --gpu-memory 20 (GiB) may replace --gpus. Ctrl-C (interrupt the kernel) stops --follow; the
 job goes on."""
@@ -113,14 +117,22 @@ def build_parser(cell: bool = False) -> _Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )
+    # `%frachub --help` as every command line takes it (`help` is the magics' own word)
+    parser.add_argument("-h", "--help", action="help", help="this help")
     commands = parser.add_subparsers(dest="action", metavar="COMMAND", parser_class=_Parser)
     prog = "%%frachub" if cell else "%frachub"
     submit = commands.add_parser("submit", help="submit a training job", prog=f"{prog} submit")
     add_submit_arguments(submit, cell=cell)
-    add_jobs_arguments(commands.add_parser("jobs", help="list your jobs", prog=f"{prog} jobs"))
+    add_jobs_arguments(
+        commands.add_parser("jobs", aliases=["list"], help="list your jobs", prog=f"{prog} jobs")
+    )
     add_id_argument(commands.add_parser("describe", help="one job", prog=f"{prog} describe"))
     add_logs_arguments(commands.add_parser("logs", help="a job's output", prog=f"{prog} logs"))
-    add_id_argument(commands.add_parser("cancel", help="cancel a job", prog=f"{prog} cancel"))
+    add_cancel_arguments(
+        commands.add_parser(
+            "cancel", aliases=["delete"], help="cancel a job or a sweep", prog=f"{prog} cancel"
+        )
+    )
     commands.add_parser("quota", help="your projects and quotas", prog=f"{prog} quota")
     helper = commands.add_parser("help", help="this help", prog=f"{prog} help")
     helper.add_argument("topic", nargs="?", metavar="COMMAND")
@@ -164,7 +176,7 @@ class FracHubMagics(Magics):
             args = parser.parse_args(words)
         except _HelpShown:
             return
-        action = args.action or "help"
+        action = ALIASES.get(args.action, args.action) or "help"
         if cell is not None and action != "submit":
             raise UsageError("%%frachub: only %%frachub submit takes a cell (the script)")
         if action == "help":
@@ -212,6 +224,13 @@ class FracHubMagics(Magics):
         notes = []
         if script is not None:
             notes.append(f"script: {os.path.relpath(script, cwd)}")
+        if args.sweep:  # the service answered with the sweep and its jobs
+            headline, _cancel = sweep_text(workload, args.sweep).split("\n")
+            notes.append(f"cancel them all with %frachub cancel --sweep {workload['id']}")
+            display(
+                jobs_table(workload["workloads"], now_utc(), title=headline, note="; ".join(notes))
+            )
+            return
         notes.append(f"follow it with %frachub logs {workload['id']} --follow")
         display(
             jobs_table(
@@ -223,7 +242,7 @@ class FracHubMagics(Magics):
         )
 
     def _jobs(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
-        display(jobs_view(client, all_states=args.all_states, projects=args.project))
+        display(jobs_view(client, args))
 
     def _describe(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
         display(describe_report(client.get(args.id), now_utc()))
@@ -245,6 +264,10 @@ class FracHubMagics(Magics):
             )
 
     def _cancel(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
+        if args.sweep:
+            for member in client.cancel_sweep(args.id)["workloads"]:
+                print(cancelled_text(member))
+            return
         print(cancelled_text(client.cancel(args.id)))
 
     def _quota(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:

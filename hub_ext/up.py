@@ -33,6 +33,7 @@ new hub from its database.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pwd
 import secrets
@@ -45,13 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-import yaml
-
 from hub_ext.paths import ROOT
 from hub_ext.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
-from scheduler.backends.inventory import NvmlUnavailable, nvml_inventory
 from scheduler.service import datalock
+
+# httpx, yaml, NVML and the client are imported where they are used: `scripts/up.sh --help`
+# runs this module's argument parser with the system's Python before anything is installed
 
 DEMO_USERS = {"alice": "vision", "bob": "vision", "carol": "nlp"}
 ADMIN_USER = "admin"
@@ -188,6 +188,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the config files and print how to start the hub, without starting it",
     )
+    parser.add_argument(
+        "--stop-jobs",
+        action="store_true",
+        help="on Ctrl-C, cancel running and pending training jobs (each gets its grace "
+        "period) before stopping; by default they keep running and the next frachub up on "
+        "this data directory adopts them",
+    )
 
 
 def find_proxy() -> str | None:
@@ -206,6 +213,8 @@ def find_proxy() -> str | None:
 
 def detect_gpus(args: argparse.Namespace) -> tuple[Gpus, str]:
     """The GPUs to schedule, and a sentence saying where they came from and why."""
+    from scheduler.backends.inventory import NvmlUnavailable, nvml_inventory
+
     if not args.declared:
         try:
             inventory = nvml_inventory()
@@ -256,6 +265,8 @@ def password_for(data: Path, given: str | None, name: str = "password", length: 
 
 def read_projects(path: str) -> list[dict[str, Any]]:
     """``--projects FILE``: the service's queue format, in YAML (or JSON, which is YAML)."""
+    import yaml
+
     try:
         text = Path(path).read_text()
     except OSError as error:
@@ -618,11 +629,35 @@ def prepare_data_dir(data: Path, team: Team) -> None:
             os.chmod(data / name, 0o600)
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], args: argparse.Namespace, timeout: float) -> None:
-    """Until the hub answers through the proxy and the scheduler answers behind it."""
+def _wait_ready(
+    proc: subprocess.Popen[bytes], args: argparse.Namespace, proxy_token: str, timeout: float
+) -> None:
+    """Until the hub answers through the proxy and the scheduler answers behind it.
+
+    Asked in an order that makes no noise: the hub and the service on their own ports first,
+    then the proxy's API until both routes are in its table, and only then once through the
+    proxy. (Asking the proxy before its routes exist made it log a red 404 and an
+    ECONNREFUSED trace for every attempt.)"""
+    import httpx
+
     scheme = "https" if args.ssl_cert else "http"
     base = f"{scheme}://127.0.0.1:{args.port}"
+    checks = (
+        lambda client: client.get(f"http://127.0.0.1:{args.hub_port}/hub/api/").status_code == 200,
+        lambda client: (
+            client.get(
+                f"http://127.0.0.1:{args.service_port}{SERVICE_PREFIX}{API_PATH}"
+            ).status_code
+            < 500
+        ),
+        lambda client: _routes_ready(client, args, proxy_token),
+        lambda client: (
+            client.get(f"{base}/hub/api/").status_code == 200
+            and client.get(f"{base}{SERVICE_PREFIX}{API_PATH}").status_code < 500
+        ),
+    )
     deadline = time.monotonic() + timeout
+    passed = 0
     # the certificate names the public host, not 127.0.0.1: this is a liveness check
     with httpx.Client(timeout=2, verify=False) as client:
         while time.monotonic() < deadline:
@@ -632,14 +667,122 @@ def _wait_ready(proc: subprocess.Popen[bytes], args: argparse.Namespace, timeout
                     f"(its log is above and in {Path(args.data_dir).resolve() / LOG_DIR})"
                 )
             try:
-                hub = client.get(f"{base}/hub/api/")
-                service = client.get(f"{base}{SERVICE_PREFIX}{API_PATH}")
-                if hub.status_code == 200 and service.status_code < 500:
-                    return
+                while passed < len(checks) and checks[passed](client):
+                    passed += 1
             except httpx.HTTPError:
                 pass
+            if passed == len(checks):
+                return
             time.sleep(0.2)
     raise UpError(f"JupyterHub did not answer on {base} within {timeout:.0f} s")
+
+
+def _routes_ready(client: Any, args: argparse.Namespace, token: str) -> bool:
+    """Whether the proxy routes the hub and the service (its REST API, which logs nothing
+    when asked)."""
+    response = client.get(
+        f"http://127.0.0.1:{args.proxy_api_port}/api/routes",
+        headers={"Authorization": f"token {token}"},
+    )
+    if response.status_code != 200:
+        return False
+    routes = response.json()
+    return "/" in routes and any(route.startswith(SERVICE_PREFIX.rstrip("/")) for route in routes)
+
+
+# -- stopping ------------------------------------------------------------------------------
+
+
+def _service_client(args: argparse.Namespace, data: Path) -> Any:
+    """The service on its own port with its own (admin) token: it sees every user's jobs."""
+    from hub_ext.client import FracHubClient
+    from hub_ext.configure import service_token
+
+    return FracHubClient(
+        f"http://127.0.0.1:{args.service_port}{SERVICE_PREFIX}",
+        service_token(data),
+        timeout=5,
+        token_source="the service's token",
+    )
+
+
+def active_jobs(args: argparse.Namespace, data: Path) -> list[dict[str, Any]] | None:
+    """Training and inference jobs not yet ended, as the service has them; None if it did not
+    answer."""
+    from hub_ext.client import FracHubError
+
+    try:
+        with _service_client(args, data) as client:
+            return client.list_workloads(active=True, kinds=["training", "inference"])
+    except FracHubError:
+        return None
+
+
+def stop_jobs(args: argparse.Namespace, data: Path, interrupted: Any) -> None:
+    """``--stop-jobs``: cancel every job and wait for them to end (their grace period and a
+    little), unless Ctrl-C comes again."""
+    from hub_ext.client import FracHubError
+
+    try:
+        with _service_client(args, data) as client:
+            jobs = client.list_workloads(active=True, kinds=["training", "inference"])
+            if not jobs:
+                return
+            print(
+                f"frachub up: cancelling {_count(len(jobs), 'job')} (--stop-jobs; grace period "
+                f"{args.grace_period:g}s; Ctrl-C again stops at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            for job in jobs:
+                with contextlib.suppress(FracHubError):  # it may have ended meanwhile
+                    client.cancel(job["id"])
+            deadline = time.monotonic() + args.grace_period + 15
+            while time.monotonic() < deadline and not interrupted():
+                if not client.list_workloads(active=True, kinds=["training", "inference"]):
+                    return
+                time.sleep(0.5)
+    except FracHubError as error:
+        print(f"frachub up: could not cancel the jobs: {error}", file=sys.stderr, flush=True)
+
+
+def left_running(jobs: list[dict[str, Any]] | None) -> str:
+    """What Ctrl-C left behind, and how to stop it."""
+    if jobs is None:
+        return (
+            "frachub up: stopped. Jobs that were running may still run (the service did not "
+            "answer to list them); the next frachub up on this data directory adopts them.\n"
+        )
+    if not jobs:
+        return "frachub up: stopped; no training jobs were running or waiting.\n"
+    from hub_ext.client import HOLDING_STATES, format_placement
+
+    running = [job for job in jobs if job["state"] in HOLDING_STATES]
+    waiting = [job for job in jobs if job["state"] not in HOLDING_STATES]
+    lines = ["frachub up: stopped."]
+    if running:
+        verb = "keeps" if len(running) == 1 else "keep"
+        lines.append(f"  {_count(len(running), 'job')} {verb} running without FracHub:")
+        lines += [
+            f"    job {job['id']} ({job['name']}) of {job['user']}, {job['state']} on "
+            f"{format_placement(job)}"
+            for job in running
+        ]
+    if waiting:
+        lines.append(
+            f"  {_count(len(waiting), 'job')} {'stays' if len(waiting) == 1 else 'stay'} queued: "
+            + ", ".join(str(job["id"]) for job in waiting)
+        )
+    lines.append(
+        "  The next frachub up on this data directory adopts them. To stop them: start it "
+        "again and run frachub cancel ID, or start with --stop-jobs and Ctrl-C cancels them "
+        "before stopping."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -696,25 +839,31 @@ def _up(args: argparse.Namespace) -> int:
     env = {
         **os.environ,
         "PATH": f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        # the proxy's API token (JupyterHub reads it from here): _wait_ready asks the proxy's
+        # routes with it
+        "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or secrets.token_hex(32),
     }
     print(
         f"frachub up: starting JupyterHub (logs also in {data / LOG_DIR})",
         file=sys.stderr,
         flush=True,
     )
-    proc = subprocess.Popen(command, cwd=data, env=env)
-    stopping = False
+    # its own process group: Ctrl-C reaches `frachub up` alone, which can still ask the
+    # service what runs before it stops the hub (which stops the proxy and the service)
+    proc = subprocess.Popen(command, cwd=data, env=env, start_new_session=True)
+    stopping = 0
+    ready = False
 
     def forward(signum: int, _frame: Any) -> None:
         nonlocal stopping
-        stopping = True
-        if proc.poll() is None:
+        stopping += 1
+        if (not ready or stopping > 1) and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     try:
-        _wait_ready(proc, args, timeout=120)
+        _wait_ready(proc, args, env["CONFIGPROXY_AUTH_TOKEN"], timeout=120)
     except UpError:
         if proc.poll() is None:
             proc.terminate()
@@ -722,5 +871,37 @@ def _up(args: argparse.Namespace) -> int:
         if stopping:
             return 130
         raise
+    ready = True
     print(banner(args, team, passwords, gpus_said, data), flush=True)
-    return proc.wait()
+    while proc.poll() is None and not stopping:
+        time.sleep(0.2)
+    if proc.poll() is not None:  # the hub ended by itself
+        return proc.returncode
+    print("\nfrachub up: stopping", file=sys.stderr, flush=True)
+    if args.stop_jobs:
+        stop_jobs(args, data, lambda: stopping > 1)
+    jobs = active_jobs(args, data)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    status = proc.wait()
+    sys.stderr.write(left_running(jobs))
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hub_ext.up --help``: the options, before anything is installed
+    (``scripts/up.sh --help``); running goes through ``frachub up``."""
+    parser = argparse.ArgumentParser(
+        prog="bash scripts/up.sh",
+        description="Install FracHub's one-machine setup once (a virtualenv in .venv, "
+        "configurable-http-proxy from npm), then run `frachub up` with these options: "
+        "JupyterHub with FracHub on this machine, in one command.",
+    )
+    add_arguments(parser)
+    parser.parse_args(argv)
+    print("run it with: bash scripts/up.sh [OPTIONS] (or frachub up once installed)")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

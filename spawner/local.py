@@ -20,7 +20,9 @@ and says in the log which it skipped.
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,22 @@ from jupyterhub.traitlets import Callable
 from kubespawner.spawner import KubeSpawner
 from traitlets import Dict, List, Unicode, Union, default
 
+from scheduler.contract import prepend_path
 from spawner.mixin import FracSpawnerMixin
 from spawner.profiles import Selection
+
+BIN_DIR = Path(sys.executable).parent
+"""FracHub's environment's bin/: ``frachub``, ``jupyterhub-singleuser``."""
+
+
+def terminal_setting(bin_dir: Path) -> str:
+    """The server's terminals: a login shell, as Jupyter starts them, that then puts
+    ``bin_dir`` back first on the PATH (a login shell's /etc/profile sets PATH anew) and
+    becomes the user's interactive shell."""
+    shell = '"${SHELL:-/bin/sh}"'
+    script = f'PATH={shlex.quote(str(bin_dir))}:"$PATH"; export PATH; exec {shell} -i'
+    command = ["/bin/sh", "-c", f"exec {shell} -l -c {shlex.quote(script)}"]
+    return f"--ServerApp.terminado_settings={json.dumps({'shell_command': command})}"
 
 
 class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
@@ -111,6 +127,9 @@ class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
         return preexec
 
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        # `frachub` (and jupyter, python) of FracHub's environment first on the PATH, in the
+        # server and in its terminals (see get_args), also when the hub was started by path
+        env["PATH"] = prepend_path(str(BIN_DIR), env.get("PATH"))
         if not self.hub_only_users:
             return super().user_env(env)
         env["USER"] = self.user.name
@@ -122,6 +141,8 @@ class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
         args = super().get_args()
         if self.hub_only_users and os.geteuid() == 0 and "--allow-root" not in args:
             args.append("--allow-root")  # the hub's user is root: Jupyter refuses otherwise
+        if not any("terminado_settings" in arg for arg in args):
+            args.append(terminal_setting(BIN_DIR))
         return args
 
     def move_certs(self, paths: dict[str, str]) -> dict[str, str]:

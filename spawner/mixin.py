@@ -405,8 +405,9 @@ class FracSpawnerMixin(Configurable):
             key = (allocation.get("queue_position"), allocation.get("pending_reason"))
             if key != last_key:
                 last_key = key
+                # kept as the scheduler wrote it: it may start with a project's name, which
+                # capitalising would misspell ("Vision's")
                 reason = allocation.get("pending_reason") or "waiting for the scheduler"
-                reason = reason[:1].upper() + reason[1:]
                 if "can never start" in reason:
                     raise refusal(
                         f"This GPU request can never be met: {reason}",
@@ -419,7 +420,7 @@ class FracSpawnerMixin(Configurable):
                     if position
                     else f"queued in {allocation['project']}"
                 )
-                self._frachub_note(f"Waiting for a GPU share: {where}. {reason}", 10)
+                self._frachub_note(f"Waiting for a GPU share: {where}; {reason}", 10)
             try:
                 allocation = await self.frachub_client.allocation(
                     int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")

@@ -13,8 +13,11 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from tqdm import tqdm
 
 from scheduler.engine import Kind
 from scheduler.fields import InvalidSpec
@@ -26,6 +29,7 @@ from scheduler.fleet.report import plot, tables, to_json
 from scheduler.fleet.runtimes import DEFAULT_PHILLY, TraceMissing, load_runtimes
 from scheduler.fleet.variants import DEFAULT_VARIANTS, VARIANTS
 from scheduler.fleet.workload import Job, generate
+from scheduler.progress import StepQueue, bar, report_step
 from scheduler.scenario.runner import Unsettled
 
 DEFAULT_PRESET = "institute"
@@ -115,15 +119,20 @@ def _variants(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _one(task: tuple[Description, tuple[Job, ...], str, int, bool]) -> FleetRun:
+def _one(
+    task: tuple[Description, tuple[Job, ...], str, int, bool],
+    step: Callable[[int], None] = report_step,
+) -> FleetRun:
+    """One variant's run; each simulated day is one ``step`` of the progress bar (in a pool
+    worker, sent to the parent's bar)."""
     description, jobs, variant, days, checkpointing = task
-    label = variant if checkpointing else f"{variant} (no checkpoints)"
-
-    def progress(day: int, of: int) -> None:
-        print(f"fleet: {label}: simulated day {day} of {of}", file=sys.stderr, flush=True)
-
     return simulate(
-        description, jobs, VARIANTS[variant], days, checkpointing=checkpointing, progress=progress
+        description,
+        jobs,
+        VARIANTS[variant],
+        days,
+        checkpointing=checkpointing,
+        progress=lambda _day, _of: step(1),
     )
 
 
@@ -164,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = [(description, jobs, name, days, True) for name in variants]
     tasks += [(description, jobs, name, days, False) for name in again]
     try:
-        results = _map(tasks, args.jobs)
+        with bar(len(tasks) * days, "simulated days", enabled=not args.json) as progress:
+            results = _map(tasks, args.jobs, progress)
     except Unsettled as error:  # an engine bug (rule 8), reported like `scenario run` does
         print(f"frachub simulate fleet: {error}", file=sys.stderr)
         return 1
@@ -221,8 +231,13 @@ def _need_matplotlib() -> None:
         raise UsageError("--plots needs matplotlib: pip install 'frachub[plots]'") from None
 
 
-def _map(tasks: list, jobs: int) -> list[FleetRun]:
+def _map(tasks: list, jobs: int, progress: tqdm) -> list[FleetRun]:
     if jobs == 1 or len(tasks) <= 1:
-        return [_one(task) for task in tasks]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        return list(pool.map(_one, tasks))
+        return [_one(task, progress.update) for task in tasks]
+    steps = StepQueue()
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(tasks)), initializer=steps.initializer, initargs=steps.initargs
+    ) as pool:
+        futures = [pool.submit(_one, task) for task in tasks]
+        steps.drain(futures, progress)
+        return [future.result() for future in futures]

@@ -11,11 +11,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from tqdm import tqdm
 
 from scheduler.openb.policies import POLICIES
 from scheduler.openb.replay import BUCKETS, replay, summarize
 from scheduler.openb.trace import TraceError, load_nodes, load_pods
+from scheduler.progress import bar
 
 TRACE_ENV = "FRACHUB_OPENB_DIR"
 TRACE_DIR = Path(os.environ.get(TRACE_ENV, "openb"))
@@ -95,14 +99,14 @@ def _trace_path(value: str | None, default: Path, flag: str) -> Path:
     )
 
 
-def _progress(label: str):
+def _steps(progress: tqdm) -> Callable[[int, int], None]:
+    """The replay's ``(done, total)`` callback as a fraction of one step of the bar."""
+    last = 0.0
+
     def show(done: int, total: int) -> None:
-        width = 30
-        filled = width * done // total
-        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\r" + " " * (len(label) + width + 24) + "\r")
-        sys.stderr.flush()
+        nonlocal last
+        progress.update(done / total - last)
+        last = done / total
 
     return show
 
@@ -134,12 +138,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     names = list(POLICIES) if args.policy == "all" else [args.policy]
     summaries = []
-    for name in names:
-        results = []
-        for seed in seeds:
-            show = None if args.json else _progress(f"{name} seed {seed}")
-            results.append(replay(nodes, pods, name, seed, progress=show))
-        summaries.append(summarize(results))
+    # one step per (policy, seed) run; a run's arrival order has its own length, so each
+    # advances the bar by its fraction done
+    with bar(len(names) * len(seeds), "replay", enabled=not args.json) as progress:
+        for name in names:
+            results = []
+            for seed in seeds:
+                progress.set_description(f"{name} seed {seed}")
+                results.append(replay(nodes, pods, name, seed, progress=_steps(progress)))
+            summaries.append(summarize(results))
     if args.json:
         out = summaries[0] if len(summaries) == 1 else {"policy": "all", "results": summaries}
         print(json.dumps(out))

@@ -55,6 +55,7 @@ from scheduler.engine.lifecycle import (
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import Store
+from scheduler.service.sweeps import held_back
 
 MAX_CYCLES_PER_RUN = 100
 
@@ -99,6 +100,8 @@ class SchedulingLoop:
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
         self.pending: dict[int, Pending] = {}
+        self.held: dict[int, str] = {}
+        """Sweep members the last snapshot held back, with why."""
         self.queue_status: dict[str, QueueStatus] = {}
         self.borrowed: dict[int, str] = {}
         """Running work beyond its project's quota -> who may reclaim it, in words."""
@@ -301,7 +304,14 @@ class SchedulingLoop:
         return result
 
     def snapshot(self) -> Snapshot:
-        return self.lifecycle.snapshot(self.inventory.nodes, self.queues)
+        """The engine's input: every active workload but the sweep members held back by
+        their sweep's parallel limit (``scheduler/service/sweeps.py``)."""
+        full = self.lifecycle.snapshot(self.inventory.nodes, self.queues)
+        self.held = held_back(self.records.values())
+        if not self.held:
+            return full
+        kept = tuple(w for w in full.workloads if int(w.name) not in self.held)
+        return replace(full, workloads=kept)
 
     def _borrowed(self) -> dict[int, str]:
         """Running preemptible work beyond its project's quota, in the order it started (the

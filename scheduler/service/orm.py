@@ -86,6 +86,11 @@ class WorkloadRecord(Base):
     """When the server is stopped if it stays idle (a warning's promise once warned)."""
     idle_warning: Mapped[str | None] = mapped_column(Text, nullable=True)
     """The warning shown while an idle server waits to be stopped; None when not warned."""
+    sweep_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    """Jobs of a sweep: the sweep's id (its first member's id); None for other workloads."""
+    sweep_parallel: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Jobs of a sweep: how many of its members may hold GPUs at once (the service holds the
+    others back from the engine, see ``scheduler/service/sweeps.py``)."""
 
     @property
     def placement(self) -> Placement:

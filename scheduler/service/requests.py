@@ -48,6 +48,7 @@ from scheduler.fields import (
     priority_field,
     shown,
 )
+from scheduler.service.sweeps import Sweep, parse_sweep
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -69,6 +70,7 @@ SUBMIT_FIELDS = (
     "max_runtime_seconds",
     "min_runtime_seconds",
     "checkpoint_interval_seconds",
+    "sweep",
 )
 ALLOCATE_FIELDS = (
     "user",
@@ -126,6 +128,8 @@ class Submission:
     """GPU models it may run on (``gpu_model``); empty: any."""
     checkpoint_interval: float | None = None
     """Seconds between its checkpoints, if it declares them (``checkpoint_interval_seconds``)."""
+    sweep: Sweep | None = None
+    """One job per combination of the sweep's parameters (``scheduler/service/sweeps.py``)."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ def parse_submission(document: Any) -> Submission:
             strictly_positive=True,
             maximum=MAX_RUNTIME,
         ),
+        sweep=parse_sweep(body.get("sweep")),
     )
 
 

@@ -215,6 +215,11 @@ class Store:
         page = query.order_by(WorkloadRecord.id.desc()).offset(offset).limit(limit)
         return list(self.session.scalars(page)), total
 
+    def sweep_members(self, sweep_id: int) -> list[WorkloadRecord]:
+        """A sweep's jobs in order (``scheduler/service/sweeps.py``)."""
+        query = select(WorkloadRecord).where(WorkloadRecord.sweep_id == sweep_id)
+        return list(self.session.scalars(query.order_by(WorkloadRecord.id)))
+
     def events(self, workload_id: int) -> list[EventRecord]:
         query = select(EventRecord).where(EventRecord.workload_id == workload_id)
         return list(self.session.scalars(query.order_by(EventRecord.id)))

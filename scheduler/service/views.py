@@ -49,9 +49,16 @@ def workload_json(
     record: WorkloadRecord, loop: SchedulingLoop, events: list[EventRecord] | None = None
 ) -> dict[str, Any]:
     waiting = record.state == WorkloadState.PENDING
-    pending = loop.pending.get(record.id) if waiting else None
+    held = loop.held.get(record.id) if waiting else None
+    pending = loop.pending.get(record.id) if waiting and not held else None
     reason = (
-        pending.reason if pending else "waiting for the scheduler's next cycle" if waiting else None
+        pending.reason
+        if pending
+        else held
+        if held
+        else "waiting for the scheduler's next cycle"
+        if waiting
+        else None
     )
     headline = None
     if reason is not None:
@@ -109,6 +116,8 @@ def workload_json(
             max_runtime_seconds=record.max_runtime,
             checkpoint_interval_seconds=record.checkpoint_interval,
             checkpointed_at=iso(record.checkpointed_at),
+            sweep_id=record.sweep_id,
+            sweep_parallel=record.sweep_parallel,
         )
     if events is not None:
         value["events"] = [

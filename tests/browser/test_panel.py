@@ -244,6 +244,20 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
     expect(page.locator("#frachub-queues-table tr[data-queue='vision']")).to_contain_text("0.5")
     expect(page.locator("#frachub-active-table tr.frachub-workload")).to_have_count(2)
     expect(page.locator("#frachub-legend")).to_contain_text(vision)
+    # two users whose names differ in one character get clearly different colours (a hash
+    # of the name once gave rgb(48,158,166) and rgb(48,148,166)), the legend's the same
+    colours = [
+        page.locator(f".frachub-share[data-user='{user}']").evaluate(
+            "e => getComputedStyle(e).backgroundColor"
+        )
+        for user in (vision, nlp)
+    ]
+    channels = [[int(c) for c in re.findall(r"\d+", colour)[:3]] for colour in colours]
+    assert max(abs(a - b) for a, b in zip(*channels, strict=True)) >= 80, colours
+    swatch = page.locator("#frachub-legend span.text-nowrap", has_text=vision).locator(
+        ".frachub-swatch"
+    )
+    assert swatch.evaluate("e => getComputedStyle(e).backgroundColor") == colours[0]
     shot("gpu-map")
 
 

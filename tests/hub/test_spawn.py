@@ -4,7 +4,9 @@ environment seen from inside the server, refusals, queueing with progress, relea
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +59,22 @@ def test_server_token_acts_as_the_user_with_submit_scope(up: Up, kernel) -> None
     assert up.allocations("bob", ["pending", "running"]) == []
     env = json.loads(kernel("bob").text(ENV_PROBE))
     assert env["CUDA_VISIBLE_DEVICES"] == ""
+    # `frachub` is on the PATH of the server and of its terminals: the terminal's command
+    # (from the server's own command line) run as a terminal runs it, a login shell first
+    found = kernel("bob").text(TERMINAL_PROBE).split()
+    venv_frachub = str(Path(sys.executable).parent / "frachub")
+    assert found == [venv_frachub, venv_frachub], found
+
+
+TERMINAL_PROBE = """
+import json, os, shutil, subprocess
+argv = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
+[setting] = [arg for arg in argv if arg.startswith("--ServerApp.terminado_settings=")]
+shell = json.loads(setting.split("=", 1)[1])["shell_command"]
+typed = subprocess.run(shell, input="command -v frachub; exit\\n", capture_output=True,
+                       text=True, timeout=30).stdout.split()
+print(shutil.which("frachub"), typed[-1] if typed else "none")
+"""
 
 
 @pytest.mark.parametrize(

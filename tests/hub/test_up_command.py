@@ -4,11 +4,15 @@ and their refusals as one line without a traceback."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from hub.upharness import SERVICE_API, Up
 
 REPO = Path(__file__).resolve().parents[2]
 FRACHUB = [sys.executable, "-m", "hub_ext.cli"]
@@ -25,11 +29,14 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-def test_readme_first_command_passes_its_arguments_to_frachub_up() -> None:
-    result = run(["bash", "scripts/up.sh", "--help"])
+def test_up_sh_help_installs_nothing(tmp_path: Path) -> None:
+    """--help answers with the system's Python before any virtualenv or npm install."""
+    venv = tmp_path / "venv"
+    result = run(["bash", "scripts/up.sh", "--demo", "--help"], env={"FRACHUB_VENV": str(venv)})
     assert result.returncode == 0, result.stderr
-    assert "usage: frachub up" in result.stdout
-    assert "--demo" in result.stdout
+    assert result.stdout.startswith("usage: bash scripts/up.sh")
+    assert "--demo" in result.stdout and "--stop-jobs" in result.stdout
+    assert not venv.exists()
 
 
 def test_write_config_only_writes_both_files_from_the_flags(tmp_path: Path) -> None:
@@ -168,3 +175,40 @@ def test_a_bad_projects_file_is_one_line(tmp_path: Path, content: str, message: 
     assert result.returncode == 2
     assert message.format(projects) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_quiet_start_and_ctrl_c_says_what_keeps_running(tmp_path: Path) -> None:
+    """No proxy 404s or ECONNREFUSED traces while the hub starts; Ctrl-C (SIGINT to frachub
+    up alone, as a terminal sends it) names the job that keeps running and how to stop it;
+    the next start adopts it, and with --stop-jobs Ctrl-C cancels it first."""
+    up = Up(tmp_path, grace_period=1).start()
+    try:
+        started = up.log_text()
+        assert "404 GET" not in started and "ECONNREFUSED" not in started, started[-3000:]
+        alice = up.client("alice")
+        job = alice.post(
+            f"{SERVICE_API}workloads", json={"command": "sleep 300", "gpus": 0.5, "name": "stays"}
+        ).json()["id"]
+        deadline = time.monotonic() + 60
+        while alice.get(f"{SERVICE_API}workloads/{job}").json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert up.proc is not None
+        up.proc.send_signal(signal.SIGINT)
+        assert up.proc.wait(60) == 0
+        said = up.log_text()
+        assert f"job {job} (stays) of alice, running on" in said
+        assert "1 job keeps running without FracHub" in said
+        assert "--stop-jobs" in said and "Traceback" not in said
+
+        up.flags = (*up.flags, "--stop-jobs")
+        up.start()
+        adopted = up.admin_service().get(f"workloads/{job}").json()
+        assert adopted["state"] == "running", adopted
+        up.proc.send_signal(signal.SIGINT)
+        assert up.proc.wait(60) == 0
+        said = up.log_text()
+        assert "frachub up: cancelling 1 job (--stop-jobs" in said
+        assert said.rstrip().endswith("no training jobs were running or waiting.")
+    finally:
+        up.stop()

@@ -4,6 +4,7 @@ refusal as one line on stderr with the right exit status, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -362,3 +363,143 @@ def test_another_users_job_is_not_found(user, api) -> None:
         assert result.stderr == f"frachub: workload {job} not found\n"
     assert str(job) not in alice("jobs", "--all-states").stdout
     assert bob("cancel", str(job)).returncode == 0
+
+
+def test_runai_and_slurm_words_json_and_admin_views(user, make_user, hub, api) -> None:
+    """``list``/``delete`` are ``jobs``/``cancel``; ``--json`` gives the service's records;
+    an admin sees their own jobs by default and others' with --all-users or --user; a user
+    asking for others' gets one line."""
+    alice, bob = user(), user()
+    job = submitted_id(alice("submit", "-g", "0.25", "--name", "aliased", "--", "sleep", "60"))
+    other = submitted_id(bob("submit", "-g", "0.25", "--", "sleep", "60"))
+
+    listed = alice("list")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(rf"^{job}\s+aliased\s+vision\s", listed.stdout, re.M)
+    assert str(other) not in listed.stdout.split()
+
+    records = json.loads(alice("jobs", "--json").stdout)
+    assert [record["id"] for record in records] == [job]
+    assert json.loads(alice("describe", str(job), "--json").stdout)["name"] == "aliased"
+    quota = json.loads(alice("quota", "--json").stdout)
+    assert quota["user"]["name"] == alice.name and quota["projects"][0]["name"] == "vision"
+
+    refused = alice("jobs", "--all-users")
+    assert refused.returncode == 1
+    assert (
+        refused.stderr
+        == f"frachub: --all-users needs the FracHub admin right ({alice.name} has not)\n"
+    )
+
+    admin_name, admin_token = make_user(admin=True)
+    admin = User(
+        admin_name,
+        admin_token,
+        base_env(FRACHUB_URL=hub.service_url(), FRACHUB_TOKEN=admin_token),
+    )
+    assert json.loads(admin("jobs", "--json").stdout) == []  # their own: none
+    everyone = {
+        record["id"] for record in json.loads(admin("jobs", "--json", "--all-users").stdout)
+    }
+    assert {job, other} <= everyone
+    only_bob = json.loads(admin("list", "--json", "--user", bob.name).stdout)
+    assert [record["id"] for record in only_bob] == [other]
+    table = admin("jobs", "--all-users")
+    assert "USER" in table.stdout.splitlines()[0]
+
+    deleted = alice("delete", str(job))
+    assert deleted.returncode == 0, deleted.stderr
+    assert re.match(rf"Cancell(ing|ed) job {job} \(aliased\)", deleted.stdout)
+    assert bob("cancel", str(other)).returncode == 0
+
+
+def test_help_per_command_and_watch(user) -> None:
+    alice = user()
+    for command, words in (
+        ("list", "newest first"),
+        ("delete", "grace period"),
+        ("describe", "its events"),
+        ("quota", "fair share"),
+    ):
+        shown = alice(command, "--help")
+        assert shown.returncode == 0 and words in " ".join(shown.stdout.split()), shown.stdout
+    bad = alice("jobs", "--watch", "0.1")
+    assert bad.returncode == 2 and "must be between 0.5" in bad.stderr
+
+    # --watch redraws until Ctrl-C, then exits 0 without a traceback
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "hub_ext.cli", "jobs", "--watch", "0.5"],
+        env=alice.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watching.stdout is not None
+    seen = [watching.stdout.readline() for _ in range(4)]
+    watching.send_signal(signal.SIGINT)
+    out, err = watching.communicate(timeout=30)
+    assert watching.returncode == 0 and "Traceback" not in err
+    text = "".join(seen) + out
+    assert text.count("Every 0.5s") >= 2 and "no jobs" in text
+
+
+def test_a_sweep_runs_at_most_parallel_jobs_with_its_values_and_cancels_as_one(
+    user, api, tmp_path
+) -> None:
+    """--sweep lr=... --sweep bs=... --parallel 2: four jobs (the product), each with its
+    values in its environment, two at a time, listed together, cancelled as one."""
+    alice = user()
+    script = 'echo "lr=$FRACHUB_SWEEP_LR bs=$FRACHUB_SWEEP_BS i=$FRACHUB_SWEEP_INDEX"; sleep 60'
+    argv = ["submit", "-g", "0.25", "--name", "hpo", "--sweep", "lr=0.1,0.01"]
+    submitted = alice(*argv, "--sweep", "bs=32,64", "--parallel", "2", "--", script, cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    match = re.match(r"Submitted sweep (\d+) to project vision: 4 jobs \(2 x 2\)", submitted.stdout)
+    assert match, submitted.stdout
+    sweep = int(match.group(1))
+    assert f"frachub cancel --sweep {sweep}" in submitted.stdout
+    client = api(alice.token)
+    members = checked(client.get(f"sweeps/{sweep}")).json()["workloads"]
+    assert [m["id"] for m in members] == list(range(sweep, sweep + 4))
+    assert [m["name"] for m in members] == [f"hpo-{i}" for i in range(4)]
+    assert members[3]["env"]["FRACHUB_SWEEP_LR"] == "0.01"
+    assert members[3]["env"]["FRACHUB_SWEEP_BS"] == "64"
+
+    wait_state(client, sweep, "running")
+    wait_state(client, sweep + 1, "running")
+    held = checked(client.get(f"workloads/{sweep + 2}")).json()
+    assert held["state"] == "pending"
+    assert (
+        held["pending_reason"]
+        == f"sweep {sweep} runs at most 2 jobs at once; 2 of its jobs hold GPUs"
+    )
+    assert alice("logs", str(sweep + 1), "--tail", "1").stdout == "lr=0.1 bs=64 i=1\n"
+
+    listed = alice("jobs").stdout
+    assert f"sweep {sweep}: jobs {sweep}-{sweep + 3} shown, 2 running, at most 2 at once" in listed
+
+    # a member that ends lets the next one start
+    assert alice("cancel", str(sweep)).returncode == 0
+    wait_state(client, sweep + 2, "running")
+
+    cancelled = alice("cancel", "--sweep", str(sweep))
+    assert cancelled.returncode == 0, cancelled.stderr
+    for member in range(sweep + 1, sweep + 4):
+        wait_state(client, member, "cancelled")
+
+    refused = alice("submit", "-g", "0.25", "--sweep", "lr=", "--", "true")
+    assert refused.returncode == 2 and "expected NAME=V1,V2" in refused.stderr
+    lonely = alice("submit", "-g", "0.25", "--parallel", "2", "--", "true")
+    assert lonely.returncode == 2 and "--parallel goes with --sweep" in lonely.stderr
+    too_many = alice(
+        "submit",
+        "-g",
+        "0.25",
+        "--sweep",
+        "a=" + ",".join("1" * 20),
+        "--sweep",
+        "b=" + ",".join("2" * 20),
+        "--",
+        "true",
+    )
+    assert too_many.returncode == 1
+    assert too_many.stderr == "frachub: sweep.parameters: make 400 jobs; a sweep has at most 256\n"

@@ -133,6 +133,10 @@ def test_the_kernelspec_loads_the_magics(kernel) -> None:
     assert "already loaded" in ok(kernel, "%load_ext hub_ext.magics").stdout
     ok(kernel, "%reload_ext hub_ext.magics")
     assert ok(kernel, "%frachub").stdout.startswith("usage: %frachub")
+    # --help and -h as any command line takes them, for the magic and each command
+    for code in ("%frachub --help", "%frachub -h", "%%frachub --help\nprint(1)"):
+        assert "%frachub submit --gpus 0.5" in ok(kernel, code).stdout, code
+    assert "--all-users" in ok(kernel, "%frachub list --help").stdout
 
 
 def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
@@ -149,7 +153,7 @@ def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
     assert f"\n{kernel.cwd}\n" in followed.stdout  # it ran in the kernel's directory
     assert f"frachub: job {job} (line-job) succeeded" in followed.stdout
 
-    [listing] = ok(kernel, "%frachub jobs").displays
+    [listing] = ok(kernel, "%frachub list").displays  # Run:ai's word for jobs
     assert re.search(rf"<td[^>]*>{job}</td>\s*<td[^>]*>line-job</td>", listing["text/html"])
     assert "succeeded" in listing["text/html"]
     header, *rows = listing["text/plain"].splitlines()
@@ -161,6 +165,23 @@ def test_a_line_job_shows_in_tables_and_its_logs(kernel, api) -> None:
     assert re.search(r"Working dir:\s+" + re.escape(str(kernel.cwd)), described["text/plain"])
 
     assert ok(kernel, f"%frachub logs {job} --tail 2").stdout.startswith("from-line\n=== frachub")
+
+
+def test_a_cell_sweep_runs_one_job_per_value_and_cancels_as_one(kernel) -> None:
+    cell = "import os, time\nprint('lr', os.environ['FRACHUB_SWEEP_LR'])\ntime.sleep(60)"
+    code = "%%frachub submit --gpus 0.25 --name cellsweep --sweep lr=0.1,0.01 --parallel 1\n"
+    [shown] = ok(kernel, code + cell).displays
+    match = re.search(
+        r"Submitted sweep (\d+) to project vision: 2 jobs of 0.25 GPU", shown["text/plain"]
+    )
+    assert match, shown["text/plain"]
+    sweep = int(match.group(1))
+    assert "cellsweep-0" in shown["text/plain"] and "cellsweep-1" in shown["text/plain"]
+    assert f"%frachub cancel --sweep {sweep}" in shown["text/plain"]
+    cancelled = ok(kernel, f"%frachub cancel --sweep {sweep}").stdout
+    assert (
+        f"job {sweep} (cellsweep-0)" in cancelled and f"job {sweep + 1} (cellsweep-1)" in cancelled
+    )
 
 
 def test_a_cell_is_saved_as_a_script_and_run_with_the_kernels_python(kernel) -> None:

@@ -3,9 +3,14 @@ command's output and refusals."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -177,7 +182,39 @@ def test_json_output_has_every_variant(philly, capsys):
     for variant in data["variants"]:
         assert 0 <= variant["allocation"] <= 1
         assert set(variant["notebook_wait"]) == {"count", "p50", "p99"}
-    assert "fleet: frachub: simulated day 2 of 2" in out.err
+    assert out.err == ""  # no progress bar with --json, nor when stderr is not a terminal
+
+
+def test_one_progress_bar_on_a_terminal_for_parallel_variants(philly):
+    """Two worker processes, one bar: every frame on the terminal is the parent's bar (the
+    workers send their days through a queue), and it counts every simulated day."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    argv = ["simulate", "fleet", "--preset", "lab", "--philly", str(philly)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hub_ext.cli", *argv, "--days", "2", "--jobs", "2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        text=True,
+    )
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the other end closed: the process ended
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out, _ = process.communicate(timeout=120)
+    os.close(leader)
+    assert process.returncode == 0 and "FracHub" in out
+    frames = [f for f in drawn.decode().replace("\n", "\r").split("\r") if f.strip()]
+    assert len(frames) >= 2 and all(f.startswith("simulated days:") for f in frames), frames
+    assert frames[0].startswith("simulated days:   0%") and "  0%" not in frames[-1], frames
+    assert "fleet:" not in drawn.decode()
 
 
 def test_table_and_plots(philly, tmp_path, capsys):

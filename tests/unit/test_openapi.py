@@ -661,6 +661,7 @@ def allocation(**overrides: Any) -> WorkloadRecord:
 
 def fake_loop(*records: WorkloadRecord) -> types.SimpleNamespace:
     return types.SimpleNamespace(
+        held={},
         pending={8: Pending("project vision is using its deserved 2 GPUs", 1)},
         inventory=INVENTORY,
         records={record.id: record for record in records},

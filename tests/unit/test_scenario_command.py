@@ -168,3 +168,19 @@ def test_placement_frachub_runs(capsys) -> None:
     assert main(["scenario", "run", str(EXAMPLES / "23_frachub_placement.yaml")]) == 0
     output = json.loads(capsys.readouterr().out)
     assert output["workloads"]["half"]["placement"][0]["gpus"][0]["index"] == 1
+
+
+def test_table_format_for_people(capsys) -> None:
+    """--format table: the same outcome as the JSON, as aligned tables."""
+    scenario = str(EXAMPLES / "01_borrow_and_reclaim.yaml")
+    assert main(["scenario", "run", scenario]) == 0
+    outcome = json.loads(capsys.readouterr().out)
+    assert main(["scenario", "run", scenario, "--format", "table"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"At t={outcome['time']:g}s\n")
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
+    assert rows["WORKLOAD"][:3] == ["WORKLOAD", "QUEUE", "STATE"]
+    for name, workload in outcome["workloads"].items():
+        assert rows[name][1:3] == [workload["queue"], workload["state"]], rows[name]
+    assert rows["v6"][3] == "#1"  # a pending workload's place in its queue
+    assert "needs 1 GPU" in text and "evicted  v8        reason reclaim" in text

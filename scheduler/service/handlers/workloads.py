@@ -15,7 +15,13 @@ from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, project
 from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
-from scheduler.service.requests import job_never_fits, parse_count, parse_submission
+from scheduler.service.requests import (
+    Submission,
+    job_never_fits,
+    parse_count,
+    parse_submission,
+)
+from scheduler.service.sweeps import member_env
 from scheduler.service.views import workload_json
 
 STATES = (*ACTIVE_STATES, *FINAL_STATES)
@@ -136,7 +142,15 @@ class WorkloadListHandler(WorkloadAccess):
         )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
-        record = WorkloadRecord(
+        if submission.sweep is not None:
+            self._submit_sweep(submission, project)
+            return
+        record = self.loop.add(self._record(submission, project))
+        self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
+        self.write_json(workload_json(record, self.loop), status=201)
+
+    def _record(self, submission: Submission, project: str) -> WorkloadRecord:
+        return WorkloadRecord(
             name=submission.name or "",
             user=self.caller.name,
             project=project,
@@ -158,9 +172,32 @@ class WorkloadListHandler(WorkloadAccess):
             max_runtime=submission.max_runtime,
             checkpoint_interval=submission.checkpoint_interval,
         )
-        self.loop.add(record)
-        self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
-        self.write_json(workload_json(record, self.loop), status=201)
+
+    def _submit_sweep(self, submission: Submission, project: str) -> None:
+        """Every member at once, with consecutive ids; the sweep's id is its first member's.
+        No await runs in between, so no cycle sees part of a sweep."""
+        sweep = submission.sweep
+        assert sweep is not None
+        records: list[WorkloadRecord] = []
+        for index, values in enumerate(sweep.members()):
+            record = self._record(submission, project)
+            record.sweep_parallel = sweep.parallel
+            if records:
+                record.sweep_id = records[0].id
+                record.name = f"{records[0].name.removesuffix('-0')}-{index}"
+                record.env = {**submission.env, **member_env(records[0].id, index, values)}
+                self.loop.add(record)
+            else:
+                self.loop.add(record)  # the first: its id names the sweep
+                record.sweep_id = record.id
+                record.name = f"{submission.name or f'sweep-{record.id}'}-0"
+                record.env = {**submission.env, **member_env(record.id, 0, values)}
+                self.loop.store.commit()
+            records.append(record)
+        sweep_id = records[0].id
+        base = self.request.path.rstrip("/").rsplit("/", 1)[0]
+        self.set_header("Location", f"{base}/sweeps/{sweep_id}")
+        self.write_json(sweep_json(sweep_id, records, self.loop), status=201)
 
 
 class WorkloadHandler(WorkloadAccess):
@@ -314,9 +351,45 @@ def _open_log(path: str):
     return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
 
 
+def sweep_json(sweep_id: int, members: list[WorkloadRecord], loop) -> dict:
+    """A sweep: its id, its limit, and its members (in order), each as ``workload_json``."""
+    return {
+        "id": sweep_id,
+        "user": members[0].user,
+        "project": members[0].project,
+        "parallel": members[0].sweep_parallel,
+        "workloads": [workload_json(loop.records.get(m.id, m), loop) for m in members],
+    }
+
+
+class SweepHandler(WorkloadAccess):
+    """``/api/v1/sweeps/{id}``: a sweep's members; DELETE cancels every one not yet ended."""
+
+    def members(self, sweep_id: str) -> list[WorkloadRecord]:
+        first = self.find(sweep_id)
+        if first.sweep_id != first.id:
+            raise web.HTTPError(404, f"sweep {sweep_id} not found")
+        return self.loop.store.sweep_members(first.id)
+
+    async def get(self, sweep_id: str) -> None:
+        self.require(READ)
+        members = self.members(sweep_id)
+        self.write_json(sweep_json(members[0].id, members, self.loop))
+
+    async def delete(self, sweep_id: str) -> None:
+        self.require(SUBMIT)
+        members = self.members(sweep_id)
+        for member in members:
+            live = self.loop.records.get(member.id)
+            if live is not None and live.state in CANCELLABLE:
+                await self.loop.cancel(live, by=self.actor(live))
+        self.write_json(sweep_json(members[0].id, members, self.loop))
+
+
 default_handlers = [
     (r"/api/v1/workloads/?", WorkloadListHandler),
     (r"/api/v1/workloads/([0-9]+)/?", WorkloadHandler),
     (r"/api/v1/workloads/([0-9]+)/logs/?", WorkloadLogsHandler),
     (r"/api/v1/workloads/([0-9]+)/checkpoint/?", WorkloadCheckpointHandler),
+    (r"/api/v1/sweeps/([0-9]+)/?", SweepHandler),
 ]

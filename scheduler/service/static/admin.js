@@ -4,7 +4,6 @@ import {
   CANCELLABLE,
   api,
   cancelButton,
-  colour,
   el,
   every,
   gpusText,
@@ -20,9 +19,25 @@ function holderLabel(holder) {
   return holder.user || holder.project;
 }
 
+// Ten hues far apart on the colour wheel, each dark enough for the shares' white text
+// (Tailwind's 700 shades); beyond ten holders, golden-angle hues.
+const PALETTE = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f", "#475569"];
+
+// A colour per holder on the map, by the holders' sorted names: any two holders shown at
+// once get different palette entries (a hash of the name let "alice" and "bob" come out
+// nearly the same teal), and a holder keeps its colour on every GPU and in the legend.
+function coloursFor(labels) {
+  const sorted = [...new Set(labels)].sort();
+  return new Map(
+    sorted.map((label, i) => [label, i < PALETTE.length ? PALETTE[i] : `hsl(${Math.round((i * 137.508) % 360)} 55% 42%)`]),
+  );
+}
+
 function renderNodes(nodes) {
   const container = document.getElementById("frachub-nodes");
   const legend = new Map();
+  const colours = coloursFor(nodes.flatMap((node) => node.gpus.flatMap((gpu) => gpu.holders.map(holderLabel))));
+  const colour = (label) => colours.get(label);
   if (!nodes.length) {
     container.replaceChildren(el("p", { class: "text-body-secondary" }, "No nodes."));
     return;

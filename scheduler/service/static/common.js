@@ -238,11 +238,3 @@ export function every(ms, refresh) {
   round();
   return round; // call it to refresh at once (after a submit or a cancel)
 }
-
-// A stable colour per user (or project), so a user's shares look alike across GPUs.
-export function colour(key) {
-  let hash = 0;
-  for (const char of String(key)) hash = (hash * 31 + char.codePointAt(0)) >>> 0;
-  // golden-angle steps: names that differ in one letter still get far-apart hues
-  return `hsl(${Math.round((hash * 137.508) % 360)} 55% 42%)`;
-}
