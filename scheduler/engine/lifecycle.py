@@ -367,6 +367,16 @@ class Lifecycle:
         self.lives[life.name] = life
         return [Note(life.name, Milestone.SUBMITTED, f"to project {life.ask.queue}")]
 
+    def withdraw(self, name: str) -> None:
+        """Take back a submission its driver could not record (its store refused it): only
+        a workload that has not started yet, as if it had never been submitted."""
+        life = self.lives.get(name)
+        if life is None:
+            return
+        if life.state is not WorkloadState.PENDING or life.start_seq:
+            raise LifecycleError(f"can't withdraw workload {name} when it is {life.state.value}")
+        del self.lives[name]
+
     def restore(self, life: Life) -> None:
         """Take back a workload as it was (a restarted service reading its store)."""
         self.lives[life.name] = life

@@ -189,19 +189,44 @@ class SchedulingLoop:
     def add(self, record: WorkloadRecord) -> WorkloadRecord:
         """Store a validated new workload at the back of its queue and schedule. The caller
         fills in what was asked for; the life it has not had yet starts here."""
+        (added,) = self.add_all([record])
+        return added
+
+    def add_all(
+        self,
+        records: list[WorkloadRecord],
+        *,
+        before_commit: Callable[[list[WorkloadRecord]], None] | None = None,
+    ) -> list[WorkloadRecord]:
+        """Store new workloads in ONE transaction, each at the back of its queue, and schedule:
+        a sweep's members are all stored or none is, and nothing of a failed submission stays
+        in memory. ``before_commit`` sees them with their ids (a sweep names its members after
+        its first one's)."""
         now = self.clock()
-        record.state = WorkloadState.PENDING.value  # the row needs one before it has an id
-        record.submitted_at = now
-        self.store.add(record)
+        for record in records:
+            record.state = WorkloadState.PENDING.value  # the row needs one before it has an id
+            record.submitted_at = now
+            self.store.add(record)
         self.store.flush()
-        if not record.name:
-            record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
-        self.records[record.id] = record
-        self._record(self.lifecycle.submit(record.as_life(new=True), now), now)
-        self.store.commit()
-        self.metrics.submitted(record.kind)
+        if before_commit is not None:
+            before_commit(records)
+        for record in records:
+            if not record.name:
+                record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
+        try:
+            for record in records:
+                self.records[record.id] = record
+                self._record(self.lifecycle.submit(record.as_life(new=True), now), now)
+            self.store.commit()
+        except Exception:
+            for record in records:
+                self.records.pop(record.id, None)
+                self.lifecycle.withdraw(str(record.id))
+            raise
+        for record in records:
+            self.metrics.submitted(record.kind)
         self.request_cycle()
-        return record
+        return records
 
     async def cancel(self, record: WorkloadRecord, by: str = "its owner") -> None:
         """Cancel a job or release an allocation; a running job gets its grace period. ``by``

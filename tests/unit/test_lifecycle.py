@@ -395,3 +395,17 @@ def test_a_first_start_never_launched_leaves_the_next_start_a_first_one(lives: L
     lives.not_launched("1", 1)
     lives.apply(cycle(Start("1", ONE)), 2)
     assert lives["1"].restart_count == 0
+
+
+def test_a_submission_the_store_refused_is_withdrawn_and_a_started_one_is_not(
+    lives: Lifecycle,
+) -> None:
+    """The service withdraws a sweep whose commit failed, so nothing of it stays in memory;
+    work that has started is past withdrawing."""
+    lives.withdraw("2")
+    assert "2" not in lives.lives and "1" in lives.lives
+    lives.withdraw("2")  # already gone: nothing to do
+    lives.apply(cycle(Start("1", ONE)), 0)
+    with pytest.raises(LifecycleError, match="can't withdraw workload 1 when it is running"):
+        lives.withdraw("1")
+    assert lives["1"].state is S.RUNNING

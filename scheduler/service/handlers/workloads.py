@@ -174,26 +174,23 @@ class WorkloadListHandler(WorkloadAccess):
         )
 
     def _submit_sweep(self, submission: Submission, project: str) -> None:
-        """Every member at once, with consecutive ids; the sweep's id is its first member's.
-        No await runs in between, so no cycle sees part of a sweep."""
+        """Every member in one transaction, with consecutive ids; the sweep's id is its first
+        member's. All are stored or none is, and no cycle sees part of a sweep."""
         sweep = submission.sweep
         assert sweep is not None
-        records: list[WorkloadRecord] = []
-        for index, values in enumerate(sweep.members()):
-            record = self._record(submission, project)
-            record.sweep_parallel = sweep.parallel
-            if records:
-                record.sweep_id = records[0].id
-                record.name = f"{records[0].name.removesuffix('-0')}-{index}"
-                record.env = {**submission.env, **member_env(records[0].id, index, values)}
-                self.loop.add(record)
-            else:
-                self.loop.add(record)  # the first: its id names the sweep
-                record.sweep_id = record.id
-                record.name = f"{submission.name or f'sweep-{record.id}'}-0"
-                record.env = {**submission.env, **member_env(record.id, 0, values)}
-                self.loop.store.commit()
-            records.append(record)
+        combinations = list(sweep.members())
+        records = [self._record(submission, project) for _ in combinations]
+
+        def name_members(records: list[WorkloadRecord]) -> None:
+            first = records[0].id
+            stem = submission.name or f"sweep-{first}"
+            for index, (record, values) in enumerate(zip(records, combinations, strict=True)):
+                record.sweep_id = first
+                record.sweep_parallel = sweep.parallel
+                record.name = f"{stem}-{index}"
+                record.env = {**submission.env, **member_env(first, index, values)}
+
+        self.loop.add_all(records, before_commit=name_members)
         sweep_id = records[0].id
         base = self.request.path.rstrip("/").rsplit("/", 1)[0]
         self.set_header("Location", f"{base}/sweeps/{sweep_id}")
