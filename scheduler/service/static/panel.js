@@ -24,13 +24,6 @@ import {
 
 const POLL_MS = 1500;
 
-// A command as a shell would show it: a string as is, a list of words quoted where needed
-// and spaced (as the CLI's format_command does).
-function commandText(command) {
-  if (!Array.isArray(command)) return command;
-  return command.map((word) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'"'"'`)}'`)).join(" ");
-}
-
 const LOG_LIMIT = 512 * 1024; // characters kept on screen; older lines drop off the top
 
 const table = document.querySelector("#frachub-workloads-table tbody");
