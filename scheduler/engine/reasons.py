@@ -137,6 +137,8 @@ def over_loss_bound(bound: float) -> str:
 def gpu_hours(gpu_seconds: float) -> str:
     """3600 -> "1 GPU-hour", 5400 -> "1.5 GPU-hours"."""
     value = round(gpu_seconds / 3600, 2)
+    if value == 0 and gpu_seconds > 0:
+        return "under 0.01 GPU-hours"
     return f"{value:g} GPU-hour" if value == 1 else f"{value:g} GPU-hours"
 
 
@@ -152,8 +154,8 @@ def span(seconds: float) -> str:
 
 
 _EVICTED = {
-    EvictReason.RECLAIM: "reclaimed for {claimant}",
-    EvictReason.PREEMPT: "preempted for {claimant}",
+    EvictReason.RECLAIM: "preempted for {claimant} (borrowed GPUs reclaimed)",
+    EvictReason.PREEMPT: "preempted for {claimant} (higher priority)",
     EvictReason.CONSOLIDATE: "moved to make room for {claimant}",
     EvictReason.NODE_LOST: "its node was lost",
 }

@@ -100,7 +100,7 @@ def test_revoked_preemptible_notebook_is_stopped_by_its_spawner(short_up: Up) ->
     wait_for(lambda: up.server("bob") is None, 30, "bob's revoked server to stop")
     (revoked,) = [a for a in up.allocations("bob", ["revoked"]) if a["id"] == bobs["id"]]
     # why, for whom and what it lost, in words (reasons.evicted)
-    assert revoked["message"].startswith("reclaimed for nlp/"), revoked["message"]
+    assert revoked["message"].startswith("preempted for nlp/"), revoked["message"]
     assert "lost" in revoked["message"]
     assert up.server("alice")["ready"]  # inside vision's quota: untouched
     for user in ("alice", "carol"):

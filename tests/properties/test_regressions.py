@@ -65,7 +65,8 @@ def test_protection_ending_triggers_reclaim_at_that_instant():
             "type": "evicted",
             "workload": "t1",
             "reason": "reclaim",
-            "message": "reclaimed for owner/o1; 30 s since last checkpoint lost (0.01 GPU-hours)",
+            "message": "preempted for owner/o1 (borrowed GPUs reclaimed); 30 s since last "
+            "checkpoint lost (0.01 GPU-hours)",
         }
     ]
     started = {e["workload"]: e["time"] for e in outcome.events if e["type"] == "started"}

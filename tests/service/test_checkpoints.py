@@ -61,7 +61,9 @@ def test_the_job_that_checkpointed_is_evicted_not_the_one_started_last(
     evicted = wait_state(alice, saver["id"], "preempting", "pending")
     assert workload(alice, plain["id"])["state"] == "running"
     [event] = [e for e in evicted["events"] if e["type"] == "preempting"]
-    assert event["message"].startswith(f"reclaimed for nlp/{claim['name']}; "), event
+    assert event["message"].startswith(
+        f"preempted for nlp/{claim['name']} (borrowed GPUs reclaimed); "
+    ), event
     assert "since last checkpoint lost (" in event["message"], event
     assert wait_state(bob, claim["id"], "running", "succeeded")
     drain(alice)

@@ -327,7 +327,8 @@ def test_work_at_risk_counts_from_the_latest_save() -> None:
 def test_eviction_in_words_names_claimant_and_lost_work() -> None:
     evict = Evict("t", EvictReason.PREEMPT, "nlp/notebook-carol", 720.0, 1440.0)
     assert reasons.evicted(evict) == (
-        "preempted for nlp/notebook-carol; 12 min since last checkpoint lost (0.4 GPU-hours)"
+        "preempted for nlp/notebook-carol (higher priority); 12 min since last checkpoint lost "
+        "(0.4 GPU-hours)"
     )
     move = Move("t", (), "big", 0.0, 0.0)
     assert reasons.evicted(move) == "moved to make room for big; no work lost"

@@ -102,7 +102,10 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
 ) -> None:
     lives.apply(cycle(Start("1", ONE)), 0)
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 600.0, 600.0)), 10)
-    words = "reclaimed for b/job-2; 10 min since last checkpoint lost (0.17 GPU-hours)"
+    words = (
+        "preempted for b/job-2 (borrowed GPUs reclaimed); 10 min since last checkpoint lost "
+        "(0.17 GPU-hours)"
+    )
     assert effects == [
         Evicted("1", EvictReason.RECLAIM, "2", words),
         Note("1", S.PREEMPTING, f"{words}; grace period 30s"),
@@ -165,9 +168,11 @@ def test_an_evicted_allocation_is_revoked_and_a_cancelled_one_released(
     lives.apply(cycle(Start("nb", ONE), Start("2", OTHER)), 0)
     effects = lives.apply(cycle(Evict("nb", EvictReason.PREEMPT, "1")), 3)
     assert effects == [
-        Evicted("nb", EvictReason.PREEMPT, "1", "preempted for a/job-1; no work lost"),
+        Evicted(
+            "nb", EvictReason.PREEMPT, "1", "preempted for a/job-1 (higher priority); no work lost"
+        ),
         Freed("nb"),
-        Note("nb", S.REVOKED, "preempted for a/job-1; no work lost"),
+        Note("nb", S.REVOKED, "preempted for a/job-1 (higher priority); no work lost"),
         Ended("nb", S.REVOKED),
     ]
     assert lives.cancel("2", 4) == [
@@ -256,7 +261,8 @@ def test_a_reported_checkpoint_reaches_the_engine_and_only_moves_forward(
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 20.0, 20.0)), 120)
     assert (
         effects[0].message
-        == "reclaimed for b/job-2; 20 s since last checkpoint lost (0.01 GPU-hours)"
+        == "preempted for b/job-2 (borrowed GPUs reclaimed); 20 s since last checkpoint lost "
+        "(0.01 GPU-hours)"
     )
 
 

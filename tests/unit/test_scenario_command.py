@@ -150,7 +150,9 @@ def test_output_contract(tmp_path) -> None:
     evicted = [event for event in output["events"] if event["type"] == "evicted"]
     assert [(e["time"], e["workload"], e["reason"]) for e in evicted] == [(30, "extra", "reclaim")]
     # in words: the reason, the claimant and the work it lost
-    assert evicted[0]["message"].startswith("reclaimed for lab-b/notebook; 30 s since last")
+    assert evicted[0]["message"].startswith(
+        "preempted for lab-b/notebook (borrowed GPUs reclaimed); 30 s since last"
+    )
 
 
 def test_default_run_until_is_when_nothing_changes(tmp_path, capsys) -> None:
