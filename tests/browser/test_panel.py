@@ -273,3 +273,16 @@ def test_a_user_gets_no_admin_section(page: Page, frachub, make_user, login, sho
     expect(page.locator("h1")).to_contain_text("403")
     expect(page.locator("body")).to_contain_text("custom:frachub:admin")
     shot("admin-refused")
+
+
+def test_an_admin_in_no_project_is_told_they_may_submit_to_any(
+    page: Page, frachub, make_user, login, shot
+) -> None:
+    """The panel offered an admin every project while saying "You are in no project"."""
+    admin, _ = make_user(admin=True)
+    login(page, admin)
+    projects = page.locator("#frachub-projects-table tbody")
+    expect(projects).to_contain_text("as an admin you may submit to any project")
+    expect(page.locator("#frachub-project option[value='vision']")).to_have_count(1)
+    expect(page.locator("#frachub-submit-button")).to_be_enabled()
+    shot("admin-no-project")

@@ -312,7 +312,11 @@ async function loadProjects() {
   }
   const noProject = !usable.length;
   document.getElementById("frachub-submit-button").disabled = noProject || !userInfo.submit;
-  if (noProject) submitStatus.textContent = "You are in no project: ask an admin to add you to one.";
+  if (noProject) {
+    submitStatus.textContent = isAdmin
+      ? "There is no project yet: define one on the admin page or in the service's queues."
+      : "You are in no project: ask an admin to add you to one.";
+  }
   else if (!userInfo.submit) submitStatus.textContent = "Your login may not submit (custom:frachub:submit).";
 
   const yours = {};
@@ -327,7 +331,10 @@ async function loadProjects() {
   const byName = new Map(queues.map((queue) => [queue.name, queue]));
   const body = document.querySelector("#frachub-projects-table tbody");
   if (!mine.length) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 4, class: "text-body-secondary" }, "You are in no project.")));
+    const words = isAdmin
+      ? "You are in no project yourself; as an admin you may submit to any project from the form above."
+      : "You are in no project.";
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 4, class: "text-body-secondary" }, words)));
     return;
   }
   body.replaceChildren(
