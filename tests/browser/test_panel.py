@@ -286,3 +286,29 @@ def test_an_admin_in_no_project_is_told_they_may_submit_to_any(
     expect(page.locator("#frachub-project option[value='vision']")).to_have_count(1)
     expect(page.locator("#frachub-submit-button")).to_be_enabled()
     shot("admin-no-project")
+
+
+def test_a_sweep_from_the_form(page: Page, frachub, make_user, login, shot, api) -> None:
+    """Run:ai's HPO workloads from the panel: one job per combination, at most "At once"
+    holding GPUs together, each with its values in its environment."""
+    name, token = make_user(groups=["vision"])
+    login(page, name)
+    page.fill("#frachub-command", 'echo "lr=$FRACHUB_SWEEP_LR bs=$FRACHUB_SWEEP_BS"; sleep 1')
+    page.select_option("#frachub-gpus", "0.25")
+    page.fill("#frachub-name", "hpo")
+    page.fill("#frachub-sweep", "lr=0.1,0.01 bs=32,64")
+    page.fill("#frachub-parallel", "2")
+    shot("sweep-filled")
+    page.click("#frachub-submit-button")
+    status = page.locator("#frachub-submit-status")
+    expect(status).to_contain_text("Submitted sweep #")
+    expect(status).to_contain_text("4 jobs, at most 2 at once")
+    rows = page.locator("#frachub-workloads-table tr.frachub-workload", has_text="hpo-")
+    expect(rows).to_have_count(4)
+    sweep_id = int(status.inner_text().split("#")[1].split(":")[0])
+    members = api(token).get(f"sweeps/{sweep_id}").json()["workloads"]
+    assert [member["name"] for member in members] == [f"hpo-{i}" for i in range(4)]
+    page.fill("#frachub-sweep", "1lr=0.1")
+    page.click("#frachub-submit-button")
+    expect(status).to_contain_text("sweep.parameters")  # the API's refusal, naming the field
+    shot("sweep-submitted")

@@ -365,6 +365,17 @@ gpuSelect.addEventListener("change", () => {
   document.getElementById("frachub-memory-field").classList.toggle("d-none", gpuSelect.value !== "memory");
 });
 
+// "lr=0.1,0.01 bs=32,64" (spaces or semicolons between parameters) as the API's sweep; the
+// service checks names, values and sizes and names the field it refuses.
+function sweepOf(text, parallel) {
+  const parameters = {};
+  for (const item of text.split(/[\s;]+/).filter(Boolean)) {
+    const [name, values = ""] = item.split(/=(.*)/s);
+    parameters[name] = values.split(",");
+  }
+  return Object.keys(parameters).length ? { parameters, parallel } : null;
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const data = new FormData(form);
@@ -377,6 +388,8 @@ form.addEventListener("submit", async (event) => {
   const name = String(data.get("name") || "").trim();
   if (name) body.name = name;
   if (data.get("project")) body.project = data.get("project");
+  const sweep = sweepOf(String(data.get("sweep") || ""), Number(data.get("parallel") || 1));
+  if (sweep) body.sweep = sweep;
   if (!body.command) {
     submitStatus.className = "small text-danger";
     submitStatus.textContent = "command: say what to run";
@@ -389,7 +402,9 @@ form.addEventListener("submit", async (event) => {
   try {
     const created = await api("workloads", { method: "POST", body });
     submitStatus.className = "small text-success";
-    submitStatus.textContent = `Submitted #${created.id} (${created.state}).`;
+    submitStatus.textContent = created.workloads
+      ? `Submitted sweep #${created.id}: ${plural(created.workloads.length, "job")}, at most ${created.parallel} at once.`
+      : `Submitted #${created.id} (${created.state}).`;
     clearError();
     selected = created.id;
     await refresh();
