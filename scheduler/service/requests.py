@@ -400,19 +400,16 @@ def never_starts(
     """
     if not nodes:
         return None
-    workload = Workload(
-        name="new",
-        queue=project,
-        kind=Kind.INTERACTIVE,
-        request=Request(
+    workload = _newcomer(
+        project,
+        Kind.INTERACTIVE,
+        Request(
             gpus=request.gpus or 0.0,
             gpu_memory_mib=request.gpu_memory_mib,
             gpu_models=request.gpu_models,
         ),
-        priority=default_priority(Kind.INTERACTIVE, request.preemptible),
-        preemptible=request.preemptible,
-        submitted_at=0.0,
-        seq=0,
+        default_priority(Kind.INTERACTIVE, request.preemptible),
+        request.preemptible,
     )
     session = _empty_cluster(queues, nodes)
     shapes = session.ledger.shapes_for(workload.request)
@@ -434,6 +431,22 @@ def never_starts(
         f"department {name} (above {project}) {has}; a notebook of {reasons.gpus(size)} can "
         "never start: notebooks run only inside the deserved quota of their project and of "
         "every department above it"
+    )
+
+
+def _newcomer(
+    project: str, kind: Kind, request: Request, priority: int, preemptible: bool
+) -> Workload:
+    """The workload a never-starts check decides: first in line, submitted at time 0."""
+    return Workload(
+        name="new",
+        queue=project,
+        kind=kind,
+        request=request,
+        priority=priority,
+        preemptible=preemptible,
+        submitted_at=0.0,
+        seq=0,
     )
 
 
@@ -462,20 +475,17 @@ def job_never_fits(
     """
     if not nodes or cluster_may_grow:
         return None
-    workload = Workload(
-        name="new",
-        queue=project,
-        kind=submission.kind,
-        request=Request(
+    workload = _newcomer(
+        project,
+        submission.kind,
+        Request(
             gpus=submission.gpus or 0.0,
             gpu_memory_mib=submission.gpu_memory_mib,
             replicas=submission.replicas,
             gpu_models=submission.gpu_models,
         ),
-        priority=submission.priority,
-        preemptible=submission.preemptible,
-        submitted_at=0.0,
-        seq=0,
+        submission.priority,
+        submission.preemptible,
     )
     session = _empty_cluster(queues, nodes)
     if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
