@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hub.upharness import PASSWORD, Kernel, Up
+from hub.upharness import Kernel, Up, log_in
 
 from browser.browserharness import browser_page
 
@@ -74,13 +74,6 @@ def in_a_thread(work: Callable[[], str]) -> str:
     """Kernel runs its own asyncio loop; Playwright's sync API holds this thread's."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(work).result()
-
-
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
 
 
 def test_unlisted_choice_in_the_spawn_form(up: Up, up_page, shot) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hub.upharness import PASSWORD, SERVICE_API, Up
+from hub.upharness import SERVICE_API, Up, log_in
 
 from browser.browserharness import browser_page
 
@@ -44,13 +44,6 @@ def up_page(browser, up: Up, request: pytest.FixtureRequest) -> Iterator:
         for job in api.get("workloads", params={"active": 1}).json():
             if job["kind"] != "interactive":
                 api.delete(f"workloads/{job['id']}")
-
-
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
 
 
 def open_form(page, up: Up, user: str):

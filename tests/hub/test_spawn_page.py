@@ -9,16 +9,9 @@ import re
 
 import pytest
 
-from hub.upharness import PASSWORD, Up
+from hub.upharness import Up, log_in
 
 pytestmark = pytest.mark.browser
-
-
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
 
 
 def test_pick_half_a_gpu_and_the_notebook_starts(up: Up, up_page, shot) -> None:
