@@ -5,6 +5,7 @@
                 FRACHUB_KUBE_REAL=1 and KUBECONFIG set, the real cluster KUBECONFIG points at
                 (namespace $FRACHUB_KUBE_NAMESPACE, default "frachub-test", which must exist)
     backend     backend(**traits) -> a connected KubernetesBackend on that cluster
+    hub         a real JupyterHub for the module (the tests that run ``frachub service``)
 
 Every test here is marked ``kubernetes``. The fake run never skips; on a real cluster, steps
 that only the fake can perform (finishing a pod with a chosen code, injecting API errors,
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hubharness import Hub, running_hub
 
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes import objects as o
@@ -102,6 +104,13 @@ class Cluster:
 
     def jobs(self, labels: str = "") -> list[dict[str, Any]]:
         return self.require_fake("reading objects directly").objects("jobs", self.namespace, labels)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """One real JupyterHub (and proxy) per module, for the tests that run ``frachub service``."""
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
+        yield running
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, free_port, running_hub
+from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, free_port
 from postgres import PostgresServer
 from service_client import checked, wait_for
 
@@ -46,18 +46,9 @@ c.KubernetesBackend.identity = {identity!r}
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    server = PostgresServer().start()
-    try:
+    with PostgresServer() as server:
         yield server.database()
-    finally:
-        server.stop()
 
 
 @pytest.fixture

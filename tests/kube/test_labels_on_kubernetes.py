@@ -18,7 +18,6 @@ from service_client import checked, submit, wait_for, wait_state, workload
 from .conftest import started_fake
 from .fakeapi import FakeKube
 from .test_service_on_kubernetes import CONFIG as SERVICE_CONFIG
-from .test_service_on_kubernetes import hub  # noqa: F401 - the same module-scoped hub fixture
 
 NAMESPACE = "default"
 ZONE = "topology.kubernetes.io/zone"
@@ -41,7 +40,7 @@ def fake() -> Iterator[FakeKube]:
 
 @pytest.fixture(scope="module")
 def client(
-    hub: Hub,  # noqa: F811 - the fixture imported above
+    hub: Hub,
     fake: FakeKube,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[httpx.Client]:

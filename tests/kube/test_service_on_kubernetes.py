@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, running_hub
+from hubharness import API_PATH, Hub, ServiceProcess
 from service_client import checked, submit, wait_for, wait_state, workload
 
 from scheduler.backends.kubernetes import objects as o
@@ -48,12 +48,6 @@ c.KubernetesBackend.reservation_timeout = 10.0
 
 
 # --- fixtures: one hub, one fake cluster, one service -----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
