@@ -400,17 +400,8 @@ def never_starts(
     """
     if not nodes:
         return None
-    workload = _newcomer(
-        project,
-        Kind.INTERACTIVE,
-        Request(
-            gpus=request.gpus or 0.0,
-            gpu_memory_mib=request.gpu_memory_mib,
-            gpu_models=request.gpu_models,
-        ),
-        default_priority(Kind.INTERACTIVE, request.preemptible),
-        request.preemptible,
-    )
+    priority = default_priority(Kind.INTERACTIVE, request.preemptible)
+    workload = _newcomer(request, project, Kind.INTERACTIVE, priority)
     session = _empty_cluster(queues, nodes)
     shapes = session.ledger.shapes_for(workload.request)
     if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
@@ -435,16 +426,26 @@ def never_starts(
 
 
 def _newcomer(
-    project: str, kind: Kind, request: Request, priority: int, preemptible: bool
+    asked: Submission | AllocationRequest,
+    project: str,
+    kind: Kind,
+    priority: int,
+    replicas: int = 1,
 ) -> Workload:
-    """The workload a never-starts check decides: first in line, submitted at time 0."""
+    """The workload a never-starts check decides: what was asked for, first in line,
+    submitted at time 0."""
     return Workload(
         name="new",
         queue=project,
         kind=kind,
-        request=request,
+        request=Request(
+            gpus=asked.gpus or 0.0,
+            gpu_memory_mib=asked.gpu_memory_mib,
+            replicas=replicas,
+            gpu_models=asked.gpu_models,
+        ),
         priority=priority,
-        preemptible=preemptible,
+        preemptible=asked.preemptible,
         submitted_at=0.0,
         seq=0,
     )
@@ -476,16 +477,7 @@ def job_never_fits(
     if not nodes or cluster_may_grow:
         return None
     workload = _newcomer(
-        project,
-        submission.kind,
-        Request(
-            gpus=submission.gpus or 0.0,
-            gpu_memory_mib=submission.gpu_memory_mib,
-            replicas=submission.replicas,
-            gpu_models=submission.gpu_models,
-        ),
-        submission.priority,
-        submission.preemptible,
+        submission, project, submission.kind, submission.priority, submission.replicas
     )
     session = _empty_cluster(queues, nodes)
     if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):

@@ -57,6 +57,15 @@ def log_in(page: Any, up: Up, user: str) -> None:
     fill_login_form(page, user, PASSWORD)
 
 
+def open_spawn_form(page: Any, up: Up, user: str) -> Any:
+    """Sign ``user`` in and open the hub's spawn page; its FracHub form, rendered."""
+    log_in(page, up, user)
+    page.goto(f"{up.url}/hub/spawn")
+    form = page.locator("#frachub-form")
+    form.wait_for()
+    return form
+
+
 class Up:
     """``frachub up --demo`` in workdir. extra_hub_config / extra_service_config are written to
     the data directory's ``*_extra.py`` files, which ``frachub up`` loads last."""
