@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hub_ext import backup as backup_command
 from hub_ext import jobs_cli
@@ -41,53 +41,66 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"frachub {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    up = commands.add_parser(
+    _add_command(
+        commands,
         "up",
-        help="run JupyterHub with FracHub on this machine (--demo: demo users and projects)",
-        description=up_command.__doc__.split("\n\n")[0] if up_command.__doc__ else None,
+        "run JupyterHub with FracHub on this machine (--demo: demo users and projects)",
+        up_command.add_arguments,
+        up_command.run,
+        description=_first_paragraph(up_command.__doc__),
     )
-    up_command.add_arguments(up)
-    up.set_defaults(run=up_command.run)
-
-    backup = commands.add_parser(
+    _add_command(
+        commands,
         "backup",
-        help="copy the databases, secrets and job logs of a data directory (safe while running)",
-        description=backup_command.__doc__.split("\n\n")[0] if backup_command.__doc__ else None,
+        "copy the databases, secrets and job logs of a data directory (safe while running)",
+        backup_command.add_backup_arguments,
+        backup_command.run_backup,
+        description=_first_paragraph(backup_command.__doc__),
     )
-    backup_command.add_backup_arguments(backup)
-    backup.set_defaults(run=backup_command.run_backup)
-    restore = commands.add_parser(
-        "restore", help="write a backup into a data directory that is not running"
+    _add_command(
+        commands,
+        "restore",
+        "write a backup into a data directory that is not running",
+        backup_command.add_restore_arguments,
+        backup_command.run_restore,
     )
-    backup_command.add_restore_arguments(restore)
-    restore.set_defaults(run=backup_command.run_restore)
-
     for job_command in jobs_cli.SUBCOMMANDS:
-        sub = commands.add_parser(
+        _add_command(
+            commands,
             job_command.name,
-            aliases=list(job_command.aliases),
-            help=job_command.help,
+            job_command.help,
+            job_command.add_arguments,
+            job_command.run,
             description=job_command.description or None,
+            aliases=job_command.aliases,
         )
-        job_command.add_arguments(sub)
-        sub.set_defaults(run=job_command.run)
 
     scenario = commands.add_parser("scenario", help="replay scheduling scenarios")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
-    scenario_run = scenario_sub.add_parser("run", help="replay a scenario file through the engine")
-    scenario_command.add_arguments(scenario_run)
-    scenario_run.set_defaults(run=scenario_command.run)
+    _add_command(
+        scenario_sub,
+        "run",
+        "replay a scenario file through the engine",
+        scenario_command.add_arguments,
+        scenario_command.run,
+    )
 
     simulate = commands.add_parser("simulate", help="replay public cluster traces")
     simulate_sub = simulate.add_subparsers(dest="simulate_command", metavar="TRACE", required=True)
-    openb = simulate_sub.add_parser("openb", help="the Alibaba openb GPU-sharing trace (FGD paper)")
-    openb_command.add_arguments(openb)
-    openb.set_defaults(run=openb_command.run)
-    fleet = simulate_sub.add_parser(
-        "fleet", help="simulated days of a multi-tenant cluster: FracHub against static quotas"
+    _add_command(
+        simulate_sub,
+        "openb",
+        "the Alibaba openb GPU-sharing trace (FGD paper)",
+        openb_command.add_arguments,
+        openb_command.run,
     )
-    fleet_command.add_arguments(fleet)
-    fleet.set_defaults(run=fleet_command.run)
+    _add_command(
+        simulate_sub,
+        "fleet",
+        "simulated days of a multi-tenant cluster: FracHub against static quotas",
+        fleet_command.add_arguments,
+        fleet_command.run,
+    )
     commands.add_parser(
         "service",
         help="run the scheduler service (--help-all lists its settings)",
@@ -100,6 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     return parser
+
+
+def _first_paragraph(doc: str | None) -> str | None:
+    return doc.split("\n\n")[0] if doc else None
+
+
+def _add_command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    *,
+    description: str | None = None,
+    aliases: Sequence[str] = (),
+) -> None:
+    """One subcommand: its parser, its arguments and the function that runs it."""
+    sub = commands.add_parser(name, aliases=list(aliases), help=help, description=description)
+    add_arguments(sub)
+    sub.set_defaults(run=run)
 
 
 def _run_service(argv: Sequence[str]) -> int:

@@ -6,6 +6,8 @@
 #
 #   FRACHUB_PG_BIN              the directory of initdb and pg_ctl (exported when found)
 #   FRACHUB_REQUIRE_POSTGRES=1  exported too: the PostgreSQL tests then fail instead of skip
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 _frachub_pg_bin() {
     local dir
     for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
@@ -15,21 +17,10 @@ _frachub_pg_bin() {
 }
 
 if [ -z "${FRACHUB_PG_BIN:-}" ] && ! FRACHUB_PG_BIN=$(_frachub_pg_bin); then
-    if [ "$(id -u)" = 0 ]; then
-        _frachub_as_root=""
-    elif command -v sudo >/dev/null 2>&1; then
-        _frachub_as_root="sudo -n"
-    else
-        echo "postgres.sh: PostgreSQL is missing and installing it needs root or sudo:" \
-            "apt-get install -y --no-install-recommends postgresql" >&2
-        return 1 2>/dev/null || exit 1
-    fi
-    echo "postgres.sh: installing Debian's postgresql for the PostgreSQL tests" >&2
-    $_frachub_as_root apt-get update -qq >&2 || true
     # the package's own cluster is not wanted: tests run their own in a temporary directory
-    DEBIAN_FRONTEND=noninteractive $_frachub_as_root apt-get install -y -qq \
-        --no-install-recommends postgresql >&2
-    unset _frachub_as_root
+    frachub_apt_install postgres.sh postgresql "the PostgreSQL tests" || {
+        return 1 2>/dev/null || exit 1
+    }
     if ! FRACHUB_PG_BIN=$(_frachub_pg_bin); then
         echo "postgres.sh: apt-get finished but no /usr/lib/postgresql/*/bin/initdb" >&2
         return 1 2>/dev/null || exit 1

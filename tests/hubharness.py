@@ -687,3 +687,18 @@ class ServiceProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def module_service(config: str, name: str) -> Any:
+    """A module-scoped ``service`` fixture: one :class:`ServiceProcess` on ``config`` (bound
+    where the session's ``hub`` expects frachub) for the test module, in a fresh directory
+    named after ``name``; stopped after the module. Use as ``service = module_service(...)``."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def service(hub: Hub, tmp_path_factory: Any) -> Iterator[ServiceProcess]:
+        process = ServiceProcess(hub, config, tmp_path_factory.mktemp(name)).start()
+        yield process
+        process.stop()
+
+    return service

@@ -400,20 +400,8 @@ def never_starts(
     """
     if not nodes:
         return None
-    workload = Workload(
-        name="new",
-        queue=project,
-        kind=Kind.INTERACTIVE,
-        request=Request(
-            gpus=request.gpus or 0.0,
-            gpu_memory_mib=request.gpu_memory_mib,
-            gpu_models=request.gpu_models,
-        ),
-        priority=default_priority(Kind.INTERACTIVE, request.preemptible),
-        preemptible=request.preemptible,
-        submitted_at=0.0,
-        seq=0,
-    )
+    priority = default_priority(Kind.INTERACTIVE, request.preemptible)
+    workload = _newcomer(request, project, Kind.INTERACTIVE, priority)
     session = _empty_cluster(queues, nodes)
     shapes = session.ledger.shapes_for(workload.request)
     if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
@@ -434,6 +422,32 @@ def never_starts(
         f"department {name} (above {project}) {has}; a notebook of {reasons.gpus(size)} can "
         "never start: notebooks run only inside the deserved quota of their project and of "
         "every department above it"
+    )
+
+
+def _newcomer(
+    asked: Submission | AllocationRequest,
+    project: str,
+    kind: Kind,
+    priority: int,
+    replicas: int = 1,
+) -> Workload:
+    """The workload a never-starts check decides: what was asked for, first in line,
+    submitted at time 0."""
+    return Workload(
+        name="new",
+        queue=project,
+        kind=kind,
+        request=Request(
+            gpus=asked.gpus or 0.0,
+            gpu_memory_mib=asked.gpu_memory_mib,
+            replicas=replicas,
+            gpu_models=asked.gpu_models,
+        ),
+        priority=priority,
+        preemptible=asked.preemptible,
+        submitted_at=0.0,
+        seq=0,
     )
 
 
@@ -462,20 +476,8 @@ def job_never_fits(
     """
     if not nodes or cluster_may_grow:
         return None
-    workload = Workload(
-        name="new",
-        queue=project,
-        kind=submission.kind,
-        request=Request(
-            gpus=submission.gpus or 0.0,
-            gpu_memory_mib=submission.gpu_memory_mib,
-            replicas=submission.replicas,
-            gpu_models=submission.gpu_models,
-        ),
-        priority=submission.priority,
-        preemptible=submission.preemptible,
-        submitted_at=0.0,
-        seq=0,
+    workload = _newcomer(
+        submission, project, submission.kind, submission.priority, submission.replicas
     )
     session = _empty_cluster(queues, nodes)
     if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):

@@ -99,6 +99,13 @@ def hub_login(client: httpx.Client, name: str, password: str = PASSWORD) -> None
         raise AssertionError(f"login as {name} failed: {answer.status_code} {answer.text[:300]}")
 
 
+def fill_login_form(page: Page, name: str, password: str = PASSWORD) -> None:
+    """Sign in on the hub's login form the page shows (SharedPasswordAuthenticator)."""
+    page.fill("input#username_input", name)
+    page.fill("input#password_input", password)
+    page.click("#login_submit")
+
+
 def panel_session(hub: Hub, name: str) -> tuple[httpx.Client, str]:
     """A logged-in browser-like client of ``name`` that went through the hub's OAuth to the
     panel (so it holds the service's cookie), and the XSRF token the panel gave it."""

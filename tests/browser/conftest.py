@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from hubharness import API_PATH, PASSWORD, Hub, ServiceProcess, running_hub
+from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from service_client import service_config
 
-from browser.browserharness import OAUTH_CONFIG, browser_page, clear_workloads
+from browser.browserharness import OAUTH_CONFIG, browser_page, clear_workloads, fill_login_form
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -101,9 +101,7 @@ def login(oauth_hub: Hub) -> Callable[[Page, str], None]:
     def log_in(page: Page, name: str) -> None:
         page.goto(oauth_hub.service_url())
         page.wait_for_url(re.compile(r"/hub/login"))
-        page.fill("input#username_input", name)
-        page.fill("input#password_input", PASSWORD)
-        page.click("#login_submit")
+        fill_login_form(page, name)
         page.wait_for_url(oauth_hub.service_url())
         page.wait_for_selector("#frachub")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hub.upharness import PASSWORD, Kernel, Up
+from hub.upharness import Kernel, Up, open_spawn_form
 
 from browser.browserharness import browser_page
 
@@ -76,19 +76,9 @@ def in_a_thread(work: Callable[[], str]) -> str:
         return pool.submit(work).result()
 
 
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
-
-
 def test_unlisted_choice_in_the_spawn_form(up: Up, up_page, shot) -> None:
     page = up_page
-    log_in(page, up, "alice")
-    page.goto(f"{up.url}/hub/spawn")
-    form = page.locator("#frachub-form")
-    form.wait_for()
+    form = open_spawn_form(page, up, "alice")
     # the callable ran for alice; its slug is KubeSpawner's
     card = form.locator(".frachub-profile[data-profile='custom-image-for-alice']")
     assert "Custom image for alice" in card.inner_text()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hub.upharness import PASSWORD, SERVICE_API, Up
+from hub.upharness import SERVICE_API, Up, open_spawn_form
 
 from browser.browserharness import browser_page
 
@@ -44,21 +44,6 @@ def up_page(browser, up: Up, request: pytest.FixtureRequest) -> Iterator:
         for job in api.get("workloads", params={"active": 1}).json():
             if job["kind"] != "interactive":
                 api.delete(f"workloads/{job['id']}")
-
-
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
-
-
-def open_form(page, up: Up, user: str):
-    log_in(page, up, user)
-    page.goto(f"{up.url}/hub/spawn")
-    form = page.locator("#frachub-form")
-    form.wait_for()
-    return form
 
 
 def choice(form, label: str):
@@ -91,7 +76,7 @@ def wait_state(api: httpx.Client, path: str, state: str, timeout: float = 30) ->
 
 def test_free_now_is_picked_and_starts(up: Up, up_page, shot) -> None:
     page = up_page
-    form = open_form(page, up, "alice")
+    form = open_spawn_form(page, up, "alice")
     assert "vision: 0 of 1 GPU in use" in form.inner_text()
     assert "fair share now 0" not in form.inner_text()
     half = choice(form, "0.5 GPU")
@@ -115,7 +100,7 @@ def test_after_reclaim_says_whose_gpus_and_starts_after_the_reclaim(up: Up, up_p
         wait_state(alice, f"workloads/{job.json()['id']}", "running")
 
         page = up_page
-        form = open_form(page, up, "carol")
+        form = open_spawn_form(page, up, "carol")
         one = choice(form, "1 GPU")
         assert "starts after reclaiming GPUs that vision borrowed (1 workload)" in one.inner_text()
         assert "they get 2s to save their work" in one.inner_text()
@@ -134,7 +119,7 @@ def test_would_wait_says_why_and_the_spawn_page_waits_for_that(up: Up, up_page, 
     up.start_server("bob", {"profile": "gpu", "gpus": 1})  # vision's whole quota
     up.wait_ready("bob")
     page = up_page
-    form = open_form(page, up, "alice")
+    form = open_spawn_form(page, up, "alice")
     quarter = choice(form, "0.25 GPU")
     reason = "vision's notebooks already use its deserved 1 GPU"
     assert "would wait: " + reason in quarter.inner_text()
@@ -148,7 +133,7 @@ def test_would_wait_says_why_and_the_spawn_page_waits_for_that(up: Up, up_page, 
 
 def test_an_admin_in_no_project_gets_cpu_and_words_for_an_admin(up: Up, up_page, shot) -> None:
     page = up_page
-    form = open_form(page, up, "admin")
+    form = open_spawn_form(page, up, "admin")
     text = form.inner_text()
     assert "You are in no FracHub project" in text and "add yourself to a project" in text
     assert "ask an admin" not in text.lower()

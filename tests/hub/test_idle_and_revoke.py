@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from browser.browserharness import browser_page
+from browser.browserharness import browser_page, fill_login_form
 
 from hub.upharness import PASSWORD, Up
 
@@ -57,9 +57,7 @@ def test_idle_notebook_is_warned_in_the_panel_then_stopped(
     with browser_page(browser, up.url, request) as page:
         page.goto(f"{up.url}/services/frachub/")
         page.wait_for_url(re.compile(r"/hub/login"))
-        page.fill("input#username_input", "alice")
-        page.fill("input#password_input", PASSWORD)
-        page.click("#login_submit")
+        fill_login_form(page, "alice", PASSWORD)
         page.wait_for_url(re.compile(r"/services/frachub/"))
 
         up.start_server("alice", {"profile": "short"})

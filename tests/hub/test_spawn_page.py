@@ -9,24 +9,14 @@ import re
 
 import pytest
 
-from hub.upharness import PASSWORD, Up
+from hub.upharness import Up, open_spawn_form
 
 pytestmark = pytest.mark.browser
 
 
-def log_in(page, up: Up, user: str) -> None:
-    page.goto(f"{up.url}/hub/login")
-    page.fill("input#username_input", user)
-    page.fill("input#password_input", PASSWORD)
-    page.click("#login_submit")
-
-
 def test_pick_half_a_gpu_and_the_notebook_starts(up: Up, up_page, shot) -> None:
     page = up_page
-    log_in(page, up, "alice")
-    page.goto(f"{up.url}/hub/spawn")
-    form = page.locator("#frachub-form")
-    form.wait_for()
+    form = open_spawn_form(page, up, "alice")
     assert page.locator("nav").get_by_role("link", name="Training").is_visible()
     assert "vision: 0 of 1 GPU in use" in form.inner_text()
     half = form.locator(".frachub-profile[data-profile='gpu'] label", has_text="0.5 GPU")
@@ -51,9 +41,7 @@ def test_full_quota_shows_the_queue_position_on_the_spawn_page(up: Up, up_page, 
     up.wait_ready("bob")
 
     page = up_page
-    log_in(page, up, "alice")
-    page.goto(f"{up.url}/hub/spawn")
-    page.locator("#frachub-form").wait_for()
+    open_spawn_form(page, up, "alice")
     page.locator(".frachub-profile[data-profile='gpu'] label", has_text="0.5 GPU").click()
     page.get_by_role("button", name="Start").click()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from browser.browserharness import fill_login_form
 from hubharness import (
     HarnessError,
     _clean_env,
@@ -48,6 +49,21 @@ def xsrf(client: httpx.Client) -> str | None:
         (c.value for c in client.cookies.jar if c.name == "_xsrf" and c.path == "/hub/"),
         client.cookies.get("_xsrf", path="/hub/"),
     )
+
+
+def log_in(page: Any, up: Up, user: str) -> None:
+    """Sign ``user`` in on the ``frachub up`` hub's login page."""
+    page.goto(f"{up.url}/hub/login")
+    fill_login_form(page, user, PASSWORD)
+
+
+def open_spawn_form(page: Any, up: Up, user: str) -> Any:
+    """Sign ``user`` in and open the hub's spawn page; its FracHub form, rendered."""
+    log_in(page, up, user)
+    page.goto(f"{up.url}/hub/spawn")
+    form = page.locator("#frachub-form")
+    form.wait_for()
+    return form
 
 
 class Up:

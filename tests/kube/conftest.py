@@ -5,6 +5,7 @@
                 FRACHUB_KUBE_REAL=1 and KUBECONFIG set, the real cluster KUBECONFIG points at
                 (namespace $FRACHUB_KUBE_NAMESPACE, default "frachub-test", which must exist)
     backend     backend(**traits) -> a connected KubernetesBackend on that cluster
+    hub         a real JupyterHub for the module (the tests that run ``frachub service``)
 
 Every test here is marked ``kubernetes``. The fake run never skips; on a real cluster, steps
 that only the fake can perform (finishing a pod with a chosen code, injecting API errors,
@@ -14,12 +15,14 @@ compacting the watch history) skip the test with a message saying so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hubharness import Hub, running_hub
 
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes import objects as o
@@ -55,6 +58,36 @@ def report_reserved_gpu(fake: FakeKube, pod: dict[str, Any], devices: list[str])
         )
 
 
+SERVICE_CONFIG = """
+c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
+c.FracHubService.poll_interval = 0.1
+c.FracHubService.idle_check_interval = 0  # allocations here have no server behind them
+c.KubernetesBackend.kubeconfig = {kubeconfig!r}
+c.KubernetesBackend.namespace = {namespace!r}
+c.KubernetesBackend.image = "busybox:1.36"
+c.KubernetesBackend.home_volumes = []
+c.KubernetesBackend.home_volume_mounts = []
+# leader election stays on, as deployed; short, so a restart after SIGKILL waits little
+c.KubernetesBackend.lease_seconds = 3.0
+c.KubernetesBackend.lease_renew_seconds = 0.5
+c.KubernetesBackend.lease_retry_seconds = 0.2
+"""
+"""A ``frachub service`` subprocess on the Kubernetes backend (format with ``kubeconfig`` and
+``namespace``); a test adds its queues and timings."""
+
+
+@contextlib.contextmanager
+def started_fake() -> Iterator[FakeKube]:
+    """The fake API server, its reservation pods reporting their GPU as real ones do; the
+    caller adds the nodes. Stopped on leaving."""
+    fake = FakeKube().start()
+    fake.on_running.append(report_reserved_gpu)
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
 class Cluster:
     """The fake (``fake`` set) or a real cluster (``fake`` None)."""
 
@@ -73,6 +106,13 @@ class Cluster:
         return self.require_fake("reading objects directly").objects("jobs", self.namespace, labels)
 
 
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """One real JupyterHub (and proxy) per module, for the tests that run ``frachub service``."""
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
+        yield running
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     if REAL:
@@ -80,14 +120,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             os.environ["KUBECONFIG"], os.environ.get("FRACHUB_KUBE_NAMESPACE", "frachub-test"), None
         )
         return
-    fake = FakeKube().start()
-    fake.on_running.append(report_reserved_gpu)
-    fake.add_node("node-a", gpus=4, memory_mib=81920)
-    fake.add_node("node-b", gpus=2, memory_mib=40960, product="NVIDIA-A100-PCIE-40GB")
-    try:
+    with started_fake() as fake:
+        fake.add_node("node-a", gpus=4, memory_mib=81920)
+        fake.add_node("node-b", gpus=2, memory_mib=40960, product="NVIDIA-A100-PCIE-40GB")
         yield Cluster(fake.kubeconfig(str(tmp_path / "kubeconfig")), "default", fake)
-    finally:
-        fake.stop()
 
 
 @pytest.fixture
@@ -123,6 +159,16 @@ def backend(cluster: Cluster) -> Callable[..., Awaitable[KubernetesBackend]]:
         return made
 
     return make
+
+
+@contextlib.asynccontextmanager
+async def connected(backend: KubernetesBackend) -> AsyncIterator[KubernetesBackend]:
+    """``backend`` connected for the block, closed after it."""
+    await backend.connect()
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
 def run(scenario: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:

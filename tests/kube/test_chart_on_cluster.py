@@ -24,10 +24,10 @@ from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.backend import KubernetesBackend
 from spawner.kube import FracKubeSpawner
 
-from .conftest import Cluster, eventually, run
+from .conftest import Cluster, connected, eventually, run
 from .fakeapi import Z2JH_HUB_RULES, FakeKube, rules_for_service_account
 from .test_backend import exits_of, make_job, pods_of
-from .test_spawner import allocation, create
+from .test_spawner import allocation, create, make_spawner
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "frachub"
@@ -134,9 +134,7 @@ def test_the_scheduler_runs_on_what_the_chart_grants(cluster: Cluster, tmp_path:
     documents = render({"kubernetes": {"namespace": cluster.namespace}})
 
     async def scenario() -> None:
-        backend = chart_backend(cluster, documents, tmp_path)
-        await backend.connect()
-        try:
+        async with connected(chart_backend(cluster, documents, tmp_path)) as backend:
             lease = fake.get("leases", RELEASE_NAMESPACE, "frachub-scheduler")
             assert lease and lease["spec"]["holderIdentity"] == "scheduler-0"
             await backend.start(make_job(1, [("node-a", [1], 0.5)]))
@@ -152,8 +150,6 @@ def test_the_scheduler_runs_on_what_the_chart_grants(cluster: Cluster, tmp_path:
             assert pod["spec"]["priorityClassName"] == "frachub-training"
             fake.finish_pod(cluster.namespace, pod["metadata"]["name"], 0)
             assert await exits_of(backend) == [Exit(1, 0, "exited with code 0")]
-        finally:
-            await backend.close()
 
     run(scenario)
 
@@ -191,20 +187,11 @@ def hub_kubeconfig(monkeypatch: pytest.MonkeyPatch, cluster: Cluster, tmp_path: 
 def spawner_for(
     cluster: Cluster, alloc: dict[str, Any], user: str, timeout: float = 10.0
 ) -> FracKubeSpawner:
-    fake = cluster.require_fake("builds a spawner against the fake server")
-    spawner = FracKubeSpawner(
-        _mock=True,
-        k8s_api_host=fake.url,
-        namespace=cluster.namespace,
-        frachub_api_url="http://127.0.0.1:1/services/frachub/api/v1/",
-        frachub_api_token="unused",
-        frachub_pytorch_hook=False,
-        frachub_reservation_timeout=timeout,
+    spawner = make_spawner(
+        cluster, alloc, frachub_priority_class="", frachub_reservation_timeout=timeout
     )
     spawner.user.name = user
     spawner.pod_name = f"jupyter-{user}"
-    spawner.allocation_id = alloc["id"]
-    spawner.allocation = alloc
     return spawner
 
 
@@ -217,9 +204,7 @@ def test_two_fractional_notebooks_share_a_gpu_under_z2jhs_hub_role(
     documents = render({"kubernetes": {"namespace": cluster.namespace}})
 
     async def scenario() -> None:
-        backend = chart_backend(cluster, documents, tmp_path)
-        await backend.connect()
-        try:
+        async with connected(chart_backend(cluster, documents, tmp_path)):
             first = await create(spawner_for(cluster, allocation(0.25), "ada"))
             second = await create(spawner_for(cluster, {**allocation(0.5), "id": 42}, "bo"))
             (reservation,) = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
@@ -228,8 +213,6 @@ def test_two_fractional_notebooks_share_a_gpu_under_z2jhs_hub_role(
                 env = {e["name"]: e.get("value") for e in body["spec"]["containers"][0]["env"]}
                 assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
             assert fake.get("pods", cluster.namespace, "jupyter-bo") is not None
-        finally:
-            await backend.close()
 
     run(scenario)
 

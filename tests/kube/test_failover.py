@@ -12,7 +12,6 @@ health answering 200) is printed; with the Lease timing below it is about
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,63 +20,42 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, running_hub
+from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, free_port
 from postgres import PostgresServer
 from service_client import checked, wait_for
 
 from scheduler.backends.kubernetes import objects as o
 
-from .conftest import report_reserved_gpu
+from .conftest import SERVICE_CONFIG, started_fake
 from .fakeapi import FakeKube
 
 NAMESPACE = "default"
-CONFIG = """
-c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
+CONFIG = (
+    SERVICE_CONFIG
+    + """
 c.FracHubService.db_url = {db_url!r}
 c.FracHubService.queues = [{{"name": "vision", "deserved_gpus": 2}}]
 c.FracHubService.grace_period = 2
-c.FracHubService.poll_interval = 0.1
 c.FracHubService.cycle_interval = 0.5
-c.FracHubService.idle_check_interval = 0
 c.FracHubService.log_level = "INFO"
 c.FracHubService.log_format = "%(asctime)s.%(msecs)03d %(message)s"
 c.FracHubService.log_datefmt = "%H:%M:%S"
-c.KubernetesBackend.kubeconfig = {kubeconfig!r}
-c.KubernetesBackend.namespace = {namespace!r}
-c.KubernetesBackend.image = "busybox:1.36"
-c.KubernetesBackend.home_volumes = []
-c.KubernetesBackend.home_volume_mounts = []
 c.KubernetesBackend.identity = {identity!r}
-c.KubernetesBackend.lease_seconds = 3.0
-c.KubernetesBackend.lease_renew_seconds = 0.5
-c.KubernetesBackend.lease_retry_seconds = 0.2
 """
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
+)
 
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    server = PostgresServer().start()
-    try:
+    with PostgresServer() as server:
         yield server.database()
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeKube]:
-    cluster = FakeKube().start()
-    cluster.on_running.append(report_reserved_gpu)
-    cluster.add_node("node-a", gpus=2, memory_mib=81920)
-    try:
+    with started_fake() as cluster:
+        cluster.add_node("node-a", gpus=2, memory_mib=81920)
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def replica(
@@ -106,12 +84,6 @@ def health(base: str) -> int:
         return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_standby_takes_over_from_a_killed_leader(
     hub: Hub, fake: FakeKube, database: str, tmp_path: Path
 ) -> None:
@@ -127,7 +99,7 @@ def test_the_standby_takes_over_from_a_killed_leader(
     )
     leader.start()
     wait_for(lambda: lease_holder(fake) == "replica-a", 10, "replica-a leading")
-    standby, standby_api = replica(hub, fake, database, tmp_path / "b", "replica-b", _free_port())
+    standby, standby_api = replica(hub, fake, database, tmp_path / "b", "replica-b", free_port())
     standby.start()  # its own _wait_up asks the hub's URL, where the leader answers
     wait_for(lambda: health(standby_api) == 503, 60, "the standby answering 503 (not ready)")
     refused = httpx.get(f"{standby_api}workloads", timeout=5)

@@ -15,10 +15,9 @@ import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
 from service_client import checked, submit, wait_for, wait_state, workload
 
-from .conftest import report_reserved_gpu
+from .conftest import started_fake
 from .fakeapi import FakeKube
 from .test_service_on_kubernetes import CONFIG as SERVICE_CONFIG
-from .test_service_on_kubernetes import hub  # noqa: F401 - the same module-scoped hub fixture
 
 NAMESPACE = "default"
 ZONE = "topology.kubernetes.io/zone"
@@ -31,21 +30,17 @@ CONFIG = SERVICE_CONFIG + 'c.FracHubService.queues = [{{"name": "lab", "deserved
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeKube]:
-    cluster = FakeKube().start()
-    cluster.on_running.append(report_reserved_gpu)
-    cluster.add_node("a100-a-0", gpus=4, product=A100, labels={ZONE: "a"})
-    cluster.add_node("a100-b-0", gpus=4, product=A100, labels={ZONE: "b"})
-    cluster.add_node("a100-b-1", gpus=4, product=A100, labels={ZONE: "b"})
-    cluster.add_node("t4-a", gpus=4, memory_mib=15360, product=T4, labels={ZONE: "a"})
-    try:
+    with started_fake() as cluster:
+        cluster.add_node("a100-a-0", gpus=4, product=A100, labels={ZONE: "a"})
+        cluster.add_node("a100-b-0", gpus=4, product=A100, labels={ZONE: "b"})
+        cluster.add_node("a100-b-1", gpus=4, product=A100, labels={ZONE: "b"})
+        cluster.add_node("t4-a", gpus=4, memory_mib=15360, product=T4, labels={ZONE: "a"})
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")
 def client(
-    hub: Hub,  # noqa: F811 - the fixture imported above
+    hub: Hub,
     fake: FakeKube,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[httpx.Client]:

@@ -21,59 +21,40 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import API_PATH, Hub, ServiceProcess, running_hub
+from hubharness import API_PATH, Hub, ServiceProcess
 from service_client import checked, submit, wait_for, wait_state, workload
 
 from scheduler.backends.kubernetes import objects as o
 
-from .conftest import report_reserved_gpu
+from .conftest import SERVICE_CONFIG, started_fake
 from .fakeapi import FakeKube
 
 NAMESPACE = "default"
 NODE = "node-a"
 
-CONFIG = """
-c.FracHubService.backend_class = "scheduler.backends.kubernetes.KubernetesBackend"
+CONFIG = (
+    SERVICE_CONFIG
+    + """
 c.FracHubService.queues = [
     {{"name": "vision", "deserved_gpus": 1}},
     {{"name": "nlp", "deserved_gpus": 1}},
 ]
 # pods get this long between SIGTERM and SIGKILL (the backend's termination_grace_seconds)
 c.FracHubService.grace_period = 5
-c.FracHubService.poll_interval = 0.1
 c.FracHubService.cycle_interval = 1
-c.FracHubService.idle_check_interval = 0  # allocations here have no server behind them
-c.KubernetesBackend.kubeconfig = {kubeconfig!r}
-c.KubernetesBackend.namespace = {namespace!r}
-c.KubernetesBackend.image = "busybox:1.36"
-c.KubernetesBackend.home_volumes = []
-c.KubernetesBackend.home_volume_mounts = []
 c.KubernetesBackend.reservation_timeout = 10.0
-# leader election stays on, as deployed; short, so a restart after SIGKILL waits little
-c.KubernetesBackend.lease_seconds = 3.0
-c.KubernetesBackend.lease_renew_seconds = 0.5
-c.KubernetesBackend.lease_retry_seconds = 0.2
 """
+)
 
 
 # --- fixtures: one hub, one fake cluster, one service -----------------------------------------
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def fake() -> Iterator[FakeKube]:
-    cluster = FakeKube().start()
-    cluster.on_running.append(report_reserved_gpu)
-    cluster.add_node(NODE, gpus=2, memory_mib=81920)
-    try:
+    with started_fake() as cluster:
+        cluster.add_node(NODE, gpus=2, memory_mib=81920)
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

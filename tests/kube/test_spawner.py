@@ -42,16 +42,15 @@ def allocation(share: float, gpus: tuple[int, ...] = (1,)) -> dict[str, Any]:
 
 def make_spawner(cluster: Cluster, alloc: dict[str, Any], **traits: Any) -> FracKubeSpawner:
     fake = cluster.require_fake("builds a spawner against the fake server")
-    spawner = FracKubeSpawner(
-        _mock=True,
-        k8s_api_host=fake.url,
-        namespace=cluster.namespace,
-        frachub_priority_class="frachub-interactive",
-        frachub_api_url="http://127.0.0.1:1/services/frachub/api/v1/",
-        frachub_api_token="unused",
-        frachub_pytorch_hook=False,
-        **traits,
-    )
+    settings: dict[str, Any] = {
+        "k8s_api_host": fake.url,
+        "namespace": cluster.namespace,
+        "frachub_priority_class": "frachub-interactive",
+        "frachub_api_url": "http://127.0.0.1:1/services/frachub/api/v1/",
+        "frachub_api_token": "unused",
+        "frachub_pytorch_hook": False,
+    }
+    spawner = FracKubeSpawner(_mock=True, **{**settings, **traits})
     spawner.allocation_id = alloc["id"]
     spawner.allocation = alloc
     return spawner

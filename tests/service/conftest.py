@@ -48,9 +48,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One throwaway PostgreSQL cluster for the session (tests/postgres.py)."""
-    server = PostgresServer().start()
-    yield server
-    server.stop()
+    with PostgresServer() as server:
+        yield server
 
 
 DATABASES = ["sqlite", "postgresql"]

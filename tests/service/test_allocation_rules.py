@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hubharness import ServiceProcess
+from hubharness import module_service
 from service_client import checked, service_config, wait_for
 
 QUEUES = """
@@ -28,12 +28,7 @@ c.FracHubService.queues = [
 """
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    config = service_config(gpus=2, extra=QUEUES)
-    process = ServiceProcess(hub, config, tmp_path_factory.mktemp("rules")).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2, extra=QUEUES), "rules")
 
 
 @pytest.fixture

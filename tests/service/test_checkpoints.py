@@ -9,7 +9,7 @@ import shlex
 import sys
 
 import pytest
-from hubharness import ServiceProcess
+from hubharness import module_service
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 
 ONE_LINER = (
@@ -17,13 +17,7 @@ ONE_LINER = (
 )
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("checkpoints")
-    ).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2, grace=1), "checkpoints")
 
 
 def drain(client) -> None:

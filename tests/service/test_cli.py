@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from hubharness import ServiceProcess, free_port
+from hubharness import free_port, module_service
 from service_client import checked, service_config, submit, wait_for, wait_state
 
 pytestmark = pytest.mark.service
@@ -22,13 +22,7 @@ pytestmark = pytest.mark.service
 SUBMITTED = re.compile(r"^Submitted job (\d+) \((\S+)\) to project (\S+): ")
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("cli")
-    ).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2, grace=1), "cli")
 
 
 def base_env(**extra: str) -> dict[str, str]:

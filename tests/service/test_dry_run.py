@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from hubharness import ServiceProcess
+from hubharness import module_service
 from service_client import checked, service_config, wait_for
 
 SLEEP = ["python", "-c", "import time; time.sleep(120)"]
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(hub, service_config(gpus=2), tmp_path_factory.mktemp("dry")).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2), "dry")
 
 
 @pytest.fixture

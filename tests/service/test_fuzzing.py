@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hubharness import ServiceProcess
+from hubharness import ServiceProcess, module_service
 from service_client import checked, wait_for
 
 if not os.environ.get("CI"):  # CI installs it with the test extra, and must run this
@@ -53,11 +53,7 @@ c.LocalBackend.run_as_user = False
 """
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(hub, CONFIG, tmp_path_factory.mktemp("fuzzing")).start()
-    yield process
-    process.stop()
+service = module_service(CONFIG, "fuzzing")
 
 
 def test_schemathesis_finds_no_server_error_nor_mismatch(

@@ -10,8 +10,7 @@ import json
 import re
 
 import httpx
-import pytest
-from hubharness import SERVICE_PREFIX, ServiceProcess
+from hubharness import SERVICE_PREFIX, ServiceProcess, module_service
 from service_client import checked, service_config, submit, wait_for, wait_state
 
 BIG = 10_000_000
@@ -79,13 +78,7 @@ POISONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("hardening")
-    ).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2, grace=1), "hardening")
 
 
 def send(client: httpx.Client, method: str, path: str, body: object) -> httpx.Response:

@@ -8,7 +8,7 @@ for that model, with a pending reason that says so, while GPUs of another model 
 from __future__ import annotations
 
 import pytest
-from hubharness import ServiceProcess
+from hubharness import module_service
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 
 ZONE = "topology.kubernetes.io/zone"
@@ -24,13 +24,7 @@ c.LocalBackend.declared_inventory = [
 """
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(
-        hub, service_config(extra=INVENTORY), tmp_path_factory.mktemp("labels")
-    ).start()
-    yield process
-    process.stop()
+service = module_service(service_config(extra=INVENTORY), "labels")
 
 
 def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(service, make_user, api):

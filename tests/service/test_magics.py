@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hubharness import ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, ServiceProcess
+from hubharness import ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, module_service
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 from service_client import checked, service_config, submit, wait_state
@@ -27,13 +27,7 @@ pytestmark = pytest.mark.service
 SERVER_SCOPES = [ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE]  # what a server's token carries here
 
 
-@pytest.fixture(scope="module")
-def service(hub, tmp_path_factory):
-    process = ServiceProcess(
-        hub, service_config(gpus=2, grace=1), tmp_path_factory.mktemp("magics")
-    ).start()
-    yield process
-    process.stop()
+service = module_service(service_config(gpus=2, grace=1), "magics")
 
 
 @dataclass

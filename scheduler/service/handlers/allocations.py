@@ -68,9 +68,7 @@ class AllocationListHandler(AllocationAccess):
     async def post(self) -> None:
         self.require(SUBMIT)
         request = parse_allocation(self.json_body())
-        user = request.user or self.caller.name
-        if user != self.caller.name and not self.caller.is_admin:
-            raise web.HTTPError(403, f"allocating for another user needs {ADMIN}")
+        user = self.acting_for(request.user, "allocating")
         for record in self.loop.records.values():
             if (
                 record.is_allocation
@@ -83,15 +81,7 @@ class AllocationListHandler(AllocationAccess):
                     f"{record.id} ({record.state}); release it first",
                 )
         project = await self.project_for(request.project, user)
-        hopeless = never_starts(
-            request,
-            project,
-            self.loop.queues,
-            self.loop.inventory.nodes,
-            cluster_may_grow=self.settings.get("cluster_may_grow", False),
-        )
-        if hopeless is not None:
-            raise web.HTTPError(409, hopeless)
+        self.refuse_never_starting(never_starts, request, project)
         kind = Kind.INTERACTIVE
         record = WorkloadRecord(
             name=f"notebook-{user}" + (f"-{request.server_name}" if request.server_name else ""),

@@ -10,10 +10,8 @@ notebook beyond the deserved quota it must stay inside, is "never".
 
 from __future__ import annotations
 
-from tornado import web
-
 from scheduler.engine import Kind, Request, Workload, default_priority
-from scheduler.service.access import ADMIN, READ
+from scheduler.service.access import READ
 from scheduler.service.dryrun import dry_run, never
 from scheduler.service.handlers.workloads import WorkloadAccess
 from scheduler.service.requests import never_starts, parse_dry_run
@@ -25,13 +23,11 @@ class DryRunHandler(WorkloadAccess):
     async def post(self) -> None:
         self.require(READ)
         body = parse_dry_run(self.json_body())
-        user = body.user or self.caller.name
-        if user != self.caller.name and not self.caller.is_admin:
-            raise web.HTTPError(403, f"a dry run for another user needs {ADMIN}")
+        user = self.acting_for(body.user, "a dry run")
         project = await self.project_for(body.project, user)
         loop = self.loop
         nodes = loop.inventory.nodes
-        grow = self.settings.get("cluster_may_grow", False)
+        grow = self.cluster_may_grow
         standing = None
         now = loop.clock()
         results = []

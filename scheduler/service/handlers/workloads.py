@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 from tornado import web
 from tornado.iostream import StreamClosedError
@@ -49,6 +50,34 @@ class WorkloadAccess(APIHandler):
         if self.caller.name == record.user:
             return "its owner"
         return f"admin {self.caller.name}"
+
+    def acting_for(self, requested: str | None, doing: str) -> str:
+        """The user a request acts for: the caller, or (admins only) the one it names;
+        ``doing`` words the refusal ("allocating" for another user needs admin)."""
+        user = requested or self.caller.name
+        if user != self.caller.name and not self.caller.is_admin:
+            raise web.HTTPError(403, f"{doing} for another user needs {ADMIN}")
+        return user
+
+    @property
+    def cluster_may_grow(self) -> bool:
+        """An admin's setting: a cluster that may grow refuses no shape as never-starting."""
+        return bool(self.settings.get("cluster_may_grow", False))
+
+    def refuse_never_starting(
+        self, never: Callable[..., str | None], spec: object, project: str
+    ) -> None:
+        """409 in the engine's words when ``never`` (``job_never_fits`` or ``never_starts``)
+        says ``spec`` can never start in ``project`` on this cluster."""
+        hopeless = never(
+            spec,
+            project,
+            self.loop.queues,
+            self.loop.inventory.nodes,
+            cluster_may_grow=self.cluster_may_grow,
+        )
+        if hopeless is not None:
+            raise web.HTTPError(409, hopeless)
 
     async def project_for(self, requested: str | None, user: str) -> str:
         """The project a workload goes to: the one asked for if ``user`` belongs to it, or the
@@ -133,15 +162,7 @@ class WorkloadListHandler(WorkloadAccess):
                 f"(higher needs {ADMIN}), got {submission.priority}",
             )
         project = await self.project_for(submission.project, self.caller.name)
-        hopeless = job_never_fits(
-            submission,
-            project,
-            self.loop.queues,
-            self.loop.inventory.nodes,
-            cluster_may_grow=self.settings.get("cluster_may_grow", False),
-        )
-        if hopeless is not None:
-            raise web.HTTPError(409, hopeless)
+        self.refuse_never_starting(job_never_fits, submission, project)
         if submission.sweep is not None:
             self._submit_sweep(submission, project)
             return

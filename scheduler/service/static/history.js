@@ -43,12 +43,17 @@ function line(label, data, colour, extra = {}) {
   };
 }
 
+// the filled "in use" line both charts start with
+function inUse(points) {
+  return line("in use", series(points, "allocated_gpus"), COLOURS.use, {
+    fill: "origin",
+    backgroundColor: "rgba(13, 110, 253, 0.15)",
+  });
+}
+
 function projectDatasets(points) {
   return [
-    line("in use", series(points, "allocated_gpus"), COLOURS.use, {
-      fill: "origin",
-      backgroundColor: "rgba(13, 110, 253, 0.15)",
-    }),
+    inUse(points),
     line("quota", series(points, "deserved_gpus"), COLOURS.quota, { borderDash: [6, 4] }),
     line("fair share", series(points, "fair_share_gpus"), COLOURS.fair, { borderDash: [2, 3] }),
   ];
@@ -56,10 +61,7 @@ function projectDatasets(points) {
 
 function clusterDatasets(points) {
   return [
-    line("in use", series(points, "allocated_gpus"), COLOURS.use, {
-      fill: "origin",
-      backgroundColor: "rgba(13, 110, 253, 0.15)",
-    }),
+    inUse(points),
     line("cluster GPUs", series(points, "cluster_gpus"), COLOURS.capacity, { borderDash: [6, 4] }),
     line("queued workloads", series(points, "pending"), COLOURS.queued, { yAxisID: "queue" }),
     line("running workloads", series(points, "running"), COLOURS.quota, { yAxisID: "queue" }),
