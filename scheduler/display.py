@@ -120,6 +120,8 @@ def event_line(type_: str, message: str) -> str:
     what = _EVENT_WORDS.get(type_, type_)
     if not message:
         return what
+    if message.startswith(what):  # "preempted for nlp/...": the message already says it
+        return message
     if message.startswith(("for ", "on ", "to ")):
         return f"{what} {message}"
     return f"{what}: {message}"

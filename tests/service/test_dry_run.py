@@ -146,7 +146,7 @@ def test_a_dry_run_for_someone_else_needs_the_admin_scope(member) -> None:
         ({"gpus": 4}, "a job that needs 4 GPUs on one node; the largest node has 2 GPUs"),
         (
             {"gpus": 2, "preemptible": False},
-            "even on the idle cluster it would wait: vision's non-preemptible jobs use 0 GPU of "
+            "even on the idle cluster it would wait: vision's non-preemptible jobs use 0 GPUs of "
             "its deserved 1 GPU; 2 GPUs more would go beyond it",
         ),
     ],
