@@ -799,14 +799,15 @@ class Displayed(ABC):
 @dataclass(frozen=True, repr=False)
 class Table(Displayed):
     """Rows under named columns. ``str()``/``repr()``: aligned plain text (long cells in the
-    last column clipped to ``wrap`` characters); ``_repr_html_()``: an HTML table."""
+    last column clipped to ``wrap`` characters, or never with ``wrap=None``);
+    ``_repr_html_()``: an HTML table."""
 
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     title: str = ""
     empty: str = "nothing to show"
     note: str = ""
-    wrap: int = 60
+    wrap: int | None = 60
 
     def text(self) -> str:
         lines = [self.title] if self.title else []
@@ -815,7 +816,10 @@ class Table(Displayed):
         else:
             last = len(self.columns) - 1
             rows = [
-                tuple(_clip(cell, self.wrap) if i == last else cell for i, cell in enumerate(row))
+                tuple(
+                    _clip(cell, self.wrap) if i == last and self.wrap else cell
+                    for i, cell in enumerate(row)
+                )
                 for row in self.rows
             ]
             widths = [
@@ -1003,7 +1007,7 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
         ),
         title="Timeline",
         empty="nothing yet",
-        wrap=100,
+        wrap=None,  # the story is read in full: who preempted it, the grace, the work lost
     )
     title = f"{w['kind'].capitalize()} {w['id']}: {w['name']}"
     return Report(title, tuple(fields), (placement, events))
