@@ -28,9 +28,14 @@ from scheduler.fields import InvalidSpec
 from scheduler.service.access import Caller
 from scheduler.service.directory import HubDirectory, HubDirectoryError
 from scheduler.service.loop import SchedulingLoop
-from scheduler.service.requests import parse_page
+from scheduler.service.requests import NAME, parse_page
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+
+
+LIST_LIMITS = {"project": 16, "user": 5, "state": 16, "kind": 3}
+"""How many values a list query parameter may name (the OpenAPI document says the same)."""
+MAX_LIST_VALUE = 255
 
 
 class ServiceOAuth(HubOAuth):
@@ -285,10 +290,19 @@ class APIHandler(HubOAuthenticated, JSONErrors):
         raise InvalidSpec(name, f"must be true or false, got {raw!r}")
 
     def list_argument(self, name: str) -> list[str]:
-        """``?state=running&state=pending`` or ``?state=running,pending``."""
+        """``?state=running&state=pending`` or ``?state=running,pending``; at most
+        ``LIST_LIMITS[name]`` values of at most ``MAX_LIST_VALUE`` characters each, so that no
+        query outgrows what the hub's proxy accepts (16 KiB of request line and headers)."""
         values = []
         for raw in self.get_arguments(name):
             if not raw:
                 raise InvalidSpec(name, "must not be empty (leave it out to mean any)")
             values.extend(part for part in raw.split(",") if part)
+        most = LIST_LIMITS.get(name, 16)
+        if len(values) > most:
+            raise InvalidSpec(name, f"may name at most {most} values, got {len(values)}")
+        if any(len(value) > MAX_LIST_VALUE for value in values):
+            raise InvalidSpec(name, f"each value must be at most {MAX_LIST_VALUE} characters")
+        if name == "project" and not all(NAME.fullmatch(value) for value in values):
+            raise InvalidSpec(name, "must name projects (letters, digits, '.', '_', '-'; 1-63)")
         return values
