@@ -83,8 +83,11 @@ def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(client) -> N
     held = submit(client, gpus=1, gpu_model=A100)
     anywhere = wait_state(client, submit(client, gpus=1)["id"], "running")
     assert [r["node"] for r in anywhere["placement"]] == ["t4-a"]
-    reason = wait_for(
-        lambda: workload(client, held["id"])["pending_reason"], what="the held job's reason"
+    reason = wait_for(  # past the "waiting for the scheduler's next cycle" of its first instant
+        lambda: (
+            "gpu_model" in (why := workload(client, held["id"])["pending_reason"] or "") and why
+        ),
+        what="the held job's reason",
     )
     assert workload(client, held["id"])["state"] == "pending"
     assert reason == (

@@ -9,6 +9,7 @@ import csv
 import io
 import sqlite3
 import time
+from datetime import datetime
 from pathlib import Path
 
 from hubharness import ServiceProcess
@@ -131,6 +132,14 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
         assert points(answer, "research")[-1]["allocated_gpus"] == 1
         assert points(answer, "vision")[-1]["allocated_gpus"] == 1
         assert answer["cluster"][-1]["deserved_gpus"] == 2
+
+        def sample_times() -> int:
+            with sqlite3.connect(database) as db:
+                return db.execute("SELECT count(DISTINCT time) FROM usage_samples").fetchone()[0]
+
+        # two moments sampled at least, so that aging the first one leaves the second
+        wait_for(lambda: sample_times() >= 2, 20, "a second sample")
+        stopped_at = time.time()
         service.stop()
         with sqlite3.connect(database) as db:
             (taken,) = db.execute("SELECT count(*) FROM usage_samples").fetchone()
@@ -152,7 +161,8 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
             (kept,) = db.execute("SELECT count(*) FROM usage_samples").fetchone()
             assert kept > 0
         again = checked(admin.get("history", params=recent())).json()
-        assert again["cluster"][0]["time"] <= answer["cluster"][-1]["time"], "history kept"
+        first = datetime.fromisoformat(again["cluster"][0]["time"].replace("Z", "+00:00"))
+        assert first.timestamp() < stopped_at, "samples from before the restart are kept"
     finally:
         service.stop()
 
