@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import reasons
-from scheduler.engine.model import MILLI, EvictReason, Kind, Placement, Workload
+from scheduler.engine.model import MILLI, EvictReason, Kind, Placement, Workload, held_milli
 from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import (
     QueueStanding,
@@ -172,7 +172,7 @@ def try_start(
         if failures is not None and shape is not None:
             failures.shapes.append(shape)
         return _no_room(session, workload)
-    actual = _placed_size(placement)
+    actual = held_milli(placement)
     if actual != size:  # a memory request landed on a smaller GPU: check again, exactly
         refusal = quota_refusal(session, workload, actual)
         if refusal is not None:
@@ -195,10 +195,6 @@ def _no_room(session: Session, workload: Workload) -> Outcome:
     """Capacity is missing; evictions can only help if an empty node could hold it."""
     ever = fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request)
     return Outcome(reasons.no_room(session, workload), capacity=ever)
-
-
-def _placed_size(placement: Placement) -> int:
-    return sum(share.milli for replica in placement for share in replica.gpus)
 
 
 # -- evictions: shared search -------------------------------------------------------------
@@ -259,7 +255,7 @@ class _Search:
                 self.freed_np[name] = self.freed_np.get(name, 0) + size
 
     def admissible(self, placement: Placement) -> bool:
-        size = _placed_size(placement)
+        size = held_milli(placement)
         return quota_refusal(self.session, self.claimant, size, self.freed, self.freed_np) is None
 
     def _capacity(self, nodes: set[int] | None) -> Placement | None:
@@ -708,7 +704,7 @@ def consolidate(session: Session, claimant: Workload, candidates: Candidates) ->
             candidates.consolidate_failed.add(memo)
             return False
         replicas.extend(spot)
-    if quota_refusal(session, claimant, _placed_size(tuple(replicas))) is not None:
+    if quota_refusal(session, claimant, held_milli(tuple(replicas))) is not None:
         ledger.rollback(mark)
         return False
     for workload, placement in moved.values():
@@ -738,7 +734,7 @@ def _movers_on(session: Session, n: int, moved: dict) -> list[Workload]:
 
 def _move_fits_quota(session: Session, workload: Workload, placement: Placement) -> bool:
     """A memory request moved to a smaller GPU grows; its queue's limits must still hold."""
-    old, new = session.size(workload), _placed_size(placement)
+    old, new = session.size(workload), held_milli(placement)
     if new <= old:
         return True
     freed = dict.fromkeys(session.ancestry[workload.queue], old)

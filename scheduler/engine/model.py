@@ -84,6 +84,11 @@ class ReplicaPlacement:
 Placement = tuple[ReplicaPlacement, ...]
 
 
+def held_milli(placement: Placement) -> int:
+    """The GPU capacity a placement holds, in milli-GPUs, over all its replicas."""
+    return sum(share.milli for replica in placement for share in replica.gpus)
+
+
 @dataclass(frozen=True)
 class Request:
     """What one replica needs. Exactly one of ``gpus`` and ``gpu_memory_mib`` describes the GPU
@@ -176,8 +181,7 @@ class Workload:
     def work_at_risk(self, now: float) -> float:
         """GPU-seconds an eviction now would destroy: its GPUs times the time since its last
         save. (Placed GPUs, so a memory request counts the share it holds.)"""
-        held = sum(share.milli for replica in self.placement for share in replica.gpus)
-        return held / MILLI * (now - self.saved_at(now))
+        return held_milli(self.placement) / MILLI * (now - self.saved_at(now))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from scheduler.engine.model import (
     Start,
     State,
     Workload,
+    held_milli,
 )
 from scheduler.engine.placement import Scorer
 
@@ -201,7 +202,7 @@ class Session:
                 demand[workload.queue] += self.request_size(workload)
             else:
                 self.running[workload.name] = workload
-                size = self._placed_size[workload.name] = _placed(workload.placement)
+                size = self._placed_size[workload.name] = held_milli(workload.placement)
                 demand[workload.queue] += size
                 allocated[workload.queue] += size
                 if not workload.preemptible:
@@ -426,7 +427,7 @@ class Session:
 
     def start(self, workload: Workload, placement: Placement) -> Workload:
         """Account a placement already taken on the ledger; reserve it if capacity is releasing."""
-        size = self._placed_size[workload.name] = _placed(placement)
+        size = self._placed_size[workload.name] = held_milli(placement)
         self._count(workload, +1, size)
         if self.conflicts_with_releasing(placement):
             self.reserved[workload.name] = reasons.reserved()
@@ -468,7 +469,7 @@ class Session:
         )
         self._next_start_seq += 1
         self._count(workload, -1)
-        self._placed_size[workload.name] = _placed(placement)
+        self._placed_size[workload.name] = held_milli(placement)
         self._count(moved, +1)
         self.running[workload.name] = moved
         self._protect(moved)
@@ -477,7 +478,3 @@ class Session:
     def _protect(self, workload: Workload) -> None:
         if workload.preemptible and workload.min_runtime > 0:
             self._new_protections.append((self.now + workload.min_runtime, workload.name, self.now))
-
-
-def _placed(placement: Placement) -> int:
-    return sum(share.milli for replica in placement for share in replica.gpus)

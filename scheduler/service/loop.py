@@ -52,6 +52,7 @@ from scheduler.engine.lifecycle import (
     Stop,
     WorkloadState,
 )
+from scheduler.engine.model import held_milli
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import Store
@@ -70,7 +71,7 @@ class Settings:
 
 
 def held_gpus(placement: Placement) -> float:
-    return sum(share.milli for replica in placement for share in replica.gpus) / MILLI
+    return held_milli(placement) / MILLI
 
 
 class SchedulingLoop:
