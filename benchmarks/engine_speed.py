@@ -1,23 +1,33 @@
 """Engine speed at cluster scale (docs/benchmarks.md, section 2).
 
-Builds a deterministic synthetic cluster (seeded ``random.Random``): 1,000 nodes x 8 GPUs of
-80 GiB, 50 queues in a two-level tree (5 departments x 10 projects), 20,000 running workloads
-already placed (fractions of 0.25/0.5, whole 1/2/4/8 GPUs, a few 2-4 replica gangs) and 10,000
-pending ones of the same mix. Then measures with ``time.perf_counter``:
+Builds a deterministic synthetic cluster (seeded ``random.Random``). ``--size 1000``: 1,000
+nodes x 8 GPUs of 80 GiB, 50 queues in a two-level tree (5 departments x 10 projects), 20,000
+running workloads already placed (fractions of 0.25/0.5, whole 1/2/4/8 GPUs, a few 2-4
+replica gangs) and 10,000 pending ones of the same mix. ``--size 4000`` (KAI's published
+size): 4,000 nodes, 80,000 running, 40,000 pending, 200 projects under 20 departments under
+4 divisions. Then measures, CPU time (``time.process_time``, the primary figure on a shared
+machine) beside wall time (``time.perf_counter``):
 
-1. one full ``run_cycle`` with the ``pack`` scorer (and ``Session`` construction alone), and
+1. the full cycle the way the drivers run it: ``decide(lifecycle.session(...))`` on the
+   lifecycle's standing state (``scheduler.engine.standing``), beside the previous path,
+   ``run_cycle`` from a snapshot of every workload; then the lifecycle applying that cycle's
+   decisions with the standing state brought up to date, and the next cycle;
 2. the decision for ONE notebook (interactive, 0.5 or 1 GPU, in a queue under its deserved
    quota) arriving into the same running set with the cluster fully packed, so that victims
    must be chosen: ``decide(standing.fork([notebook], now))`` on the settled session of the
    previous cycle, the way the service decides an arrival (the cold ``run_cycle`` from a
-   snapshot is reported beside it).
+   snapshot is reported beside it);
+3. the process's peak resident memory (``ru_maxrss``): run one size per process.
 
-Targets: full cycle p50 < 1 s, notebook decision p99 < 10 ms.
+Targets (issue 13), on CPU time: full cycle p50 <= 0.5 s at 1,000 nodes and <= 2.4 s at
+4,000 (KAI's figure), notebook decision p99 < 10 ms, peak RSS <= 2 GiB.
 
-    .venv/bin/python benchmarks/engine_speed.py            # full size, table
-    .venv/bin/python benchmarks/engine_speed.py --quick    # 100 nodes, for smoke tests
+    .venv/bin/python benchmarks/engine_speed.py                 # 1,000 nodes, frachub
+    .venv/bin/python benchmarks/engine_speed.py --size 4000     # KAI's size
+    .venv/bin/python benchmarks/engine_speed.py --placement pack
+    .venv/bin/python benchmarks/engine_speed.py --quick         # 100 nodes, for smoke tests
     .venv/bin/python benchmarks/engine_speed.py --json
-    .venv/bin/python benchmarks/engine_speed.py --profile  # cProfile of one run of each
+    .venv/bin/python benchmarks/engine_speed.py --profile       # cProfile of each path
 
 The build functions (``build_cycle_snapshot``, ``build_probe_snapshot``, ``validate``) are
 importable so tests can check the synthetic cluster without timing anything.
@@ -33,6 +43,7 @@ import json
 import math
 import pstats
 import random
+import resource
 import sys
 import time
 from collections import Counter
@@ -64,12 +75,16 @@ from scheduler.engine import (
     run_cycle,
     scorer_named,
 )
+from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
 from scheduler.engine.session import Session
+from scheduler.service.heap import Freezer
 
 NOW = 1_000_000.0
 GPU_MEMORY_MIB = 80 * 1024
-TARGET_CYCLE_P50_S = 1.0
+TARGET_CYCLE_P50_S = 0.5
+TARGET_KAI_CYCLE_P50_S = 2.4
 TARGET_NOTEBOOK_P99_S = 0.010
+TARGET_RSS_MIB = 2048
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,8 @@ class Scale:
 
     nodes: int = 1000
     gpus_per_node: int = 8
+    divisions: int = 0
+    """Top level of a three-level tree when > 0: departments are split evenly among them."""
     departments: int = 5
     projects_per_department: int = 10
     running: int = 20_000
@@ -106,6 +123,17 @@ class Scale:
 
 FULL = Scale()
 QUICK = Scale(nodes=100, running=2_000, pending=1_000)
+KAI = Scale(
+    nodes=4000,
+    divisions=4,
+    departments=20,
+    projects_per_department=10,
+    running=80_000,
+    pending=40_000,
+)
+"""KAI's published size: 4,000 nodes x 8 GPUs, 120,000 workloads in 200 projects under 20
+departments under 4 divisions."""
+SIZES = {"quick": QUICK, "1000": FULL, "4000": KAI}
 
 
 # -- building -----------------------------------------------------------------------------
@@ -138,11 +166,14 @@ def _nodes(scale: Scale) -> tuple[Node, ...]:
 
 
 def _queues(scale: Scale, rng: random.Random) -> tuple[Queue, ...]:
-    """Departments deserve their projects' sum; project quotas sum to ~capacity (whole GPUs)."""
+    """Departments deserve their projects' sum; project quotas sum to ~capacity (whole GPUs).
+    With divisions, each deserves its departments' sum (drawn from its own generator, so the
+    two-level tree of the same seed is unchanged)."""
     capacity = scale.capacity_gpus
     dept_weights = [rng.uniform(0.6, 1.4) for _ in range(scale.departments)]
     queues: list[Queue] = []
     limited = set(rng.sample(range(scale.queues), k=max(1, scale.queues // 10)))
+    per_division = -(-scale.departments // scale.divisions) if scale.divisions else 0
     for d, dept_weight in enumerate(dept_weights):
         dept_deserved = capacity * dept_weight / sum(dept_weights)
         kid_weights = [rng.uniform(0.2, 1.8) for _ in range(scale.projects_per_department)]
@@ -165,12 +196,24 @@ def _queues(scale: Scale, rng: random.Random) -> tuple[Queue, ...]:
         queues.append(
             Queue(
                 f"dept-{d}",
+                parent=f"div-{d // per_division}" if per_division else None,
                 deserved_gpus=float(sum(k.deserved_gpus or 0 for k in kids)),
                 over_quota_weight=rng.choice([1.0, 1.0, 2.0]),
             )
         )
         queues.extend(kids)
-    return tuple(queues)
+    if not per_division:
+        return tuple(queues)
+    weights = random.Random(len(queues))
+    divisions = [
+        Queue(
+            f"div-{v}",
+            deserved_gpus=sum(q.deserved_gpus or 0.0 for q in queues if q.parent == f"div-{v}"),
+            over_quota_weight=weights.choice([1.0, 2.0]),
+        )
+        for v in range(scale.divisions)
+    ]
+    return (*divisions, *queues)
 
 
 def _running_shapes(scale: Scale, fill: float, rng: random.Random) -> list[_Shape]:
@@ -273,7 +316,8 @@ class _Quotas:
 
     def __init__(self, queues: tuple[Queue, ...], rng: random.Random) -> None:
         self.queues = {q.name: q for q in queues}
-        self.leaves = [q for q in queues if q.parent is not None]
+        parents = {q.parent for q in queues}
+        self.leaves = [q for q in queues if q.name not in parents]
         # Skewed demand: some projects run far over their quota, others well under it.
         self.weights = [
             max(q.deserved_gpus or 0.0, 8.0) * rng.choice([0.2, 0.5, 0.8, 1.0, 1.3, 1.8, 2.5])
@@ -415,10 +459,13 @@ def build_probe_snapshot(scale: Scale = FULL, seed: int = 1, gpus: float = 0.5) 
     by_name = {q.name: q for q in queues}
 
     def room(queue: Queue) -> float:
-        levels = [queue, by_name[queue.parent]] if queue.parent else [queue]
+        levels = [queue]
+        while levels[-1].parent is not None:
+            levels.append(by_name[levels[-1].parent])
         return min((q.deserved_gpus or 0) * MILLI - used[0][q.name] for q in levels)
 
-    leaves = [q for q in queues if q.parent is not None]
+    parents = {q.parent for q in queues}
+    leaves = [q for q in queues if q.name not in parents]
     home = max(leaves, key=room)
     if room(home) < size:
         raise ValueError("no queue has room under its deserved quota for the notebook")
@@ -617,7 +664,7 @@ def run(
     probe_reps: int,
     seed: int,
     only: str = "all",
-    placement: str = "pack",
+    placement: str = "frachub",
 ) -> dict:
     """Measure; ``only`` is "all", "cycle" (the full cycle) or "notebook" (the decisions).
 
@@ -625,20 +672,27 @@ def run(
     report: dict = {
         "scale": asdict(scale),
         "seed": seed,
-        "targets": {"cycle_p50_s": TARGET_CYCLE_P50_S, "notebook_p99_s": TARGET_NOTEBOOK_P99_S},
+        "targets": {
+            "cycle_cpu_p50_s": target_cycle_s(asdict(scale)),
+            "notebook_cpu_p99_s": TARGET_NOTEBOOK_P99_S,
+            "peak_rss_mib": TARGET_RSS_MIB,
+        },
         "placement": placement,
     }
     base = _policy(placement)
 
     if only in ("all", "cycle"):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         snapshot = build_cycle_snapshot(scale, seed)
         report["build_s"] = time.perf_counter() - start
+        report["build_cpu_s"] = time.process_time() - start_cpu
         report["cycle_snapshot"] = validate(snapshot)
+        report["rss_after_build_mib"] = rss_now_mib()
         policy = base.for_snapshot(snapshot)
+        # before: every cycle from a snapshot of every workload
         report["session"], _ = _time(lambda: Session(snapshot, NOW, policy), reps)
-        report["cycle"], result = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
-        report["cycle_decisions"] = summarize_decisions(result, snapshot)  # type: ignore[arg-type]
+        report["cycle_from_snapshot"], _ = _time(lambda: run_cycle(snapshot, NOW, policy), reps)
+        report.update(measure_lifecycle_path(snapshot, base, reps))
 
     report["notebooks"] = {}
     if only in ("all", "notebook"):
@@ -652,7 +706,9 @@ def run(
             *running, notebook = probe.workloads
             standing = Session(replace(probe, workloads=tuple(running)), NOW, policy)
             decide(standing)
-            standing.victim_lists()  # part of the standing state, sorted once per full cycle
+            lists = standing.victim_lists()  # part of the standing state: sort every queue
+            for queue in lists:
+                lists[queue]
             unfrozen, _ = _time(lambda s=standing, n=notebook: decide(s.fork([n], NOW)), probe_reps)
             # A long-running service freezes its standing state after each full cycle
             # (gc.freeze), so full collections stop walking 20,000 long-lived workloads.
@@ -675,23 +731,130 @@ def run(
     return report
 
 
-def profile(scale: Scale, seed: int, top: int, only: str = "all", placement: str = "pack") -> str:
-    """cProfile of one full cycle and one 0.5-GPU notebook decision, cumulative and tottime."""
+def lifecycle_of(snapshot: Snapshot, grace_seconds: float = 30.0) -> Lifecycle:
+    """A lifecycle holding the snapshot's workloads, as a service restored from its store."""
+    lifecycle = Lifecycle(grace_seconds=grace_seconds)
+    for w in snapshot.workloads:
+        state = WorkloadState.RUNNING if w.state is State.RUNNING else WorkloadState.PENDING
+        lifecycle.restore(
+            Life(
+                ask=w,
+                title=w.name,
+                allocation=w.kind is Kind.INTERACTIVE,
+                state=state,
+                placement=w.placement,
+                started_at=w.started_at,
+                start_seq=w.start_seq,
+            )
+        )
+        lifecycle.start_seq = max(lifecycle.start_seq, w.start_seq)
+    return lifecycle
+
+
+def measure_lifecycle_path(snapshot: Snapshot, base: Policy, reps: int) -> dict:
+    """The drivers' path (service loop, scenario runner, fleet): ``decide`` on the session
+    ``Lifecycle.session`` hands out, from the standing state kept current between cycles.
+
+    * cold: the standing state built from a snapshot of every workload (a restarted
+      service's first cycle), then the cycle;
+    * cycle: the full cycle on the standing state (nothing changed since the last one);
+    * apply: the lifecycle applies that cycle's decisions (starts, evictions into their
+      grace period), then brings the standing state up to date for the next cycle;
+    * next cycle: the cycle after that, on the state the decisions left.
+    """
+    nodes, queues = snapshot.nodes, snapshot.queues
+    lifecycle = lifecycle_of(snapshot)
+    out: dict = {"rss_with_lives_mib": rss_now_mib()}
+
+    def cold() -> CycleResult:
+        lifecycle.standing = None
+        return decide(lifecycle.session(nodes, queues, NOW, base))
+
+    out["cold"], _ = _time(cold, 1)
+    out["cycle"], result = _time(lambda: decide(lifecycle.session(nodes, queues, NOW, base)), reps)
+    out["cycle_decisions"] = summarize_decisions(result, snapshot)  # type: ignore[arg-type]
+    # The service freezes its heap after each settled run (scheduler/service/heap.py): the
+    # same cycle, each followed by that freeze, the first after the full collection it starts with
+    freezer = Freezer()
+    freezer.settled()
+
+    def frozen() -> CycleResult:
+        outcome = decide(lifecycle.session(nodes, queues, NOW, base))
+        freezer.settled()
+        return outcome
+
+    try:
+        out["cycle_frozen"], _ = _time(frozen, reps)
+    finally:
+        gc.unfreeze()
+    later = NOW + 1.0
+
+    def apply() -> Session:
+        lifecycle.apply(result, later)  # type: ignore[arg-type]
+        return lifecycle.session(nodes, queues, later, base)
+
+    out["apply"], session = _time(apply, 1)
+    out["next_cycle"], following = _time(lambda: decide(session), 1)  # type: ignore[arg-type]
+    out["next_cycle_decisions"] = len(following.decisions)  # type: ignore[union-attr]
+    out["peak_rss_mib"] = peak_rss_mib()
+    return out
+
+
+def rss_now_mib() -> float:
+    """This process's resident set now (Linux /proc), in MiB."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * resource.getpagesize() / 2**20
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far (``ru_maxrss``, KiB on Linux), in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def profile(
+    scale: Scale, seed: int, top: int, only: str = "all", placement: str = "frachub"
+) -> str:
+    """cProfile of the drivers' path: one full cycle on the standing state, applying its
+    decisions with the standing update, and 20 decisions for a 0.5-GPU notebook."""
     base = _policy(placement)
     out = io.StringIO()
-    cases = []
-    if only in ("all", "cycle"):
-        cases.append(("full cycle", build_cycle_snapshot(scale, seed)))
-    if only in ("all", "notebook"):
-        cases.append(("notebook 0.5 GPU decision", build_probe_snapshot(scale, seed, 0.5)))
-    for label, snapshot in cases:
-        profiler = cProfile.Profile()
-        profiler.enable()
-        run_cycle(snapshot, NOW, base.for_snapshot(snapshot))
-        profiler.disable()
+
+    def report(label: str, profiler: cProfile.Profile) -> None:
         for sort in ("cumulative", "tottime"):
             out.write(f"\n=== {label}: sorted by {sort} ===\n")
             pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
+
+    if only in ("all", "cycle"):
+        snapshot = build_cycle_snapshot(scale, seed)
+        nodes, queues = snapshot.nodes, snapshot.queues
+        lifecycle = lifecycle_of(snapshot)
+        decide(lifecycle.session(nodes, queues, NOW, base))  # the standing state, built once
+        profiler = cProfile.Profile()
+        profiler.enable()
+        result = decide(lifecycle.session(nodes, queues, NOW, base))
+        profiler.disable()
+        report("full cycle on the standing state", profiler)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        lifecycle.apply(result, NOW + 1)
+        lifecycle.session(nodes, queues, NOW + 1, base)
+        profiler.disable()
+        report("apply its decisions and update the standing state", profiler)
+    if only in ("all", "notebook"):
+        probe = build_probe_snapshot(scale, seed, 0.5)
+        policy = base.for_snapshot(probe)
+        *running, notebook = probe.workloads
+        standing = Session(replace(probe, workloads=tuple(running)), NOW, policy)
+        decide(standing)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(20):
+            decide(standing.fork([notebook], NOW))
+        profiler.disable()
+        report("20 decisions for a 0.5 GPU notebook (decide(fork))", profiler)
     return out.getvalue()
 
 
@@ -699,32 +862,54 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:10.1f}"
 
 
+def target_cycle_s(scale: dict) -> float:
+    """The issue's full-cycle target: 0.5 s at 1,000 nodes, KAI's 2.4 s at 4,000."""
+    return TARGET_CYCLE_P50_S if scale["nodes"] <= 1000 else TARGET_KAI_CYCLE_P50_S
+
+
 def table(report: dict) -> str:
     scale = report["scale"]
+    tree = f"{scale['departments']} departments x {scale['projects_per_department']} projects"
+    if scale.get("divisions"):
+        tree = f"{scale['divisions']} divisions > " + tree
     lines = [
-        f"Engine speed: {scale['nodes']} nodes x {scale['gpus_per_node']} GPUs, "
-        f"{scale['departments']} departments x {scale['projects_per_department']} projects, "
-        f"{scale['running']} running, {scale['pending']} pending, seed {report['seed']}",
+        f"Engine speed: {scale['nodes']} nodes x {scale['gpus_per_node']} GPUs, {tree}, "
+        f"{scale['running']} running, {scale['pending']} pending, seed {report['seed']}, "
+        f"placement {report['placement']}",
         "",
-        f"{'measurement':<38}{'n':>4}{'p50 ms':>10}{'p99 ms':>10}"
-        f"{'cpu p50':>10}{'cpu p99':>10}{'target':>15}  ok",
+        f"{'measurement':<44}{'n':>4}{'cpu p50':>10}{'cpu p99':>10}"
+        f"{'wall p50':>10}{'wall p99':>10}{'target (cpu)':>16}  ok",
     ]
 
     def row(label: str, stats: dict, target: str = "", ok: str = "") -> None:
         lines.append(
-            f"{label:<38}{stats['n']:>4}{_ms(stats['p50_s'])}{_ms(stats['p99_s'])}"
-            f"{_ms(stats['cpu_p50_s'])}{_ms(stats['cpu_p99_s'])}{target:>15}  {ok}"
+            f"{label:<44}{stats['n']:>4}{_ms(stats['cpu_p50_s'])}{_ms(stats['cpu_p99_s'])}"
+            f"{_ms(stats['p50_s'])}{_ms(stats['p99_s'])}{target:>16}  {ok}"
         )
 
     if "cycle" in report:
-        row("Session(snapshot) only", report["session"])
-        cycle_ok = report["cycle"]["p50_s"] < TARGET_CYCLE_P50_S
-        row("full run_cycle", report["cycle"], "p50 < 1000 ms", "yes" if cycle_ok else "NO")
+        target = target_cycle_s(scale)
+        row("before: Session(snapshot) only", report["session"])
+        row("before: run_cycle(snapshot)", report["cycle_from_snapshot"])
+        row("cold: standing built from snapshot + decide", report["cold"])
+        ok = report["cycle"]["cpu_p50_s"] <= target
+        row(
+            "full cycle: decide(lifecycle.session())",
+            report["cycle"],
+            f"p50 <= {target * 1000:.0f} ms",
+            "yes" if ok else "NO",
+        )
+        row("full cycle + gc.freeze (as the service)", report["cycle_frozen"])
+        row("apply decisions + update standing state", report["apply"])
+        row(
+            f"next cycle ({report['next_cycle_decisions']} decisions)",
+            report["next_cycle"],
+        )
     for gpus, nb in report["notebooks"].items():
         row(f"notebook {gpus} GPU: Session only", nb["session"])
         row(f"notebook {gpus} GPU: cold run_cycle", nb["cold"])
         row(f"notebook {gpus} GPU: decide(fork)", nb["unfrozen"])
-        ok = nb["decision"]["p99_s"] < TARGET_NOTEBOOK_P99_S
+        ok = nb["decision"]["cpu_p99_s"] < TARGET_NOTEBOOK_P99_S
         row(
             f"notebook {gpus} GPU: decide(fork), gc.freeze",
             nb["decision"],
@@ -735,11 +920,12 @@ def table(report: dict) -> str:
     if "cycle" in report:
         d = report["cycle_decisions"]
         lines.append(
-            f"full cycle (snapshot built in {report['build_s']:.2f} s): {d['decisions']}; "
-            f"started {d['started_gpus']:g} GPUs, evicted {d['evicted_gpus']:g} GPUs, "
-            f"{d['still_pending']} still pending; evicted non-preemptible "
-            f"{d['evicted_non_preemptible']}, protected {d['evicted_protected']}, for a claimant "
-            f"that did not start {d['evictions_for_unstarted']}; most victims for one claimant "
+            f"full cycle (snapshot built in {report['build_cpu_s']:.2f} s CPU): "
+            f"{d['decisions']}; started {d['started_gpus']:g} GPUs, evicted "
+            f"{d['evicted_gpus']:g} GPUs, {d['still_pending']} still pending; evicted "
+            f"non-preemptible {d['evicted_non_preemptible']}, protected "
+            f"{d['evicted_protected']}, for a claimant that did not start "
+            f"{d['evictions_for_unstarted']}; most victims for one claimant "
             f"{d['most_victims_for_one_claimant']}"
         )
     for gpus, nb in report["notebooks"].items():
@@ -754,12 +940,24 @@ def table(report: dict) -> str:
             f"(allocated {o['home_queue']['allocated_gpus']:g} of deserved "
             f"{o['home_queue']['deserved_gpus']:g}): started at {where}; victims: {victims or '-'}"
         )
-    lines.append("(ok compares wall time; cpu = process_time, steadier on a shared machine)")
+    memory = [f"peak RSS {report['peak_rss_mib']:.0f} MiB (target <= {TARGET_RSS_MIB} MiB)"]
+    if "rss_after_build_mib" in report:
+        memory.append(f"{report['rss_after_build_mib']:.0f} MiB after building the snapshot")
+    if "rss_with_lives_mib" in report:
+        memory.append(f"{report['rss_with_lives_mib']:.0f} MiB with the lifecycle's lives too")
+    lines.append("memory: " + "; ".join(memory))
+    lines.append(
+        "(cpu = this process's CPU time, time.process_time: the primary figure on a shared "
+        "machine; ok compares it)"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--size", choices=sorted(SIZES), default="1000", help="1000 nodes (default) or 4000"
+    )
     parser.add_argument("--quick", action="store_true", help="100 nodes (smoke run)")
     parser.add_argument("--reps", type=int, default=5, help="full-cycle repetitions")
     parser.add_argument("--probe-reps", type=int, default=20, help="notebook repetitions")
@@ -770,17 +968,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=["all", "cycle", "notebook"], default="all", help="what to measure"
     )
-    parser.add_argument("--placement", default="pack", help="the scorer (default: pack)")
+    parser.add_argument(
+        "--placement", default="frachub", help="the scorer (default: frachub, the service's)"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile one run of each")
     parser.add_argument("--top", type=int, default=30, help="rows per profile listing")
     args = parser.parse_args(argv)
-    scale = replace(QUICK if args.quick else FULL, racks=args.racks)
+    scale = replace(QUICK if args.quick else SIZES[args.size], racks=args.racks)
     if args.nodes:
         scale = replace(scale, nodes=args.nodes, running=20 * args.nodes, pending=10 * args.nodes)
     if args.profile:
         print(profile(scale, args.seed, args.top, args.only, args.placement))
         return 0
     report = run(scale, args.reps, args.probe_reps, args.seed, args.only, args.placement)
+    report["peak_rss_mib"] = peak_rss_mib()
     print(json.dumps(report, indent=2) if args.json else table(report))
     return 0
 

@@ -116,10 +116,15 @@ _EVENT_WORDS = {
 def event_line(type_: str, message: str) -> str:
     """One line of a workload's timeline, the same in the panel, the CLI, the magics and the
     job's log: "preempted for nlp/notebook-carol (…); grace period 30s", "restarted: attempt 2
-    on ws GPU 0"."""
+    on ws GPU 0". A ``lost`` event whose message is a sentence of its own (a capital first)
+    is that sentence: the backend says what happened instead of "lost its process"."""
     what = _EVENT_WORDS.get(type_, type_)
     if not message:
         return what
+    if type_ == "lost" and message[:1].isupper():
+        # a backend that knows why the attempt ended says so in a sentence of its own
+        # ("Kubernetes found no node for its pod ...; requeued"): no process was lost
+        return message
     if message.startswith(what):  # "preempted for nlp/...": the message already says it
         return message
     if message.startswith(("for ", "on ", "to ")):

@@ -1,11 +1,14 @@
 """The scheduling engine: pure and deterministic, no I/O and no clock.
 
     run_cycle(snapshot, now, policy) -> CycleResult(decisions, pending reasons, queue status)
+    decide(lifecycle.session(nodes, queues, now, policy)) -> the same without a snapshot: the
+        lifecycle's standing state, kept current with each change since the last cycle
     decide(settled_session.fork(arrivals, now)) -> the same, in milliseconds, for a few arrivals
 
 Where things are: ``model`` (the data), ``fairshare`` (rule 2), ``placement``
 (rule 5 scorers), ``ledger`` (free capacity with undo), ``session`` (one cycle's
-state and the pluggable ``Policy``), ``actions`` (allocate, consolidate, reclaim,
+state and the pluggable ``Policy``), ``standing`` (that state kept from cycle to cycle,
+change by change, for ``lifecycle``), ``actions`` (allocate, consolidate, reclaim,
 preempt), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all).
 """
 

@@ -200,18 +200,29 @@ def _no_room(session: Session, workload: Workload) -> Outcome:
 # -- evictions: shared search -------------------------------------------------------------
 
 
-def loss_bound_for(session: Session, claimant: Workload) -> float | None:
-    """The most work at risk (GPU-seconds) one victim of ``claimant`` may lose: unbounded for
-    a notebook and for a claimant inside its queue's deserved quota (they are owed the
-    capacity), ``Policy.loss_bound`` for everyone else."""
+def loss_bounds_for(session: Session, claimant: Workload) -> tuple[float | None, ...]:
+    """The most work at risk (GPU-seconds) one victim of ``claimant`` may lose, tier by tier:
+    the search tries each in turn and keeps the first that makes room.
+
+    ``Policy.loss_bound`` first, for everyone. A notebook is owed its capacity now: when no
+    victims within the bound make room, it may take any (a second tier without bound). A
+    training claimant inside its queue's deserved quota is owed it too, but not at any
+    price at once: its second tier is the work it has waited for, its GPUs times the time
+    since it was submitted. So a borrower's long unsaved run is not thrown away for a job
+    that would have waited minutes, and still no borrower keeps a quota's GPUs for long by
+    never saving (docs/scheduling.md, "Work at risk")."""
+    bound = session.policy.loss_bound
+    if bound is None:
+        return (None,)
     if claimant.kind is Kind.INTERACTIVE:
-        return None
+        return (bound, None)
     home = claimant.queue
-    if session.use.allocated[home] + session.request_size(claimant) <= (
-        session.deserved[home] + _EPS
-    ):
-        return None
-    return session.policy.loss_bound
+    size = session.request_size(claimant)
+    if session.use.allocated[home] + size <= session.deserved[home] + _EPS:
+        waited = size / MILLI * max(0.0, session.now - claimant.submitted_at)
+        if waited > bound:
+            return (bound, waited)
+    return (bound,)
 
 
 class _Search:
@@ -223,14 +234,14 @@ class _Search:
     refused it, later steps only re-check the quota against more freed capacity.
     """
 
-    def __init__(self, session: Session, claimant: Workload) -> None:
+    def __init__(self, session: Session, claimant: Workload, bound: float | None) -> None:
         self.session = session
         self.claimant = claimant
         self.victims: list[Workload] = []
         self.freed: dict[str, int] = {}
         self.freed_np: dict[str, int] = {}
         self.protected_until: float | None = None
-        self.bound = loss_bound_for(session, claimant)
+        self.bound = bound
         """Victims with more work at risk than this are passed over (None: no bound)."""
         self.over_bound = False
         """Whether the walk passed over a victim for its work at risk (for the reason)."""
@@ -419,7 +430,8 @@ class _Search:
         if self.protected_until is not None:
             suffix = reasons.protected(self.session, self.protected_until)
         if self.over_bound and self.bound is not None:
-            suffix += reasons.over_loss_bound(self.bound)
+            waited = self.bound != self.session.policy.loss_bound
+            suffix += reasons.over_loss_bound(self.bound, waited)
         failures[memo] = suffix
         return suffix
 
@@ -446,8 +458,8 @@ class Candidates:
 
     A queue's list is filtered on first use: work protected by min_runtime is set aside (with
     the earliest end of its protection, for the pending reason), since nothing in one cycle
-    ends a protection. A second list per queue keeps only the work within ``Policy.loss_bound``
-    for claimants the bound applies to (work at risk does not change within a cycle either).
+    ends a protection. Further lists per queue and loss bound keep only the work within it
+    (work at risk does not change within a cycle either).
     Workloads evicted during the cycle are skipped for good; moved ones are looked up again so
     the victim is always the workload as it runs now. Work started in this cycle is never a
     victim in the same cycle.
@@ -456,16 +468,29 @@ class Candidates:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.sorted_lists = session.victim_lists()
-        self._usable: dict[tuple[str, bool], list[Workload]] = {}
+        self._usable: dict[tuple[str, float | None], list[Workload]] = {}
         self._protected: dict[str, float | None] = {}
-        self._over_bound: dict[str, bool] = {}
-        self._alive_from: dict[tuple[str, bool], int] = {}
+        self._over_bound: dict[tuple[str, float | None], bool] = {}
+        self._alive_from: dict[tuple[str, float | None], int] = {}
+        self._risks: dict[str, list[float]] = {}
+        """Per queue: the work at risk of each unprotected candidate, in list order."""
         self._sides: dict[str, dict[str, tuple[str, str]]] = {}
+        self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = {}
         self.ordered_by_priority = session.policy.victim_key in (
             default_victim_key,
             recent_first_victim_key,
         )
         self.reclaim_failed: dict[tuple, str] = {}
+        self.floors = {
+            name: min(session.fair.get(name, 0.0), session.deserved[name]) + _EPS
+            for name in session.queues
+        }
+        """Per queue: the allocation above which reclaim may take from it at all (above its
+        fair share or its deserved quota; both are fixed for the cycle)."""
+        self.over_fair = {name: session.fair.get(name, 0.0) + _EPS for name in session.queues}
+        self.over_deserved = {name: session.deserved[name] + _EPS for name in session.queues}
+        """Per queue: the allocation above which it is over its fair share, its deserved quota
+        (speed only, for ``_reclaim_entries``)."""
         self.preempt_failed: dict[tuple, str] = {}
         self.consolidate_failed: set[tuple] = set()
 
@@ -480,13 +505,28 @@ class Candidates:
             }
         return self._sides[claimer]
 
-    def _usable_in(self, queue: str, bounded: bool) -> list[Workload]:
-        """The queue's unprotected candidates; ``bounded``: only those within the loss bound
-        (work at risk is fixed for the cycle: ``now`` does not move, and work started or
-        moved in the cycle is never a victim)."""
-        key = (queue, bounded)
+    def groups_for(self, claimer: str) -> tuple[dict[str, list[str]], list[tuple]]:
+        """Speed only, static for the cycle: the claimer's branch from its queue up to each
+        sibling ``mine`` of ``sides_for``, and the queues with victims grouped by their
+        (mine, theirs) siblings, so that reclaim can skip a group at once."""
+        if claimer not in self._groups:
+            sides = self.sides_for(claimer)
+            chain = self.session.ancestry[claimer]
+            branch = {mine: chain[: chain.index(mine) + 1] for mine, _ in sides.values()}
+            grouped: dict[tuple[str, str], list[str]] = {}
+            for name, pair in sides.items():
+                grouped.setdefault(pair, []).append(name)
+            groups = [(mine, theirs, names) for (mine, theirs), names in grouped.items()]
+            self._groups[claimer] = (branch, groups)
+        return self._groups[claimer]
+
+    def _usable_in(self, queue: str, bound: float | None) -> list[Workload]:
+        """The queue's unprotected candidates; with a ``bound``, only those within it (work
+        at risk is fixed for the cycle: ``now`` does not move, and work started or moved in
+        the cycle is never a victim)."""
+        key = (queue, bound)
         if key not in self._usable:
-            if not bounded:
+            if bound is None:
                 usable, earliest = [], None
                 for candidate in self.sorted_lists.get(queue, ()):
                     workload = self.session.running.get(candidate.name)
@@ -499,10 +539,13 @@ class Candidates:
                         earliest = until
                 self._protected[queue] = earliest
             else:
-                bound = self.session.policy.loss_bound
-                everything = self._usable_in(queue, False)
-                usable = [w for w in everything if self.session.at_risk(w) <= bound]
-                self._over_bound[queue] = len(usable) < len(everything)
+                everything = self._usable_in(queue, None)
+                risks = self._risks.get(queue)
+                if risks is None:  # once per queue, not once per queue and bound
+                    at_risk = self.session.at_risk
+                    risks = self._risks[queue] = [at_risk(w) for w in everything]
+                usable = [w for w, risk in zip(everything, risks, strict=True) if risk <= bound]
+                self._over_bound[key] = len(usable) < len(everything)
             self._usable[key] = usable
             self._alive_from[key] = 0
         return self._usable[key]
@@ -512,14 +555,13 @@ class Candidates:
     ) -> Iterator[Workload]:
         """The queue's victims in order: running, unprotected, within the search's loss bound,
         (optionally) lower priority."""
-        bounded = search.bound is not None
-        candidates = self._usable_in(queue, bounded)
+        key = (queue, search.bound)
+        candidates = self._usable_in(queue, search.bound)
         if self._protected[queue] is not None:
             search.note_protected(self._protected[queue])
-        if bounded and self._over_bound[queue]:
+        if search.bound is not None and self._over_bound[key]:
             search.over_bound = True
         running = self.session.running
-        key = (queue, bounded)
         i = self._alive_from[key]
         while i < len(candidates) and candidates[i].name not in running:
             i += 1
@@ -537,6 +579,10 @@ class Candidates:
 
 
 def _shape_key(session: Session, workload: Workload) -> tuple:
+    """What a failed make-room search is remembered by for the cycle: everything about the
+    claimant the search reads besides its queue, priority and loss bound (the callers add
+    those), so that a claimant the search would treat differently never inherits the
+    failure."""
     request = workload.request
     return (
         session.request_size(workload),
@@ -545,6 +591,8 @@ def _shape_key(session: Session, workload: Workload) -> tuple:
         request.gpu_memory_mib,
         request.cpu_milli,
         request.memory_mib,
+        request.gpu_models,
+        workload.preemptible,
     )
 
 
@@ -573,10 +621,27 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     home = claimant.queue
     if session.use.allocated[home] + size > session.fair.get(home, 0.0) + _EPS:
         return False, reasons.over_fair_share(session, claimant)
-    memo = (home, _shape_key(session, claimant), loss_bound_for(session, claimant))
-    if memo in candidates.reclaim_failed:
-        return False, candidates.reclaim_failed[memo]
-    search = _Search(session, claimant)
+    suffix = ""
+    for bound in loss_bounds_for(session, claimant):
+        memo = (home, _shape_key(session, claimant), bound)
+        if memo in candidates.reclaim_failed:
+            suffix = candidates.reclaim_failed[memo]
+            continue
+        search = _Search(session, claimant, bound)
+        started, suffix = _reclaim_within(session, claimant, candidates, search, memo)
+        if started:
+            return True, ""
+        if not search.over_bound:
+            break  # the bound passed nobody over: without it the search would be the same
+    return False, suffix
+
+
+def _reclaim_within(
+    session: Session, claimant: Workload, candidates: Candidates, search: _Search, memo: tuple
+) -> tuple[bool, str]:
+    """One reclaim search, its victims within ``search.bound``."""
+    size = session.request_size(claimant)
+    home = claimant.queue
     used = session.use.allocated
     fair = session.fair
 
@@ -587,8 +652,7 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     # The claimant's side is judged on its own branch under the common ancestor with the
     # victim: from its queue up to `mine`. Levels above are shared, so a reclaim between two
     # projects of one department never needs that department to shrink first.
-    chain = session.ancestry[home]
-    branch = {mine: chain[: chain.index(mine) + 1] for mine in {mine for mine, _ in sides.values()}}
+    branch, groups = candidates.groups_for(home)
     fair_with_it = {
         mine: all(used[level] + size <= fair.get(level, 0.0) + _EPS for level in levels)
         for mine, levels in branch.items()
@@ -629,7 +693,17 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
         return share <= _EPS or left / share + _EPS >= mine_ratio
 
     walks: dict[str, Iterator[Workload]] = {}
-    heap = [(-ratio(name), session.queue_order[name], name) for name in sides if eligible(name)]
+    floors = candidates.floors  # a necessary condition first: most queues are below it
+    if session.policy.reclaim_groups:
+        # the same entries (each key is unique, so the heap pops in the same order): a group
+        # is left out only where `eligible` is false for all of it, with nothing freed yet
+        heap = _reclaim_entries(session, candidates, groups, fair_with_it, deserved_with_it)
+    else:
+        heap = [
+            (-ratio(name), session.queue_order[name], name)
+            for name in sides
+            if used[name] > floors[name] and eligible(name)
+        ]
     heapq.heapify(heap)
     while heap:
         _, order, name = heapq.heappop(heap)
@@ -651,26 +725,58 @@ def reclaim(session: Session, claimant: Workload, candidates: Candidates) -> tup
     return False, search.give_up(candidates.reclaim_failed, memo)
 
 
+def _reclaim_entries(
+    session: Session,
+    candidates: Candidates,
+    groups: list[tuple],
+    fair_with_it: dict[str, bool],
+    deserved_with_it: dict[str, bool],
+) -> list[tuple[float, int, str]]:
+    """Speed only: the heap entries ``reclaim`` builds from every queue that ``eligible``
+    accepts with nothing freed yet, the same test written out per group so that a group
+    none of whose queues can qualify is passed over at once (``Policy.reclaim_groups``)."""
+    used, fair, order = session.use.allocated, session.fair, session.queue_order
+    over_fair, over_deserved = candidates.over_fair, candidates.over_deserved
+    entries = []
+    for mine, theirs, names in groups:
+        if not fair_with_it[mine]:
+            continue
+        by_fair = used[theirs] > over_fair[theirs]
+        by_deserved = deserved_with_it[mine] and used[theirs] > over_deserved[theirs]
+        if not (by_fair or by_deserved):
+            continue
+        for name in names:
+            allocated = used[name]
+            if (by_fair and allocated > over_fair[name]) or (
+                by_deserved and allocated > over_deserved[name]
+            ):
+                share = fair.get(name, 0.0)
+                ratio = allocated / share if share > _EPS else float("inf")
+                entries.append((-ratio, order[name], name))
+    return entries
+
+
 # -- preempt ------------------------------------------------------------------------------
 
 
 def preempt(session: Session, claimant: Workload, candidates: Candidates) -> tuple[bool, str]:
     """Evict lower-priority preemptible work of the claimant's own queue; equal never preempts."""
-    memo = (
-        claimant.queue,
-        claimant.priority,
-        _shape_key(session, claimant),
-        loss_bound_for(session, claimant),
-    )
-    if memo in candidates.preempt_failed:
-        return False, candidates.preempt_failed[memo]
-    search = _Search(session, claimant)
-    for victim in candidates.walk(claimant.queue, search, below_priority=claimant.priority):
-        placement = search.add(victim)
-        if placement is not None:
-            search.commit(placement, EvictReason.PREEMPT)
-            return True, ""
-    return False, search.give_up(candidates.preempt_failed, memo)
+    suffix = ""
+    for bound in loss_bounds_for(session, claimant):
+        memo = (claimant.queue, claimant.priority, _shape_key(session, claimant), bound)
+        if memo in candidates.preempt_failed:
+            suffix = candidates.preempt_failed[memo]
+            continue
+        search = _Search(session, claimant, bound)
+        for victim in candidates.walk(claimant.queue, search, below_priority=claimant.priority):
+            placement = search.add(victim)
+            if placement is not None:
+                search.commit(placement, EvictReason.PREEMPT)
+                return True, ""
+        suffix = search.give_up(candidates.preempt_failed, memo)
+        if not search.over_bound:
+            break  # the bound passed nobody over: without it the search would be the same
+    return False, suffix
 
 
 # -- consolidate --------------------------------------------------------------------------

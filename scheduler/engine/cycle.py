@@ -48,7 +48,7 @@ def decide(session: Session) -> CycleResult:
     idle GPUs an earlier claim was about to complete with evictions. The session is left in
     the state its decisions describe, so it can be forked for the next arrivals.
     """
-    order = ServiceOrder(session, session.pending)
+    order = ServiceOrder(session, list(session.pending.values()))
     failures = Failures()
     candidates: Candidates | None = None
     outcomes: dict[str, Outcome] = {}
@@ -112,7 +112,9 @@ def _make_room(
 
 
 def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
-    waiting = [w for w in session.pending if w.name in outcomes or w.name in session.reserved]
+    waiting = [
+        w for w in session.pending.values() if w.name in outcomes or w.name in session.reserved
+    ]
     by_queue: dict[str, list[Workload]] = {}
     for workload in sorted(waiting, key=session.policy.workload_key):
         by_queue.setdefault(workload.queue, []).append(workload)

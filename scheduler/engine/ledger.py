@@ -57,6 +57,10 @@ class Ledger:
         )
         self._indexed_free = [list(gpus) for gpus in self.free]
         self._indexed_whole = list(self.whole_free)
+        self._own_free = set(range(len(self.nodes)))
+        self._own_indexed = set(self._own_free)
+        """Nodes whose ``free`` / ``_indexed_free`` list this ledger may change in place; a
+        copy shares the others and copies a node's list before its first change."""
         self._dirty: set[int] = set()
         self.shapes = frozenset((node.gpus, node.gpu_memory_mib) for node in self.nodes)
         self.models = frozenset(node.gpu_model for node in self.nodes if node.gpus)
@@ -84,15 +88,17 @@ class Ledger:
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
         twin.models, twin.model_shapes = self.models, self.model_shapes
         twin.domains = self.domains
-        twin.free = [list(gpus) for gpus in self.free]
+        twin.free = list(self.free)
         twin.cpu_free = list(self.cpu_free)
         twin.mem_free = list(self.mem_free)
         twin.total_free = self.total_free
         twin.whole_free = list(self.whole_free)
         twin.by_memory = {memory: index.copy() for memory, index in self.by_memory.items()}
         twin.by_whole = self.by_whole.copy()
-        twin._indexed_free = [list(gpus) for gpus in self._indexed_free]
+        twin._indexed_free = list(self._indexed_free)
         twin._indexed_whole = list(self._indexed_whole)
+        self._own_free, self._own_indexed = set(), set()  # both copy a node's list on change
+        twin._own_free, twin._own_indexed = set(), set()
         twin._dirty = set()
         twin._log = []
         twin.journal = None if self.journal is None else []
@@ -100,6 +106,15 @@ class Ledger:
         for owner, cache in self.scratch.items():
             twin.scratch[owner] = cache.copy_for(self, twin)  # type: ignore[attr-defined]
         return twin
+
+    def compact(self) -> None:
+        """Forget the undo log and, once every scorer cache has read it, the change journal:
+        a ledger kept from cycle to cycle (``Standing``) would otherwise grow both forever."""
+        self._log.clear()
+        if self.journal:
+            for cache in self.scratch.values():
+                cache.rebase(self)  # type: ignore[attr-defined]
+            self.journal.clear()
 
     # -- trial changes --------------------------------------------------------------------
 
@@ -130,6 +145,9 @@ class Ledger:
         indexes lazy makes a trial step a few list updates instead of sorted-list surgery.
         """
         n = self.index[replica.node]
+        if n not in self._own_free:
+            self.free[n] = list(self.free[n])
+            self._own_free.add(n)
         gpus = self.free[n]
         whole = 0
         for share in replica.gpus:
@@ -152,6 +170,9 @@ class Ledger:
         for n in self._dirty:
             indexed, now = self._indexed_free[n], self.free[n]
             if indexed != now:
+                if n not in self._own_indexed:
+                    indexed = self._indexed_free[n] = list(indexed)
+                    self._own_indexed.add(n)
                 fractions = self.by_memory[self.nodes[n].gpu_memory_mib]
                 for g, (before, after) in enumerate(zip(indexed, now, strict=True)):
                     if before != after:

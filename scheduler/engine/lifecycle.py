@@ -39,6 +39,7 @@ service stores under the same name (a column of that name is all it needs).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
@@ -57,6 +58,8 @@ from scheduler.engine.model import (
     State,
     Workload,
 )
+from scheduler.engine.session import Policy, Session
+from scheduler.engine.standing import Standing
 
 
 class _Words(str, Enum):
@@ -339,6 +342,13 @@ class Lifecycle:
         self.lives: dict[str, Life] = {}
         self.start_seq = 0
         """The latest start's order; a restarted service resumes from the store's."""
+        self.standing: Standing | None = None
+        """The engine's state as of the last cycle, brought up to date by ``session``."""
+        self._changed: dict[str, None] = {}
+        """Workloads whose life changed since ``standing`` last heard of them."""
+        self._counted: dict[str, Workload] = {}
+        """What the last ``session`` counted (``counted``)."""
+        self._hidden: frozenset[str] = frozenset()
 
     def get(self, name: str) -> Life | None:
         return self.lives.get(name)
@@ -354,6 +364,7 @@ class Lifecycle:
             raise LifecycleError(
                 f"can't {transition} workload {name} when it is {life.state.value}"
             )
+        self._changed[name] = None
         return life
 
     # -- joining and leaving ---------------------------------------------------------------------
@@ -365,6 +376,7 @@ class Lifecycle:
         if life.state is not WorkloadState.PENDING or life.started_at is not None:
             raise LifecycleError(f"can't submit workload {life.name} when it is {life.state.value}")
         self.lives[life.name] = life
+        self._changed[life.name] = None
         return [Note(life.name, Milestone.SUBMITTED, f"to project {life.ask.queue}")]
 
     def withdraw(self, name: str) -> None:
@@ -376,10 +388,12 @@ class Lifecycle:
         if life.state is not WorkloadState.PENDING or life.start_seq:
             raise LifecycleError(f"can't withdraw workload {name} when it is {life.state.value}")
         del self.lives[name]
+        self._changed[name] = None
 
     def restore(self, life: Life) -> None:
         """Take back a workload as it was (a restarted service reading its store)."""
         self.lives[life.name] = life
+        self._changed[life.name] = None
 
     def forget(self, name: str) -> None:
         """Drop a finished workload (the caller has recorded its end)."""
@@ -387,6 +401,7 @@ class Lifecycle:
         if life is not None and life.state.active:
             raise LifecycleError(f"can't forget workload {name} when it is {life.state.value}")
         self.lives.pop(name, None)
+        self._changed[name] = None
 
     # -- the engine ------------------------------------------------------------------------------
 
@@ -395,6 +410,74 @@ class Lifecycle:
         active = [life for life in self.lives.values() if life.state.active]
         active.sort(key=lambda life: life.ask.seq)
         return Snapshot(tuple(nodes), tuple(queues), tuple(life.workload() for life in active))
+
+    def session(
+        self,
+        nodes: tuple[Node, ...],
+        queues: tuple[Queue, ...],
+        now: float,
+        policy: Policy,
+        hidden: Collection[str] = (),
+    ) -> Session:
+        """The next cycle's session, equal to ``Session(snapshot, now, policy)`` of the same
+        workloads (``hidden`` ones left out) but without a snapshot: a fork of the standing
+        state, which hears only of the workloads that changed since the last cycle.
+
+        The policy's target workload comes from the latest workloads, as
+        ``Policy.for_snapshot`` takes it; keep the session's ``policy`` for the next call.
+        """
+        hidden = frozenset(hidden)
+        standing = self.standing
+        if standing is not None and standing.serves(nodes, queues):
+            self._bring_up_to_date(standing, hidden)
+        if standing is None or not standing.serves(nodes, queues):
+            return self._fresh_session(nodes, queues, now, policy, hidden)
+        self._counted = standing.members
+        return standing.fork(now, policy.for_recent(nodes, standing.recent_workloads()))
+
+    def counted(self) -> dict[str, Workload]:
+        """Every workload the last ``session`` counted, as it counted them: a driver that
+        applies that session's decisions later (the service, whose cycle decides on another
+        thread) checks each against what the workload has become since. Call it before the
+        next change reaches the lifecycle's standing state, i.e. before the next ``session``."""
+        return dict(self._counted)
+
+    def _bring_up_to_date(self, standing: Standing, hidden: frozenset[str]) -> None:
+        changed = self._changed
+        if hidden != self._hidden:
+            changed.update(dict.fromkeys(hidden.symmetric_difference(self._hidden)))
+            self._hidden = hidden
+        for name in changed:
+            life = self.lives.get(name)
+            shown = life is not None and life.state.active and name not in hidden
+            standing.put(name, life.workload() if shown else None)  # type: ignore[union-attr]
+        changed.clear()
+
+    def _fresh_session(
+        self,
+        nodes: tuple[Node, ...],
+        queues: tuple[Queue, ...],
+        now: float,
+        policy: Policy,
+        hidden: frozenset[str],
+    ) -> Session:
+        """Build the standing state from a snapshot (the first cycle, new nodes or queues);
+        when building it decided something already (work on a lost node), that session is
+        the cycle's and the next cycle builds again."""
+        snapshot = self.snapshot(nodes, queues)
+        if hidden:
+            snapshot = replace(
+                snapshot, workloads=tuple(w for w in snapshot.workloads if w.name not in hidden)
+            )
+        standing = Standing(snapshot, now, policy.for_snapshot(snapshot))
+        self._counted = {workload.name: workload for workload in snapshot.workloads}
+        self._changed.clear()
+        self._hidden = hidden
+        if not standing.usable:
+            self.standing = None
+            return standing.session
+        self.standing = standing
+        return standing.fork(now, standing.session.policy)
 
     def apply(self, result: CycleResult, now: float) -> list[Effect]:
         """Carry out a cycle's decisions. A decision about a workload that has moved on since

@@ -24,12 +24,14 @@ Every scorer honours a request's CPU, memory and GPU models (``Ledger.admits``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
+from sortedcontainers import SortedList
 
-from scheduler.engine.fragmentation import FragmentationTable, ScoreKey, TaskShape
+from scheduler.engine.fragmentation import MEMO_LIMIT, FragmentationTable, ScoreKey, TaskShape
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import MILLI, Placement, ReplicaPlacement, Request
 
@@ -228,17 +230,38 @@ class FracHub:
         workload = tuple(workload) or DEFAULT_SHAPES
         return self if workload == self.workload else FracHub(workload)
 
-    def choose(
-        self, ledger: Ledger, request: Request, nodes: Collection[int] | None
-    ) -> ReplicaPlacement | None:
+    def prepare(self, ledger: Ledger) -> None:
+        """Bring this ledger's columns up to date for every request key met so far.
+
+        For a ledger kept between cycles (``Standing``): each cycle's copy then starts from
+        current columns instead of scoring every node for every key again."""
+        columns = self._columns(ledger)
+        for key in list(self.table.keys):
+            columns.column(key)
+
+    def _columns(self, ledger: Ledger) -> _Columns:
         columns = ledger.scratch.get(self)
         if not isinstance(columns, _Columns):
             columns = _Columns(self.table, ledger)
             ledger.scratch[self] = columns
         columns.refresh(ledger)
+        return columns
+
+    def choose(
+        self, ledger: Ledger, request: Request, nodes: Collection[int] | None
+    ) -> ReplicaPlacement | None:
+        columns = self._columns(ledger)
         if request.whole_gpus:
-            delta, pick = columns.growth((MILLI, request.whole_gpus), request)
-        elif request.is_fraction:
+            n = columns.best((MILLI, request.whole_gpus), request, ledger, nodes)
+            return None if n is None else _take_whole(ledger, n, request.whole_gpus)
+        if request.is_fraction and request.gpu_memory_mib is None:
+            shape = (request.milli_on(0), 1)
+            n = columns.best(shape, request, ledger, nodes)
+            if n is None:
+                return None
+            g = ledger.free[n].index(columns.pick(shape, request, n))
+            return ledger.replica_on(n, [(g, request.milli_on(ledger.nodes[n].gpu_memory_mib))])
+        if request.is_fraction:
             delta, pick = columns.fraction_growth(request)
         else:
             delta, pick = columns.growth((0, 0), request)
@@ -255,19 +278,20 @@ class FracHub:
             ok &= within
         if not ok.any():
             return None
-        if request.whole_gpus or request.is_fraction:
-            with np.errstate(over="ignore"):
-                score = -np.floor(100.0 / (1.0 + np.exp(delta / 1000.0)))
-            n = int(np.argmin(np.where(ok, score, np.inf)))
-        else:
-            growth = np.where(ok, delta, np.inf)
-            n = int(np.argmax(growth <= growth.min() + self.cpu_pod_window))
-        if request.whole_gpus:
-            return _take_whole(ledger, n, request.whole_gpus)
         if request.is_fraction:
+            n = int(np.argmin(np.where(ok, _score(delta), np.inf)))
             g = ledger.free[n].index(int(pick[n]))
             return ledger.replica_on(n, [(g, request.milli_on(ledger.nodes[n].gpu_memory_mib))])
+        growth = np.where(ok, delta, np.inf)
+        n = int(np.argmax(growth <= growth.min() + self.cpu_pod_window))
         return ledger.replica_on(n, [])
+
+
+def _score(delta: np.ndarray) -> np.ndarray:
+    """FGD's score, lower is better: ``-int(100 * sigmoid(-growth / 1000))`` of growth
+    rounded to micro-milli (no growth may come out as +-1e-13 on either side of the cut)."""
+    with np.errstate(over="ignore"):
+        return -np.floor(100.0 / (1.0 + np.exp(np.round(delta, 6) / 1000.0)))
 
 
 class _Columns:
@@ -296,7 +320,21 @@ class _Columns:
         ]
         self.columns: dict[ScoreKey, tuple[np.ndarray, np.ndarray]] = {}
         self.stale: dict[ScoreKey, set[int]] = {}
+        self.rows: list[tuple[list[float], list[int]] | None] = [None] * count
+        """Per node: the table's row for its current state as lists (every key's column
+        reads it, so it is looked up once per change, not once per key)."""
         self._models: dict[frozenset[str], np.ndarray] = {}
+        self.scores: dict[ScoreKey, np.ndarray] = {}
+        """Per key and node: FGD's score (``_score``) of the node's growth."""
+        self.ranked: dict[ScoreKey, SortedList] = {}
+        """Per key: (score, node) of every node whose GPUs can host it, best first; the
+        choice is the first entry that passes the host checks, not a pass over every node."""
+        self._score_cache: dict[float, float] = {}
+        """Growth -> score, computed by ``_score`` once per value (elementwise, so the same
+        value scores the same alone or in a column)."""
+        self._owned: set[ScoreKey] = set()
+        """Keys whose ranking this object may change in place (the others are shared with a
+        copy and are copied before their first change)."""
 
     def copy_for(self, ledger: Ledger, twin: Ledger) -> _Columns:
         """The same columns for ``twin``, a fresh copy of ``ledger``."""
@@ -306,9 +344,19 @@ class _Columns:
         other.seen = 0
         other.cpu, other.mem = self.cpu.copy(), self.mem.copy()
         other.state = list(self.state)
+        other.rows = list(self.rows)
         other.columns = {key: (d.copy(), p.copy()) for key, (d, p) in self.columns.items()}
         other.stale = {key: set(nodes) for key, nodes in self.stale.items()}
+        other.scores = {key: score.copy() for key, score in self.scores.items()}
+        other.ranked = dict(self.ranked)
+        self._owned = set()
+        other._owned = set()
         return other
+
+    def rebase(self, ledger: Ledger) -> None:
+        """Read the ledger's journal to its end; the ledger is about to clear it."""
+        self.refresh(ledger)
+        self.seen = 0
 
     def _read(self, ledger: Ledger, n: int) -> tuple[list[int], int, int, int]:
         cpu, mem = ledger.cpu_free[n], ledger.mem_free[n]
@@ -321,12 +369,17 @@ class _Columns:
         journal = ledger.watch()
         if self.seen == len(journal):
             return
-        changed = set(journal[self.seen :])
+        changed = set()
+        for n in set(journal[self.seen :]):
+            state = self._read(ledger, n)
+            if state != self.state[n]:  # else a trial change was rolled back
+                self.state[n] = state
+                self.rows[n] = None
+                changed.add(n)
         self.seen = len(journal)
-        for n in changed:
-            self.state[n] = self._read(ledger, n)
-        for nodes in self.stale.values():
-            nodes |= changed
+        if changed:
+            for nodes in self.stale.values():
+                nodes |= changed
 
     def model_mask(self, ledger: Ledger, models: frozenset[str]) -> np.ndarray:
         mask = self._models.get(models)
@@ -337,24 +390,109 @@ class _Columns:
 
     def growth(self, shape: tuple[int, int], request: Request) -> tuple[np.ndarray, np.ndarray]:
         """(growth, pick) per node for ``shape`` = (milli per GPU, GPU count) of ``request``."""
-        key = self.table.normal((request.cpu_milli, request.memory_mib, *shape))
+        return self.column(self.table.normal((request.cpu_milli, request.memory_mib, *shape)))
+
+    def column(self, key: ScoreKey) -> tuple[np.ndarray, np.ndarray]:
+        """(growth, pick) per node for a request key, brought up to date."""
         column = self.columns.get(key)
-        todo: Iterable[int]
         if column is None:
             self.table.add_keys([key])
             count = len(self.state)
             column = (np.empty(count), np.empty(count, dtype=np.int64))
             self.columns[key] = column
-            todo = range(count)
-        else:
-            todo = self.stale[key]
-        k = self.table.key_index[key]
-        delta, pick = column
-        for n in todo:
-            row_delta, row_pick = self.table.row(*self.state[n])
-            delta[n], pick[n] = row_delta[k], row_pick[k]
+            self._rescore(key, column, range(count), fresh=True)
+        elif self.stale[key]:
+            self._rescore(key, column, self.stale[key], fresh=False)
         self.stale[key] = set()
         return column
+
+    def _rescore(
+        self,
+        key: ScoreKey,
+        column: tuple[np.ndarray, np.ndarray],
+        todo: Iterable[int],
+        fresh: bool,
+    ) -> None:
+        k = self.table.key_index[key]
+        delta, pick = column
+        row = self._row
+        if fresh:
+            for n in todo:
+                row_delta, row_pick = row(n, k)
+                delta[n], pick[n] = row_delta[k], row_pick[k]
+            score = self.scores[key] = _score(delta)
+            finite = np.isfinite(delta)
+            self.ranked[key] = SortedList(
+                zip(score[finite].tolist(), np.flatnonzero(finite).tolist(), strict=True)
+            )
+            self._owned.add(key)
+            return
+        score = self.scores[key]
+        if key not in self._owned:
+            self.ranked[key] = self.ranked[key].copy()
+            self._owned.add(key)
+        ranked = self.ranked[key]
+        cache = self._score_cache
+        for n in todo:
+            row_delta, row_pick = row(n, k)
+            value, was = row_delta[k], float(delta[n])
+            pick[n] = row_pick[k]
+            if value == was:
+                continue  # a trial change rolled back: the same growth, the same rank
+            delta[n] = value
+            if math.isfinite(was):
+                ranked.remove((float(score[n]), n))
+            if math.isfinite(value):
+                new = cache.get(value)
+                if new is None:
+                    if len(cache) >= MEMO_LIMIT:
+                        cache.clear()
+                    new = cache[value] = float(_score(np.array([value]))[0])
+                score[n] = new
+                ranked.add((new, n))
+
+    def _row(self, n: int, k: int) -> tuple[list[float], list[int]]:
+        """Node ``n``'s row (at least ``k + 1`` keys long), from the table once per state."""
+        cached = self.rows[n]
+        if cached is None or len(cached[0]) <= k:
+            delta, pick = self.table.row(*self.state[n])
+            cached = self.rows[n] = (delta.tolist(), pick.tolist())
+        return cached
+
+    def best(
+        self,
+        shape: tuple[int, int],
+        request: Request,
+        ledger: Ledger,
+        nodes: Collection[int] | None,
+    ) -> int | None:
+        """The node with the best score for ``shape`` (the first listed among equals) that
+        passes the host checks and is among ``nodes``; None if there is none."""
+        self.growth(shape, request)
+        key = self.table.normal((request.cpu_milli, request.memory_mib, *shape))
+        cpu_need, mem_need, models = request.cpu_milli, request.memory_mib, request.gpu_models
+        cpu, mem = self.cpu, self.mem
+
+        def fits(n: int) -> bool:
+            return (
+                cpu[n] >= cpu_need
+                and mem[n] >= mem_need
+                and (not models or ledger.nodes[n].gpu_model in models)
+            )
+
+        if nodes is not None and len(nodes) < _SCAN_BELOW:
+            delta, score = self.columns[key][0], self.scores[key]
+            found = [(score[n], n) for n in nodes if np.isfinite(delta[n]) and fits(n)]
+            return min(found)[1] if found else None
+        for _, n in self.ranked[key]:
+            if (nodes is None or n in nodes) and fits(n):
+                return n
+        return None
+
+    def pick(self, shape: tuple[int, int], request: Request, n: int) -> int:
+        """The free milli of the GPU to take on node ``n`` (after ``best`` chose it)."""
+        key = self.table.normal((request.cpu_milli, request.memory_mib, *shape))
+        return int(self.columns[key][1][n])
 
     def fraction_growth(self, request: Request) -> tuple[np.ndarray, np.ndarray]:
         """Growth of a fractional request; sized by memory, its share differs per GPU size."""

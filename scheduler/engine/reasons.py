@@ -127,7 +127,15 @@ def protected(session: Session, until: float) -> str:
     )
 
 
-def over_loss_bound(bound: float) -> str:
+def over_loss_bound(bound: float, waited: bool = False) -> str:
+    """``waited``: the bound is what an in-quota job has earned by waiting (its GPUs times
+    the time since it was submitted), not the policy's."""
+    if waited:
+        return (
+            f"; the work that could make room has more than {gpu_hours(bound)} of unsaved work, "
+            "what this job inside its deserved quota has waited for so far (its GPUs times "
+            "its wait); it may cost more as it waits longer"
+        )
     return (
         f"; the work that could make room has more than {gpu_hours(bound)} of unsaved work, "
         "which only a notebook or work inside its deserved quota may cost"

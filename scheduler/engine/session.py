@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -32,6 +32,7 @@ from scheduler.engine.model import (
     Evict,
     EvictReason,
     Move,
+    Node,
     Placement,
     Request,
     Snapshot,
@@ -122,6 +123,11 @@ class Policy:
     immediate_evictions: bool = True
     """False when evicted work keeps its GPUs for a grace period: whatever is placed on them
     is reserved, not started, until the driver reports the evicted work gone."""
+    reclaim_groups: bool = True
+    """Reclaim skips whole groups of queues no claimant of the queue may take from (its own
+    branch above its fair share, or their branch not above theirs) instead of weighing every
+    queue with victims for each claimant. Same decisions either way (speed only); False is
+    the plain reading, kept as the reference the shortcut is tested against."""
 
     def for_snapshot(self, snapshot: Snapshot) -> Policy:
         """This policy with the scorer's target workload taken from the cluster's own recent
@@ -131,12 +137,28 @@ class Policy:
         requests say that better than any fixed guess. The same policy comes back while
         the mix stays the same, so a scorer's memo lives across cycles.
         """
-        sizes = Counter(node.gpu_memory_mib for node in snapshot.nodes if node.gpus)
-        memory = sizes.most_common(1)[0][0] if sizes else 80 * 1024
         recent = heapq.nlargest(RECENT_REQUESTS, snapshot.workloads, key=lambda w: w.seq)
+        return self.for_recent(snapshot.nodes, recent)
+
+    def for_recent(self, nodes: Sequence[Node], recent: Iterable[Workload]) -> Policy:
+        """``for_snapshot`` given the latest workloads already (a standing session keeps them)."""
+        sizes = Counter(node.gpu_memory_mib for node in nodes if node.gpus)
+        memory = sizes.most_common(1)[0][0] if sizes else 80 * 1024
         scorer = self.scorer.with_workload(recent_workload((w.request for w in recent), memory))
         return self if scorer is self.scorer else replace(self, scorer=scorer)
 
+
+def _changed(workload: Workload, **changes: object) -> Workload:
+    """``dataclasses.replace`` for the few fields a cycle changes, without running the
+    constructor again: a burst cycle makes tens of thousands of these."""
+    twin = object.__new__(Workload)
+    twin.__dict__.update(workload.__dict__)
+    twin.__dict__.update(changes)
+    return twin
+
+
+REQUEST_SIZES = 400_000
+"""Request sizes a session (and its forks) remember before starting again."""
 
 RECENT_REQUESTS = 1000
 """How many of the latest workloads describe the cluster's target workload."""
@@ -148,6 +170,41 @@ class Accounting:
 
     allocated: dict[str, int] = field(default_factory=dict)
     non_preemptible: dict[str, int] = field(default_factory=dict)
+
+
+class VictimLists(Mapping[str, list[Workload]]):
+    """Queue -> its running preemptible work in victim order, sorted on first use.
+
+    A cycle walks the victims of the queues it reclaims from, often a few of many: sorting
+    only those spares a key per running workload in the others."""
+
+    def __init__(
+        self,
+        members: Mapping[str, Mapping[str, Workload]],
+        key: Callable[[Workload, float], tuple],
+        now: float,
+    ) -> None:
+        self.members = members
+        self.key = key
+        self.now = now
+        self.sorted: dict[str, list[Workload]] = {}
+
+    def __getitem__(self, queue: str) -> list[Workload]:
+        found = self.sorted.get(queue)
+        if found is None:
+            key, now = self.key, self.now
+            found = sorted(self.members[queue].values(), key=lambda w: key(w, now))
+            self.sorted[queue] = found
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return (queue for queue, members in self.members.items() if members)
+
+    def __len__(self) -> int:
+        return sum(1 for members in self.members.values() if members)
+
+    def __contains__(self, queue: object) -> bool:
+        return bool(self.members.get(queue))  # type: ignore[call-overload]
 
 
 class Session:
@@ -163,12 +220,16 @@ class Session:
         self.largest_gpu_mib = max((node.gpu_memory_mib for node in snapshot.nodes), default=1)
         self.decisions: list[Decision] = []
         self.running: dict[str, Workload] = {}
-        self.pending: list[Workload] = []
+        self.pending: dict[str, Workload] = {}
+        """Waiting work by name (the cycle serves it in rule 7's order, never in this one's)."""
         self.reserved: dict[str, str] = {}
         """Pending workload -> why it waits, for those placed onto releasing capacity."""
         self._placed_size: dict[str, int] = {}
         self._by_node: dict[str, list[str]] | None = None
-        self._request_size: dict[Request, int] = {}
+        self._request_size: dict[int, tuple[Request, int]] = {}
+        """id(request) -> (request, milli-GPUs): by identity, since hashing and comparing
+        request dataclasses cost more than the size itself (a workload keeps its request
+        object from cycle to cycle, so the standing session's entries stay valid)."""
         self._next_start_seq = 1 + max((w.start_seq for w in snapshot.workloads), default=0)
 
         releasing: list[Placement] = []
@@ -183,7 +244,7 @@ class Session:
         """Requeued victims whose claimant still waits: served after everyone else."""
         for workload in snapshot.workloads:
             if workload.state is State.PENDING:
-                self.pending.append(workload)
+                self.pending[workload.name] = workload
                 if workload.claimant in pending_names:
                     self.yielding.add(workload.name)
                 demand[workload.queue] += self.request_size(workload)
@@ -198,7 +259,7 @@ class Session:
                     releasing.append(workload.placement)
             elif not on_known_nodes:
                 self._record(Evict(workload.name, EvictReason.NODE_LOST, **self.loss(workload)))
-                self.pending.append(replace(workload, state=State.PENDING, placement=()))
+                self.pending[workload.name] = replace(workload, state=State.PENDING, placement=())
                 demand[workload.queue] += self.request_size(workload)
             else:
                 self.running[workload.name] = workload
@@ -218,6 +279,8 @@ class Session:
             ],
         )
         self.held = [[0] * len(gpus) for gpus in self.ledger.free]
+        self._own_held = set(range(len(self.held)))
+        """Nodes whose ``held`` list this session may change in place (see ``fork``)."""
         for placement in releasing:
             self._hold(placement)
         self.use = Accounting(
@@ -238,7 +301,7 @@ class Session:
             if w.preemptible and w.min_runtime > 0 and w.started_at is not None
         )
         self._new_protections: list[tuple[float, str, float]] = []
-        self._victims: dict[str, list[Workload]] | None = None
+        self._victims: VictimLists | None = None
         self._victims_cover = 0
         self.first_new_start = self._next_start_seq
         """Starts (and moves) in this session are numbered from here; such work is not a victim
@@ -259,13 +322,17 @@ class Session:
         twin.reserved = {}
         twin.claimed = {k: list(v) for k, v in self.claimed.items()}
         twin.running = dict(self.running)
-        twin.pending = [w for w in self.pending if w.name not in self.running] + [
-            *self.requeued,
-            *arrivals,
-        ]
+        running = self.running
+        twin.pending = {name: w for name, w in self.pending.items() if name not in running}
+        for workload in (*self.requeued, *arrivals):
+            twin.pending[workload.name] = workload
         twin.requeued = []
+        prepare = getattr(self.policy.scorer, "prepare", None)
+        if prepare is not None:
+            prepare(self.ledger)  # scorer caches (frachub's columns) made here once, then copied
         twin.ledger = self.ledger.copy()
-        twin.held = [list(gpus) for gpus in self.held]
+        twin.held = list(self.held)  # each node's list copied before its first change
+        self._own_held, twin._own_held = set(), set()
         twin.use = Accounting(dict(self.use.allocated), dict(self.use.non_preemptible))
         twin._placed_size = dict(self._placed_size)
         twin.running_count = dict(self.running_count)
@@ -284,18 +351,16 @@ class Session:
         )
         return twin
 
-    def victim_lists(self) -> dict[str, list[Workload]]:
-        """Running preemptible work per queue in victim order (rule 4), sorted once and shared
-        with forks (who skip whatever no longer runs)."""
+    def victim_lists(self) -> Mapping[str, list[Workload]]:
+        """Running preemptible work per queue in victim order (rule 4), each queue sorted when
+        first asked for and shared with forks (who skip whatever no longer runs)."""
         if self._victims is None:
             self._victims_cover = self._next_start_seq
-            self._victims = {}
+            members: dict[str, dict[str, Workload]] = {}
             for workload in self.running.values():
                 if workload.preemptible:
-                    self._victims.setdefault(workload.queue, []).append(workload)
-            key, now = self.policy.victim_key, self.now
-            for candidates in self._victims.values():
-                candidates.sort(key=lambda w: key(w, now))
+                    members.setdefault(workload.queue, {})[workload.name] = workload
+            self._victims = VictimLists(members, self.policy.victim_key, self.now)
         return self._victims
 
     def _protections_now(self) -> list[tuple[float, str, float]]:
@@ -337,15 +402,19 @@ class Session:
 
     def request_size(self, workload: Workload) -> int:
         request = workload.request
-        size = self._request_size.get(request)
-        if size is None:
-            if request.whole_gpus:
-                per_replica = request.whole_gpus * MILLI
-            elif request.is_fraction:
-                per_replica = request.milli_on(self.largest_gpu_mib)
-            else:
-                per_replica = 0
-            size = self._request_size[request] = per_replica * request.replicas
+        known = self._request_size.get(id(request))
+        if known is not None and known[0] is request:
+            return known[1]
+        if request.whole_gpus:
+            per_replica = request.whole_gpus * MILLI
+        elif request.is_fraction:
+            per_replica = request.milli_on(self.largest_gpu_mib)
+        else:
+            per_replica = 0
+        size = per_replica * request.replicas
+        if len(self._request_size) >= REQUEST_SIZES:
+            self._request_size.clear()  # a long-lived standing session meets ever new requests
+        self._request_size[id(request)] = (request, size)
         return size
 
     def _count(self, workload: Workload, sign: int, size: int | None = None) -> None:
@@ -358,6 +427,9 @@ class Session:
     def _hold(self, placement: Placement, sign: int = 1) -> None:
         for replica in placement:
             n = self.ledger.index[replica.node]
+            if n not in self._own_held:
+                self.held[n] = list(self.held[n])
+                self._own_held.add(n)
             for share in replica.gpus:
                 self.held[n][share.index] += sign * share.milli
 
@@ -431,8 +503,8 @@ class Session:
         self._count(workload, +1, size)
         if self.conflicts_with_releasing(placement):
             self.reserved[workload.name] = reasons.reserved()
-            return replace(workload, state=State.RUNNING, placement=placement)
-        placed = replace(
+            return _changed(workload, state=State.RUNNING, placement=placement)
+        placed = _changed(
             workload,
             state=State.RUNNING,
             placement=placement,
@@ -452,7 +524,7 @@ class Session:
         self.running_count[workload.queue] -= 1
         self._count(workload, -1)
         del self._placed_size[workload.name]
-        self.requeued.append(replace(workload, state=State.PENDING, placement=(), started_at=None))
+        self.requeued.append(_changed(workload, state=State.PENDING, placement=(), started_at=None))
         self.ledger.give_back(
             workload.placement, workload.request.cpu_milli, workload.request.memory_mib
         )
@@ -464,7 +536,7 @@ class Session:
         """A consolidation move; the caller has already taken the new spot on the ledger."""
         if not self.policy.immediate_evictions:
             self._hold(workload.placement)
-        moved = replace(
+        moved = _changed(
             workload, placement=placement, started_at=self.now, start_seq=self._next_start_seq
         )
         self._next_start_seq += 1

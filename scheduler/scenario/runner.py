@@ -24,7 +24,7 @@ from scheduler.engine import (
     Policy,
     Snapshot,
     Workload,
-    run_cycle,
+    decide,
     scorer_named,
 )
 from scheduler.engine.ledger import Ledger
@@ -189,14 +189,20 @@ class Runner:
             self.unsubmitted = [item for item in self.unsubmitted if item[1].at > now]
             for seq, spec in due:
                 self.submit(seq, spec, now)
+        observed = type(self).after_cycle is not Runner.after_cycle
         for _ in range(MAX_CYCLES_PER_INSTANT):
-            snapshot = self.snapshot()
-            self.policy = self.policy.for_snapshot(snapshot)  # target: the requests so far
-            self.result = run_cycle(snapshot, now, self.policy)
+            snapshot = self.snapshot() if observed else None
+            # the service's path: the lifecycle's standing state, brought up to date
+            session = self.lifecycle.session(
+                tuple(self.nodes), self.scenario.queues, now, self.policy
+            )
+            self.policy = session.policy  # target: the requests so far
+            self.result = decide(session)
             if not self.result.decisions:
                 break
             self._carry_out(self.lifecycle.apply(self.result, now), now)
-            self.after_cycle(snapshot, self.result, now)
+            if snapshot is not None:
+                self.after_cycle(snapshot, self.result, now)
         else:
             raise Unsettled(f"the engine did not settle at t={now:g}s")
         self.after_instant(now)

@@ -6,7 +6,9 @@
    ``lost_gpu_seconds`` that time its placed GPUs, computed here independently;
 2. no move of work protected by min_runtime, and no move losing more than the bound;
 3. no eviction losing more than the bound unless its claimant is a notebook or inside its
-   queue's deserved quota (with the claimant, at its turn in the cycle);
+   queue's deserved quota (with the claimant, at its turn in the cycle); for an in-quota
+   training claimant, not more than it has waited for either (its GPUs times the time
+   since it was submitted);
 4. every cycle keeps the invariants ``check_cycle`` checks.
 
 The "settled stays settled until the next instant" check of ``test_invariants`` is left out
@@ -129,6 +131,14 @@ def loss_problems(snapshot: Snapshot, result: CycleResult, now: float, bound: fl
                         f"{at}: {workload.name} evicted losing {gpu_seconds:g} GPU-s > {bound:g} "
                         f"for {decision.claimant}, neither a notebook nor inside its quota"
                     )
+                elif not notebook:
+                    size = _request_milli(claimant.request, largest) / MILLI
+                    waited = size * (now - claimant.submitted_at)
+                    if gpu_seconds > waited + 1e-3:
+                        problems.append(
+                            f"{at}: {workload.name} evicted losing {gpu_seconds:g} GPU-s for "
+                            f"{decision.claimant}, more than the {waited:g} it has waited for"
+                        )
         if isinstance(decision, Start):
             use[workload.queue] += _held(decision.placement)
         elif isinstance(decision, Evict):
@@ -200,3 +210,28 @@ def test_the_checker_sees_a_costly_move_and_a_wrong_report():
     assert any("lost_seconds, expected 50" in p for p in found)
     over = CycleResult((Evict("t", EvictReason.PREEMPT, "c", 50.0, 50.0),), {}, {}, None)
     assert any("neither a notebook" in p for p in loss_problems(snapshot, over, 50.0, 10.0))
+
+
+def test_the_checker_sees_an_in_quota_job_costing_more_than_it_waited_for():
+    """An in-quota training claimant that has just arrived may not cost 50 GPU-seconds."""
+    doc = {
+        "cluster": {"nodes": [{"name": "a", "gpus": 2}]},
+        "queues": [{"name": "lab", "deserved_gpus": 2}, {"name": "other", "deserved_gpus": 0}],
+        "workloads": [
+            {
+                "name": "t",
+                "queue": "other",
+                "gpus": 1,
+                "state": "running",
+                "placement": [{"node": "a", "gpus": [0]}],
+            },
+            {"name": "c", "queue": "lab", "gpus": 2, "at": 50},
+        ],
+    }
+    runner = Runner(parse_scenario(doc))
+    runner.begin_running()
+    for seq, spec in list(runner.unsubmitted):
+        runner.submit(seq, spec, 50.0)
+    costly = CycleResult((Evict("t", EvictReason.RECLAIM, "c", 50.0, 50.0),), {}, {}, None)
+    found = loss_problems(runner.snapshot(), costly, 50.0, 10.0)
+    assert any("more than the 0 it has waited for" in p for p in found), found

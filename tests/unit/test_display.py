@@ -90,6 +90,14 @@ def test_timeline_lines_read_as_sentences() -> None:
     assert event_line("submitted", "") == "submitted"
 
 
+def test_a_lost_attempt_reads_as_what_happened() -> None:
+    """A process that vanished is "lost its process"; an attempt the cluster could not start
+    says so in the backend's own sentence, not as a lost process."""
+    assert event_line("lost", "its process vanished") == "lost its process: its process vanished"
+    stuck = "Kubernetes found no node for its pod p for 300 s: 0/1 nodes are available; requeued"
+    assert event_line("lost", stuck) == stuck
+
+
 def test_a_pending_headline_says_the_plain_reason_first() -> None:
     dense = (
         "needs 1 GPU; no node has a wholly free GPU; with it vision would use 1.5 GPUs, above "

@@ -112,4 +112,27 @@ def test_a_small_run_reports_every_measurement_and_the_notebook_starts():
         assert outcome["started"], outcome
         assert outcome["victims"], "a fully packed cluster needs victims"
         assert all(v["kind"] == "training" for v in outcome["victims"])
-    assert "full run_cycle" in bench.table(report)
+    report["peak_rss_mib"] = bench.peak_rss_mib()
+    assert "full cycle: decide(lifecycle.session())" in bench.table(report)
+
+
+def test_kai_size_has_a_three_level_tree_and_runs_small():
+    """The 4,000-node configuration's tree (4 divisions > 20 departments > 200 projects), at a
+    size small enough for a unit test, builds valid and reports every measurement."""
+    small = replace(bench.KAI, nodes=80, running=1_600, pending=800)
+    snapshot = bench.build_cycle_snapshot(small, seed=1)
+    counts = bench.validate(snapshot)
+    assert counts["queues"] == 4 + 20 + 200 and counts["departments"] == 4
+    queues = {q.name: q for q in snapshot.queues}
+    parents = {q.parent for q in snapshot.queues}
+    for leaf in (q for q in snapshot.queues if q.name not in parents):
+        chain = [leaf.name]
+        while queues[chain[-1]].parent is not None:
+            chain.append(queues[chain[-1]].parent)
+        assert len(chain) == 3, chain
+    for division in (q for q in snapshot.queues if q.parent is None):
+        kids = [q for q in snapshot.queues if q.parent == division.name]
+        assert len(kids) == 5
+        assert division.deserved_gpus == sum(k.deserved_gpus for k in kids)
+    report = bench.run(small, reps=1, probe_reps=1, seed=1, only="cycle")
+    assert report["cycle_decisions"]["evicted_non_preemptible"] == 0
