@@ -168,7 +168,11 @@ def hub_values(definitions: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "hub": {
             "image": dict(definitions["image"]),
-            "config": {"JupyterHub": {"custom_scopes": dict(CUSTOM_SCOPES)}},
+            "config": {
+                "JupyterHub": {"custom_scopes": dict(CUSTOM_SCOPES)},
+                # notebooks share GPUs the way the scheduler's jobs do (frachub-values' sharing)
+                "FracKubeSpawner": {"frachub_sharing_mode": definitions["sharing"]},
+            },
             "services": {
                 SERVICE_NAME: {
                     "url": service_url(definitions),

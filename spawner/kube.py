@@ -10,14 +10,21 @@ KubeSpawner's own ``_apply_overrides``, where KubeSpawner applies them.
 Once the share is granted, ``get_pod_manifest`` places the pod on it (and otherwise leaves
 KubeSpawner's pod alone):
 
-- ``node_selector`` gains ``kubernetes.io/hostname: <the allocation's node>``;
+- the pod is pinned to the allocation's node by node affinity on the Node's *name*
+  (``matchFields: metadata.name``, added to each of the profile's own required terms, so they
+  still hold), as the backend pins jobs: the ``kubernetes.io/hostname`` label differs from
+  the name on some clusters (hostname-override, FQDN node names). ``frachub_node_label``
+  pins with a ``nodeSelector`` on that label instead;
 - whole GPUs: ``extra_resource_limits`` ``nvidia.com/gpu: N`` (the device plugin picks them and
   sets ``NVIDIA_VISIBLE_DEVICES``);
 - a fraction, ``frachub_sharing_mode = "reservation"``: the GPU's reservation pod is created or
   found (shared with the scheduler's backend, see scheduler/backends/kubernetes/reservation.py;
   only the verbs of z2jh's hub Role: the scheduler writes the UUID onto it), and the pod gets
   ``NVIDIA_VISIBLE_DEVICES`` of that UUID and no GPU request;
-- a fraction, ``"hami"``: ``nvidia.com/gpu: 1`` and ``nvidia.com/gpumem: <MiB>``;
+- ``"hami"``: the resources of ``objects.gpu_resources`` (a fraction: ``nvidia.com/gpu: 1``
+  and ``nvidia.com/gpumem: <MiB>`` rounded down; whole GPUs: 100 % memory and cores),
+  ``schedulerName`` HAMi's (``frachub_hami_scheduler_name``) and ``nvidia.com/use-gpuuuid``
+  the allocation's GPUs, so HAMi places the notebook on the GPU the scheduler chose;
 - ``priority_class_name`` from ``frachub_priority_class``, and FracHub's labels and the
   ``frachub.io/gpu-shares`` annotation, so the scheduler knows which reservations are in use.
 """
@@ -28,6 +35,13 @@ import copy
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
+from kubernetes_asyncio.client.models import (
+    V1Affinity,
+    V1NodeAffinity,
+    V1NodeSelector,
+    V1NodeSelectorRequirement,
+    V1NodeSelectorTerm,
+)
 from kubespawner import KubeSpawner
 from traitlets import CaselessStrEnum, Float, List, Unicode
 
@@ -48,7 +62,17 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         KubernetesBackend.sharing_mode ("reservation" or "hami", see docs/kubernetes.md).""",
     )
     frachub_node_label = Unicode(
-        o.HOSTNAME, config=True, help="The node label that pins the pod to its node."
+        "",
+        config=True,
+        help="""Empty (default): the pod is pinned to its node by node affinity on the Node's
+        name (matchFields metadata.name), as KubernetesBackend pins jobs. A label (e.g.
+        kubernetes.io/hostname, where it equals the node name): a nodeSelector on it.""",
+    )
+    frachub_hami_scheduler_name = Unicode(
+        o.HAMI_SCHEDULER,
+        config=True,
+        help="""hami mode: HAMi's schedulerName (as KubernetesBackend.hami_scheduler_name),
+        set on notebook pods with a GPU.""",
     )
     frachub_priority_class = Unicode(
         "", config=True, help="priorityClassName of notebook pods (e.g. frachub-interactive)."
@@ -108,8 +132,15 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         if o.is_fractional(replica) and self.frachub_sharing_mode == "reservation":
             uuid = self._frachub_reserved_uuid or ""
             env[NVIDIA_VISIBLE_DEVICES] = env["FRACHUB_GPU_UUIDS"] = uuid or "none"
-        else:  # the device plugin (whole GPUs) or HAMi picks the device
-            env.pop(NVIDIA_VISIBLE_DEVICES, None)
+            return env
+        # the device plugin (whole GPUs) or HAMi sets the devices
+        env.pop(NVIDIA_VISIBLE_DEVICES, None)
+        if o.is_fractional(replica) and self.frachub_sharing_mode == "hami":
+            # the GPU nvidia.com/use-gpuuuid names, and the nvidia.com/gpumem HAMi enforces
+            gpu = self.allocation["placement"][0]["gpus"][0]
+            memory = int(gpu.get("memory_mib") or 0)
+            env["FRACHUB_GPU_MEMORY_MIB"] = str(o.share_memory_mib(replica.gpus[0].milli, memory))
+        else:
             env.pop("FRACHUB_GPU_UUIDS", None)
         return env
 
@@ -117,13 +148,15 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         """Node selector, GPU resources, priority class and labels for this allocation."""
         limits = {k: v for k, v in self.extra_resource_limits.items() if k not in (o.GPU, o.GPUMEM)}
         selector = dict(self.node_selector)
-        selector.pop(self.frachub_node_label, None)
+        if self.frachub_node_label:
+            selector.pop(self.frachub_node_label, None)
         if replica is not None:
             assert self.allocation is not None
             gpu = self.allocation["placement"][0]["gpus"][0]
-            memory = round(gpu["share"] * float(gpu.get("memory_mib") or 0))
+            memory = o.share_memory_mib(replica.gpus[0].milli, int(gpu.get("memory_mib") or 0))
             limits.update(o.gpu_resources(self.frachub_sharing_mode, replica, memory))
-            selector[self.frachub_node_label] = replica.node
+            if self.frachub_node_label:
+                selector[self.frachub_node_label] = replica.node
             self.extra_labels = {
                 **self.extra_labels,
                 o.TRACKED: "true",
@@ -174,4 +207,46 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         ):
             self._frachub_reserved_uuid = await self.frachub_reserve(replica)
         self.frachub_placement(replica)
-        return await super().get_pod_manifest()
+        pod = await super().get_pod_manifest()
+        if replica is not None:
+            if not self.frachub_node_label:
+                pin_by_name(pod, replica.node)
+            if self.frachub_sharing_mode == "hami":
+                self._frachub_hami(pod, replica)
+        return pod
+
+    def _frachub_hami(self, pod: Any, replica: ReplicaPlacement) -> None:
+        """HAMi's scheduler and the allocation's GPUs (``objects.hami_pod_fields``)."""
+        assert self.allocation is not None
+        uuids = {
+            (replica.node, gpu["index"]): gpu.get("uuid") or ""
+            for gpu in self.allocation["placement"][0]["gpus"]
+        }
+        settings = o.PodSettings(
+            namespace=self.namespace,
+            image="",
+            sharing="hami",
+            hami_scheduler_name=self.frachub_hami_scheduler_name,
+        )
+        try:
+            scheduler, annotations = o.hami_pod_fields(settings, [replica], uuids)
+        except ValueError as error:
+            raise SpawnException(str(error), reason="frachub-hami", status_code=503) from error
+        pod.spec.scheduler_name = scheduler
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
+
+
+def pin_by_name(pod: Any, node: str) -> None:
+    """Require ``node`` by name (``matchFields: metadata.name``) in a KubeSpawner V1Pod: a
+    term of its own, or added to each required term the profile has (terms are ORed, a
+    term's requirements ANDed, so every way onto a node still leads only to this one)."""
+    field = V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+    spec = pod.spec
+    spec.affinity = spec.affinity or V1Affinity()
+    affinity = spec.affinity.node_affinity = spec.affinity.node_affinity or V1NodeAffinity()
+    required = affinity.required_during_scheduling_ignored_during_execution
+    if required is None or not required.node_selector_terms:
+        required = V1NodeSelector(node_selector_terms=[V1NodeSelectorTerm()])
+        affinity.required_during_scheduling_ignored_during_execution = required
+    for term in required.node_selector_terms:
+        term.match_fields = [*(term.match_fields or []), field]

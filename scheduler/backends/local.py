@@ -509,7 +509,8 @@ class LocalBackend(LoggingConfigurable):
         home: str,
         gpu_env: dict[str, str],
     ) -> dict[str, str]:
-        """Kept service variables < ``environment`` < the job's < identity < the contract."""
+        """Kept service variables < ``environment`` < the job's < identity < the contract <
+        the job's credentials."""
         env = {name: os.environ[name] for name in self.env_keep if name in os.environ}
         env.setdefault("PATH", DEFAULT_PATH)
         env.update(self.environment)
@@ -518,6 +519,7 @@ class LocalBackend(LoggingConfigurable):
         if account is not None and account.pw_shell:
             env["SHELL"] = account.pw_shell
         env.update(gpu_env)
+        env.update(job.credentials)
         if self.python_hook:
             env["PYTHONPATH"] = prepend_path(HOOK_DIR, env.get("PYTHONPATH"))
         return env

@@ -35,6 +35,7 @@ WORKLOAD_RULES = {
     ("", "events"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get"},
+    ("", "secrets"): {"create", "patch"},
 }
 LEADER_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 NODE_RULES = {("", "nodes"): {"get", "list", "watch"}, ("", "pods"): {"list", "watch"}}
@@ -212,6 +213,8 @@ def test_the_config_map_holds_the_projects_from_values(case, chart):
     )
     backend = settings["KubernetesBackend"]
     assert backend["sharing_mode"] == merged(chart, values)["sharing"]
+    hami = merged(chart, values)["kubernetes"]["hamiSchedulerName"]
+    assert backend["hami_scheduler_name"] == hami
     assert settings["FracHubService"]["backend_class"].endswith(".KubernetesBackend")
 
 
@@ -306,7 +309,7 @@ def peers(documents) -> list[dict[str, Any]]:
     return [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
 
 
-def test_network_policy_admits_the_hub_the_proxy_and_notebooks(chart):
+def test_network_policy_admits_the_hub_the_proxy_notebooks_and_jobs(chart):
     documents = render(chart, {})
     policy = one(documents, "NetworkPolicy")
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -314,6 +317,7 @@ def test_network_policy_admits_the_hub_the_proxy_and_notebooks(chart):
         "hub",
         "proxy",
         "singleuser-server",
+        "training",  # a job's hub_ext.client.checkpointed()
     ]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     pod_labels = deployment(documents)["spec"]["template"]["metadata"]["labels"]
@@ -322,7 +326,11 @@ def test_network_policy_admits_the_hub_the_proxy_and_notebooks(chart):
 
 def test_network_policy_peers_are_values(chart):
     documents = render(chart, CASES["custom-projects"])
-    assert sorted(p["app.kubernetes.io/component"] for p in peers(documents)) == ["hub", "proxy"]
+    assert sorted(p["app.kubernetes.io/component"] for p in peers(documents)) == [
+        "hub",
+        "proxy",
+        "training",
+    ]
     ingress = one(documents, "NetworkPolicy")["spec"]["ingress"]
     assert ingress[1] == CASES["custom-projects"]["networkPolicy"]["extraIngress"][0]
 

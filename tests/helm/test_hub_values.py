@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 from conftest import REPO, load_yaml, one, render
 
 from hub_ext import helm_values
@@ -177,3 +178,14 @@ def test_main_writes_and_checks(tmp_path, capsys):
     assert "frachub-values.yaml is out of date" in capsys.readouterr().err
     definitions.write_text("sharing: [")
     assert helm_values.main([str(definitions)]) == 2
+
+
+def test_notebooks_share_gpus_the_way_the_scheduler_does():
+    """Both releases get the definitions' sharing mode: a hub left in reservation mode with
+    a scheduler in hami mode would give notebooks no HAMi memory limit."""
+    for sharing in ("reservation", "hami"):
+        generated = helm_values.generate({**DEFINITIONS, "sharing": sharing})
+        hub = yaml.safe_load(generated["hub-values.yaml"])
+        frachub = yaml.safe_load(generated["frachub-values.yaml"])
+        assert hub["hub"]["config"]["FracKubeSpawner"]["frachub_sharing_mode"] == sharing
+        assert frachub["sharing"] == sharing

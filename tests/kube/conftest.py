@@ -7,9 +7,17 @@
     backend     backend(**traits) -> a connected KubernetesBackend on that cluster
     hub         a real JupyterHub for the module (the tests that run ``frachub service``)
 
+Tests name their nodes ``cluster.node(0)``, ``cluster.node(1)``: the GPU nodes of
+$FRACHUB_KUBE_NODES ("name:gpus:memory_mib,..."), else on a real cluster the GPU nodes its
+inventory reads (GPU feature discovery's labels and allocatable ``nvidia.com/gpu``), else the
+fake's. ``FRACHUB_KUBE_NODES=node-b:2:40960`` runs the fake through that same path (the
+tests needing a second node then skip). ``cluster.pods()``/``cluster.jobs()`` read through
+the API server, as a real cluster is read.
+
 Every test here is marked ``kubernetes``. The fake run never skips; on a real cluster, steps
 that only the fake can perform (finishing a pod with a chosen code, injecting API errors,
-compacting the watch history) skip the test with a message saying so.
+compacting the watch history) skip the test with a message saying so, and so does a test
+needing more GPU nodes or GPUs than the cluster has.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +35,27 @@ from hubharness import Hub, running_hub
 
 from scheduler.backends.kubernetes import KubernetesBackend
 from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.client import Kube, load_configuration
 
 from .fakeapi import FakeKube
 
 HERE = Path(__file__).resolve().parent
 REAL = os.environ.get("FRACHUB_KUBE_REAL") == "1" and bool(os.environ.get("KUBECONFIG"))
+NODES_ENV = "FRACHUB_KUBE_NODES"
+FAKE_NODES = (("node-a", 4, 81920), ("node-b", 2, 40960))
+"""The fake's GPU nodes: (name, GPUs, memory MiB per GPU)."""
+
+
+def nodes_from_env(text: str) -> tuple[tuple[str, int, int], ...]:
+    """``FRACHUB_KUBE_NODES``: "name:gpus:memory_mib,..." (a mistyped entry fails loudly)."""
+    nodes = []
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            name, gpus, memory = entry.split(":")
+            nodes.append((name, int(gpus), int(memory)))
+        except ValueError:
+            raise pytest.UsageError(f"{NODES_ENV}: {entry!r} is not name:gpus:memory_mib") from None
+    return tuple(nodes)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,21 +114,148 @@ def started_fake() -> Iterator[FakeKube]:
 
 
 class Cluster:
-    """The fake (``fake`` set) or a real cluster (``fake`` None)."""
+    """The fake (``fake`` set) or a real cluster (``fake`` None), and the GPU nodes the tests
+    place work on (``nodes``: name, GPUs, memory MiB per GPU)."""
 
-    def __init__(self, kubeconfig: str, namespace: str, fake: FakeKube | None) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        namespace: str,
+        fake: FakeKube | None,
+        nodes: tuple[tuple[str, int, int], ...] = FAKE_NODES,
+    ) -> None:
         self.kubeconfig, self.namespace, self.fake = kubeconfig, namespace, fake
+        self.nodes = nodes
 
     def require_fake(self, why: str) -> FakeKube:
         if self.fake is None:
             pytest.skip(f"fake-only step on a real cluster: {why}")
         return self.fake
 
+    def node(self, index: int, gpus: int = 1) -> str:
+        """The name of the ``index``-th GPU node (0-based) with at least ``gpus`` GPUs; skips
+        the test, saying what it needs, when the cluster has no such node."""
+        fitting = [name for name, count, _ in self.nodes if count >= gpus]
+        if index >= len(fitting):
+            have = ", ".join(f"{n}:{g}" for n, g, _ in self.nodes) or "none"
+            pytest.skip(
+                f"needs {index + 1} GPU node(s) with >= {gpus} GPU(s); the cluster's GPU nodes "
+                f"are {have} ({NODES_ENV} or the nodes' labels and nvidia.com/gpu)"
+            )
+        return fitting[index]
+
     def pods(self, labels: str = "") -> list[dict[str, Any]]:
-        return self.require_fake("reading objects directly").objects("pods", self.namespace, labels)
+        """The namespace's pods matching ``labels``, read through the API server."""
+        return self._list("pods", labels)
 
     def jobs(self, labels: str = "") -> list[dict[str, Any]]:
-        return self.require_fake("reading objects directly").objects("jobs", self.namespace, labels)
+        """The namespace's Jobs matching ``labels``, read through the API server."""
+        return self._list("jobs", labels)
+
+    def services(self, labels: str = "") -> list[dict[str, Any]]:
+        """The namespace's Services matching ``labels``, read through the API server."""
+        return self._list("services", labels)
+
+    def finish(self, pod: dict[str, Any], code: int) -> None:
+        """End ``pod``'s process with ``code``: the fake's kubelet does it now; on a real
+        cluster the test's command ends by itself (``ends(code)``)."""
+        if self.fake is not None:
+            self.fake.finish_pod(self.namespace, pod["metadata"]["name"], code)
+
+    def ends(self, code: int, seconds: int = 5) -> str:
+        """A job command that runs ``seconds`` and exits with ``code`` on a real cluster (the
+        fake runs no command: ``finish`` ends it)."""
+        return f"sleep {seconds}; exit {code}"
+
+    def ignoring_sigterm(self) -> str:
+        """A job command whose process ignores SIGTERM (only SIGKILL ends it): the fake's
+        kubelet is told so; on a real node the shell ignores it."""
+        if self.fake is not None:
+            self.fake.ignore_sigterm = True
+        return "trap '' TERM; sleep 600"
+
+    @property
+    def patience(self) -> float:
+        """Seconds to wait for a pod to run: a real node may pull the image first."""
+        return 10.0 if self.fake is not None else 120.0
+
+    def _list(self, plural: str, labels: str) -> list[dict[str, Any]]:
+        # called from inside a test's event loop, in sync checks: a loop of its own in a thread
+        async def read() -> list[dict[str, Any]]:
+            kube = Kube(await load_configuration(self.kubeconfig), retries=2)
+            try:
+                list_ = {
+                    "pods": kube.core.list_namespaced_pod,
+                    "jobs": kube.batch.list_namespaced_job,
+                    "services": kube.core.list_namespaced_service,
+                }[plural]
+                found = await kube.call(list_, self.namespace, label_selector=labels)
+                return sorted(found.get("items") or [], key=lambda i: i["metadata"]["name"])
+            finally:
+                await kube.close()
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, read()).result()
+
+    def clean(self) -> None:
+        """Delete what FracHub created in the namespace and wait until it is gone (a real
+        cluster outlives a test; the names a test uses must be free for the next)."""
+
+        async def clean() -> None:
+            kube = Kube(await load_configuration(self.kubeconfig), retries=2)
+            selector = o.MANAGED_SELECTOR
+            try:
+                for delete in (
+                    kube.batch.delete_collection_namespaced_job,
+                    kube.core.delete_collection_namespaced_pod,
+                ):
+                    await kube.call(
+                        delete,
+                        self.namespace,
+                        label_selector=selector,
+                        propagation_policy="Background",
+                        grace_period_seconds=1,
+                    )
+                services = await kube.call(
+                    kube.core.list_namespaced_service, self.namespace, label_selector=selector
+                )
+                for service in services.get("items") or []:
+                    await kube.call(
+                        kube.core.delete_namespaced_service,
+                        service["metadata"]["name"],
+                        self.namespace,
+                    )
+                for _ in range(120):
+                    pods = await kube.call(
+                        kube.core.list_namespaced_pod, self.namespace, label_selector=selector
+                    )
+                    jobs = await kube.call(
+                        kube.batch.list_namespaced_job, self.namespace, label_selector=selector
+                    )
+                    if not pods.get("items") and not jobs.get("items"):
+                        return
+                    await asyncio.sleep(0.5)
+                raise AssertionError(f"FracHub's pods in {self.namespace} did not go in 60 s")
+            finally:
+                await kube.close()
+
+        asyncio.run(clean())
+
+
+def real_nodes(kubeconfig: str, namespace: str) -> tuple[tuple[str, int, int], ...]:
+    """The real cluster's GPU nodes as the backend's inventory reads them."""
+    if os.environ.get(NODES_ENV):
+        return nodes_from_env(os.environ[NODES_ENV])
+
+    async def read() -> tuple[tuple[str, int, int], ...]:
+        backend = backend_for(Cluster(kubeconfig, namespace, None, ()))
+        await backend.connect()
+        try:
+            return tuple((n.name, n.gpus, n.gpu_memory_mib) for n in backend.inventory().nodes)
+        finally:
+            await backend.close()
+
+    return asyncio.run(read())
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +268,20 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     if REAL:
-        yield Cluster(
-            os.environ["KUBECONFIG"], os.environ.get("FRACHUB_KUBE_NAMESPACE", "frachub-test"), None
-        )
+        kubeconfig = os.environ["KUBECONFIG"]
+        namespace = os.environ.get("FRACHUB_KUBE_NAMESPACE", "frachub-test")
+        real = Cluster(kubeconfig, namespace, None, real_nodes(kubeconfig, namespace))
+        real.clean()
+        try:
+            yield real
+        finally:
+            real.clean()
         return
     with started_fake() as fake:
         fake.add_node("node-a", gpus=4, memory_mib=81920)
         fake.add_node("node-b", gpus=2, memory_mib=40960, product="NVIDIA-A100-PCIE-40GB")
-        yield Cluster(fake.kubeconfig(str(tmp_path / "kubeconfig")), "default", fake)
+        nodes = nodes_from_env(os.environ.get(NODES_ENV, "")) or FAKE_NODES
+        yield Cluster(fake.kubeconfig(str(tmp_path / "kubeconfig")), "default", fake, nodes)
 
 
 @pytest.fixture

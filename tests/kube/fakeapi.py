@@ -18,8 +18,10 @@ What it serves (``/api/v1`` and ``/apis/<group>/<version>``):
   are replaced whole rather than merged by key), and JSON patch (add/replace/remove);
 - watch (``?watch=true``) as chunked JSON lines: ``ADDED``/``MODIFIED``/``DELETED`` from a
   ``resourceVersion`` (or the current objects as ``ADDED`` without one), ending after
-  ``timeoutSeconds``; a ``resourceVersion`` older than the retained history (see
-  ``compact()``) gets an ``ERROR`` event with a 410 ``Expired`` status, as a real server.
+  ``timeoutSeconds``; with ``allowWatchBookmarks``, ``BOOKMARK`` events carrying the current
+  ``resourceVersion`` every ``bookmark_interval`` and 2 s before the timeout; a
+  ``resourceVersion`` older than the retained history (see ``compact()``) gets an ``ERROR``
+  event with a 410 ``Expired`` status, as a real server.
 
 The simulation, run after every change:
 
@@ -27,6 +29,9 @@ The simulation, run after every change:
   required node affinity and taints (and ``spec.nodeName`` if set) with enough allocatable
   ``nvidia.com/gpu`` left; otherwise
   it stays pending with a ``FailedScheduling`` event;
+- *HAMi* (nodes added with ``hami``): its scheduler (``hami_scheduler_name``) gives a pod its
+  ``nvidia.com/gpumem`` share of a GPU and writes ``hami.io/vgpu-devices-allocated``
+  (``hami_allocation`` reads it); its device plugin serves only the pods it placed;
 - *kubelet*: a scheduled pod becomes Running after ``start_delay`` seconds, with GPUs handed
   out by a simulated device plugin (UUIDs ``GPU-<node>-<i>``); tests end pods with
   ``finish_pod``. A deleted running pod gets SIGTERM: it ends with 143 at once, unless
@@ -35,14 +40,18 @@ The simulation, run after every change:
 - *Job controller*: creates pods for un-suspended jobs (Indexed jobs: one per completion
   index, with ``JOB_COMPLETION_INDEX`` and hostname ``<job>-<index>``), deletes them when the
   job is suspended (not counted as failures), counts successes and failures against
-  ``completions`` and ``backoffLimit``, and sets ``Complete``/``Failed``/``Suspended``
-  conditions; deleting a job with ``propagationPolicy`` Background/Foreground deletes its
-  pods (the default, as for ``batch/v1`` on a real server, orphans them).
+  ``completions`` and ``backoffLimit`` and by its ``podFailurePolicy`` rules, and sets
+  ``SuccessCriteriaMet``/``FailureTarget`` then, once no pod is left terminating,
+  ``Complete``/``Failed`` (``terminal_condition_delay``), and ``Suspended``; deleting a job
+  with ``propagationPolicy`` Background/Foreground deletes its pods (the default, as for
+  ``batch/v1`` on a real server, orphans them) and, as the garbage collector would, any
+  other object all of whose owners are gone (a job's Secret).
 
 Refusing what a real server refuses:
 
 - every object a client writes is validated against the schemas of ``schema_version``
-  (kubernetes-validate, unknown fields refused): 422 ``Invalid``;
+  (kubernetes-validate, unknown fields refused), and Jobs as the API server validates them
+  (``job_problems``: restartPolicy, podFailurePolicy): 422 ``Invalid``;
 - ``grant(token, user, rules)``: requests bearing that token may do only what the RBAC rules
   allow (``rules_for_service_account`` reads them from rendered Roles and bindings;
   ``Z2JH_HUB_RULES`` is z2jh's hub Role): 403 ``Forbidden`` worded as RBAC words it;
@@ -55,11 +64,18 @@ Refusing what a real server refuses:
   Job is suspended (job-tracking finalizers); ``evict`` gives a pod ``DisruptionTarget`` and
   deletes it, as a drain does;
 - a Job's pod template is immutable, except its scheduling directives while the Job is
-  suspended and not started (422).
+  suspended and not started (422);
+- volumes: a pod whose claim is missing is not scheduled; one needing a ReadWriteOnce volume
+  that pods on another node use waits in ContainerCreating with the Multi-Attach
+  ``FailedAttachVolume`` event until they end; a pod naming a scheduler that does not run
+  here stays unscheduled.
 
-What it leaves out: authentication beyond bearer tokens, other admission plugins, defaulting
-beyond the fields above, quotas, preferred affinity, volume attachment, pod failure
-policies, and pod restarts (``restartPolicy`` is treated as ``Never``).
+What it leaves out: authentication beyond bearer tokens, other admission plugins (HAMi's
+webhook among them: a pod names HAMi's scheduler itself), defaulting beyond the fields
+above (a podFailurePolicy's ``onPodConditions`` need their ``status``), quotas, preferred
+affinity, storage without attachment (every ReadWriteOnce claim attaches to one node),
+``backoffLimitPerIndex``/``FailIndex``, ``successPolicy``, and pod restarts
+(``restartPolicy`` is treated as ``Never``).
 """
 
 from __future__ import annotations
@@ -99,6 +115,14 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
 }
 GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
+GPUMEM, GPUMEM_PERCENT, GPUCORES = (
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+)
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"
+HAMI_USE_UUID, HAMI_NOUSE_UUID = "nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"
 
 
 def now_iso() -> str:
@@ -327,6 +351,199 @@ def _extended_resource_toleration(spec: Obj) -> None:
             spec.setdefault("tolerations", []).append(toleration)
 
 
+def _job_condition(status: Obj, kind: str) -> Obj | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def pod_failure_action(rules: list[Obj], pod: Obj) -> tuple[str, str]:
+    """(action, message) of the first rule of a Job's ``podFailurePolicy`` that a Failed
+    pod matches, as the Job controller words it; ("Count", "") when none does. Exit codes
+    of containers that succeeded (0) never match; rules with an unknown action are skipped."""
+    meta, pod_status = pod["metadata"], pod.get("status") or {}
+    where = f"{meta.get('namespace')}/{meta['name']}"
+    statuses = [
+        *(pod_status.get("initContainerStatuses") or []),
+        *(pod_status.get("containerStatuses") or []),
+    ]
+    for index, rule in enumerate(rules):
+        action = rule.get("action")
+        if action not in ("Count", "FailJob", "Ignore", "FailIndex"):
+            continue
+        on_codes = rule.get("onExitCodes")
+        if on_codes:
+            for container in statuses:
+                if on_codes.get("containerName") not in (None, container.get("name")):
+                    continue
+                terminated = (container.get("state") or {}).get("terminated") or {}
+                code = int(terminated.get("exitCode", 0))
+                if not terminated or code == 0:
+                    continue
+                if (on_codes.get("operator") == "In") == (code in (on_codes.get("values") or [])):
+                    return action, (
+                        f"Container {container.get('name')} for pod {where} failed with exit "
+                        f"code {code} matching {action} rule at index {index}"
+                    )
+            continue
+        for pattern in rule.get("onPodConditions") or []:
+            for condition in pod_status.get("conditions") or []:
+                if condition.get("type") == pattern.get("type") and condition.get(
+                    "status"
+                ) == pattern.get("status", "True"):
+                    return action, (
+                        f"Pod {where} has condition {pattern['type']} matching {action} rule "
+                        f"at index {index}"
+                    )
+    return "Count", ""
+
+
+def job_problems(job: Obj, current: Obj | None = None) -> list[str]:
+    """What the API server's Job validation refuses beyond the schema (field: why), as it
+    words it: the pod template's restartPolicy, the ``podFailurePolicy`` rules, and the
+    policy's immutability."""
+    spec = job.get("spec") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
+    restart = template.get("restartPolicy", "Always")
+    problems = []
+    if restart not in ("Never", "OnFailure"):
+        problems.append(
+            f'spec.template.spec.restartPolicy: Unsupported value: "{restart}": supported '
+            'values: "OnFailure", "Never"'
+        )
+    policy = spec.get("podFailurePolicy")
+    if current is not None and policy != (current.get("spec") or {}).get("podFailurePolicy"):
+        problems.append("spec.podFailurePolicy: Invalid value: field is immutable")
+    if policy is None:
+        return problems
+    if restart != "Never":
+        problems.append(
+            f'spec.template.spec.restartPolicy: Invalid value: "{restart}": only "Never" is '
+            "supported when podFailurePolicy is specified"
+        )
+    names = {
+        c.get("name")
+        for c in [*(template.get("containers") or []), *(template.get("initContainers") or [])]
+    }
+    for number, rule in enumerate(policy.get("rules") or []):
+        at = f"spec.podFailurePolicy.rules[{number}]"
+        action = rule.get("action")
+        if action not in ("Count", "FailIndex", "FailJob", "Ignore"):
+            problems.append(
+                f'{at}.action: Unsupported value: "{action}": supported values: "Count", '
+                '"FailIndex", "FailJob", "Ignore"'
+            )
+        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            problems.append(
+                f'{at}.action: Invalid value: "FailIndex": requires the backoffLimitPerIndex '
+                "to be set"
+            )
+        on_codes, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if on_codes is not None and on_conditions:
+            problems.append(
+                f"{at}: Invalid value: specifying both OnExitCodes and OnPodConditions is not "
+                "supported"
+            )
+        elif on_codes is None and not on_conditions:
+            problems.append(
+                f"{at}: Invalid value: specifying one of OnExitCodes and OnPodConditions is "
+                "required"
+            )
+        if on_codes is not None:
+            name = on_codes.get("containerName")
+            if name is not None and name not in names:
+                problems.append(
+                    f'{at}.onExitCodes.containerName: Invalid value: "{name}": must be one of '
+                    "the container or initContainer names in the pod template"
+                )
+            operator = on_codes.get("operator")
+            if operator not in ("In", "NotIn"):
+                problems.append(
+                    f'{at}.onExitCodes.operator: Unsupported value: "{operator}": supported '
+                    'values: "In", "NotIn"'
+                )
+            values = on_codes.get("values") or []
+            if not values:
+                problems.append(f"{at}.onExitCodes.values: Required value")
+            for place, value in enumerate(values):
+                where = f"{at}.onExitCodes.values[{place}]"
+                if operator == "In" and value == 0:
+                    problems.append(f"{where}: Invalid value: 0: must not be 0 for the In operator")
+                if value in values[:place]:
+                    problems.append(f"{where}: Duplicate value: {value}")
+                elif place and value < values[place - 1]:
+                    problems.append(f"{where}: Invalid value: {value}: must be ordered")
+        for place, pattern in enumerate(on_conditions or []):
+            condition_status = pattern.get("status", "True")
+            if condition_status not in ("True", "False", "Unknown"):
+                problems.append(
+                    f"{at}.onPodConditions[{place}].status: Unsupported value: "
+                    f'"{condition_status}": supported values: "False", "True", "Unknown"'
+                )
+    return problems
+
+
+def hami_allocation(pod: Obj) -> list[tuple[str, int, int]]:
+    """(GPU UUID, MiB, cores %) of each share HAMi's scheduler gave a pod, from its
+    ``hami.io/vgpu-devices-allocated`` (``uuid,type,mem,cores:`` per device, ``;`` per
+    container): what HAMi's device plugin enforces (CUDA_DEVICE_MEMORY_LIMIT_<n>)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(HAMI_ALLOCATED) or ""
+    out = []
+    for container in text.split(";"):
+        for device in container.split(":"):
+            fields = device.split(",")
+            if len(fields) == 4:
+                out.append((fields[0], int(fields[2]), int(fields[3])))
+    return out
+
+
+def _hami_registered(node: Obj) -> list[Obj]:
+    """The GPUs HAMi's device plugin registered on a node: its JSON list (HAMi >= 2.5) or
+    ``id,count,devmem,devcore,type,numa,health[,index,mode]:`` per GPU (older)."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER) or ""
+    try:
+        if text.strip().startswith("["):
+            return [{"index": i, **d} for i, d in enumerate(json.loads(text))]
+        devices = []
+        for position, part in enumerate(p for p in text.split(":") if "," in p):
+            fields = part.split(",")
+            devices.append(
+                {
+                    "id": fields[0],
+                    "count": int(fields[1]),
+                    "devmem": int(fields[2]),
+                    "devcore": int(fields[3]),
+                    "health": fields[6].strip().lower() == "true",
+                    "index": int(fields[7]) if len(fields) > 7 else position,
+                }
+            )
+        return devices
+    except (ValueError, IndexError, TypeError):
+        return []
+
+
+def _hami_requests(pod: Obj) -> list[tuple[int, int | None, int | None, int]]:
+    """(vGPUs, MiB or None, memory % or None, cores %) per container asking nvidia.com/gpu."""
+    out = []
+    for container in pod["spec"].get("containers") or []:
+        resources = container.get("resources") or {}
+        amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        if int(amounts.get(GPU) or 0) <= 0:
+            continue
+        memory = amounts.get(GPUMEM)
+        percent = amounts.get(GPUMEM_PERCENT)
+        out.append(
+            (
+                int(amounts[GPU]),
+                int(memory) if memory is not None else None,
+                int(percent) if percent is not None else None,
+                int(amounts.get(GPUCORES) or 0),
+            )
+        )
+    return out
+
+
 # --- authorization (RBAC) -------------------------------------------------------------------
 
 # z2jh's hub Role (jupyterhub/zero-to-jupyterhub-k8s, templates/hub/rbac.yaml, 3.x and 4.x):
@@ -409,6 +626,14 @@ class _Watcher:
         )
 
 
+def _next_bookmark(now: float, deadline: float, interval: float) -> float | None:
+    """When a watch with ``allowWatchBookmarks`` gets its next BOOKMARK, as the API server's
+    watch cache sends them: every ``interval`` seconds, and 2 s before the watch times out;
+    None when neither comes before the end."""
+    at = min(now + interval, deadline - 2.0)
+    return at if at > now else None
+
+
 class FakeKube:
     """The fake cluster; see the module docstring. Test-facing methods are thread-safe."""
 
@@ -418,6 +643,13 @@ class FakeKube:
         self.start_delay = start_delay
         self.schema_version = schema_version
         """Objects clients write are validated against this Kubernetes version's schemas."""
+        self.hami_scheduler_name = "hami-scheduler"
+        """schedulerName of HAMi's scheduler: it places pods on nodes added with ``hami``,
+        a GPU share by memory (``nvidia.com/gpumem``); pods naming any other scheduler than
+        the default are served by none and stay Pending, as on a real cluster."""
+        self.bookmark_interval = 60.0
+        """Seconds between BOOKMARK events of a watch that allows them (the API server's
+        watch cache: about a minute, and 2 s before the watch's timeout)."""
         self.ignore_sigterm = False
         """True: running pods ignore SIGTERM and are killed after their grace period."""
         self.on_running: list[Hook] = []
@@ -440,6 +672,12 @@ class FakeKube:
         self._logs: dict[str, list[str]] = {}  # pod uid -> lines its container printed
         self._tokens: dict[str, tuple[str, list[tuple[str | None, Obj]]]] = {}
         self._job_counted: dict[str, set[str]] = {}  # job uid -> pod uids counted
+        self._attach_waiting: set[tuple[str, str]] = set()  # pods waiting for a volume
+        self._interim_at: dict[str, float] = {}  # job uid -> when its interim condition came
+        self.terminal_condition_delay = 0.0
+        """Seconds the Job controller takes from an interim condition (FailureTarget,
+        SuccessCriteriaMet) to the terminal one (Failed, Complete) once no pod of the Job is
+        left terminating: a busy controller, whose next sync of the Job comes later."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -543,10 +781,14 @@ class FakeKube:
         gfd: bool = True,
         taints: list[Obj] | None = None,
         hostname: str = "",
+        hami: bool = False,
+        split: int = 10,
     ) -> None:
         """A Ready node with ``gpus`` GPUs, labelled as NVIDIA GPU feature discovery does;
         ``hostname``: its kubernetes.io/hostname label where that differs from its name
-        (hostname-override, FQDN node names)."""
+        (hostname-override, FQDN node names); ``hami``: its GPUs are HAMi's (its device
+        plugin registers each GPU in ``hami.io/node-nvidia-register`` and ``split`` times in
+        allocatable ``nvidia.com/gpu``)."""
         all_labels = {"kubernetes.io/hostname": hostname or name, "kubernetes.io/os": "linux"}
         if gfd and gpus:
             all_labels.update(
@@ -559,8 +801,28 @@ class FakeKube:
             )
         all_labels.update(labels or {})
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
+        annotations = {}
+        if hami:
+            all_labels["gpu"] = "on"  # HAMi's device plugin runs on nodes labelled so
+            resources[GPU] = str(gpus * split)
+            annotations[HAMI_REGISTER] = json.dumps(
+                [
+                    {
+                        "id": f"GPU-{name}-{index}",
+                        "index": index,
+                        "count": split,
+                        "devmem": memory_mib,
+                        "devcore": 100,
+                        "type": f"NVIDIA-{product}",
+                        "numa": 0,
+                        "mode": "hami-core",
+                        "health": True,
+                    }
+                    for index in range(gpus)
+                ]
+            )
         node = {
-            "metadata": {"name": name, "labels": all_labels},
+            "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
             "spec": {"taints": list(taints)} if taints else {},
             "status": {
                 "capacity": dict(resources),
@@ -609,15 +871,22 @@ class FakeKube:
         """A pod that is being deleted ends now, as a process that handles SIGTERM would."""
         self.call(self._terminate, namespace, name, 143, "SIGTERM")
 
-    def validate(self, plural: str, obj: Obj) -> None:
+    def validate(self, plural: str, obj: Obj, current: Obj | None = None) -> None:
         """What a client writes must be a valid object of the pinned Kubernetes version
         (kubernetes-validate's schemas), unknown fields refused (as ``fieldValidation=Strict``
-        does): 422 Invalid naming the field."""
+        does), and a Job must pass the API server's own Job validation (``job_problems``;
+        ``current``: the Job it replaces): 422 Invalid naming the field."""
+        kind, api_version, _ = RESOURCES[plural]
+        if plural == "jobs":
+            problems = job_problems(obj, current)
+            if problems:
+                detail = problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]"
+                name = (obj.get("metadata") or {}).get("name", "")
+                raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: {detail}')
         if not self.schema_version:
             return
         import kubernetes_validate
 
-        kind, api_version, _ = RESOURCES[plural]
         document = {**obj, "kind": kind, "apiVersion": api_version}
         try:
             kubernetes_validate.validate(document, self.schema_version, strict=True)
@@ -785,6 +1054,14 @@ class FakeKube:
         elif plural == "services":
             assert spec is not None
             spec.setdefault("clusterIP", f"10.96.0.{len(self._objects) % 250 + 1}")
+        elif plural == "persistentvolumeclaims":
+            # provisioned and bound at once (a StorageClass with Immediate binding)
+            claim_spec = obj.setdefault("spec", {})
+            claim_spec.setdefault("volumeName", f"pvc-{obj['metadata']['uid']}")
+            obj["status"] = {
+                "phase": "Bound",
+                "accessModes": list(claim_spec.get("accessModes") or ["ReadWriteOnce"]),
+            }
 
     def _update(
         self, plural: str, obj: Obj, *, check_rv: str | None = None, status: bool = False
@@ -841,7 +1118,19 @@ class FakeKube:
         if plural == "jobs" and options.get("propagationPolicy") in ("Background", "Foreground"):
             for pod in self._owned_pods(obj):
                 self._delete_pod(pod, None)
+            deleted = self._delete_now(plural, namespace, name)
+            self._collect_orphans()
+            return deleted
         return self._delete_now(plural, namespace, name)
+
+    def _collect_orphans(self) -> None:
+        """The garbage collector, for what a deleted Job owned besides its pods (a job's
+        credentials Secret): an object none of whose owners exists any more goes too."""
+        uids = {obj["metadata"]["uid"] for obj in self._objects.values()}
+        for (plural, namespace, name), obj in list(self._objects.items()):
+            owners = obj["metadata"].get("ownerReferences") or []
+            if plural != "pods" and owners and not any(ref.get("uid") in uids for ref in owners):
+                self._delete_now(plural, namespace, name)
 
     # -- simulation: pods ------------------------------------------------------------------
 
@@ -908,7 +1197,14 @@ class FakeKube:
                 },
             }
         ]
-        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        pod["status"]["conditions"] = [  # DisruptionTarget and the like stay
+            *(
+                c
+                for c in pod["status"].get("conditions") or []
+                if c.get("type") not in ("Ready", "ContainersReady")
+            ),
+            {"type": "Ready", "status": "False"},
+        ]
         self._set_status("pods", pod)
         if pod["metadata"].get("deletionTimestamp"):
             assert self._loop is not None
@@ -953,12 +1249,137 @@ class FakeKube:
             total += int(amount or 0)
         return total
 
+    def _claims(self, pod: Obj) -> list[tuple[str, Obj | None]]:
+        """(claim name, the PersistentVolumeClaim or None) of each claim volume of a pod."""
+        namespace = pod["metadata"].get("namespace", "")
+        names = [
+            (v.get("persistentVolumeClaim") or {}).get("claimName")
+            for v in pod["spec"].get("volumes") or []
+        ]
+        return [
+            (name, self._objects.get(("persistentvolumeclaims", namespace, name)))
+            for name in names
+            if name
+        ]
+
+    def _claim_users(self, pod: Obj, claim: str) -> list[Obj]:
+        """The other pods of the namespace with ``claim`` mounted: running, or terminating
+        (their volumes stay until their containers have stopped)."""
+        meta = pod["metadata"]
+        return [
+            other
+            for (p, ns, _), other in sorted(self._objects.items())
+            if p == "pods"
+            and ns == meta.get("namespace")
+            and other["metadata"]["uid"] != meta["uid"]
+            and other["status"].get("phase") == "Running"
+            and any(name == claim for name, _ in self._claims(other))
+        ]
+
+    def _volume_problem(self, pod: Obj) -> str:
+        """Why the scheduler's volume plugins (VolumeBinding, VolumeRestrictions) place the
+        pod on no node, or ""."""
+        for name, claim in self._claims(pod):
+            if claim is None:
+                return f'persistentvolumeclaim "{name}" not found'
+            modes = (claim.get("spec") or {}).get("accessModes") or []
+            if "ReadWriteOncePod" in modes and self._claim_users(pod, name):
+                return (
+                    "node has pod using PersistentVolumeClaim with the same name and "
+                    "ReadWriteOncePod access mode"
+                )
+        return ""
+
+    def _multi_attach(self, pod: Obj) -> str:
+        """The attach/detach controller's FailedAttachVolume words when a ReadWriteOnce
+        volume the pod needs is attached to another node (its pods use it), or ""."""
+        node = pod["spec"].get("nodeName")
+        for name, claim in self._claims(pod):
+            modes = set(((claim or {}).get("spec") or {}).get("accessModes") or [])
+            if claim is None or modes & {"ReadWriteMany", "ReadOnlyMany"}:
+                continue
+            elsewhere = [
+                other["metadata"]["name"]
+                for other in self._claim_users(pod, name)
+                if other["spec"].get("nodeName") != node
+            ]
+            if elsewhere:
+                volume = claim["spec"].get("volumeName") or name
+                return (
+                    f'Multi-Attach error for volume "{volume}" Volume is already used by '
+                    f"pod(s) {', '.join(elsewhere)}"
+                )
+        return ""
+
+    def _hami_usage(self, node: str) -> dict[str, tuple[int, int, int]]:
+        """GPU UUID -> (shares, MiB, cores %) HAMi has given the live pods on ``node``."""
+        usage: dict[str, tuple[int, int, int]] = {}
+        for (p, _, _), other in self._objects.items():
+            if (
+                p == "pods"
+                and other["spec"].get("nodeName") == node
+                and other["status"].get("phase") not in TERMINAL
+            ):
+                for uuid_, memory, cores in hami_allocation(other):
+                    count, used, busy = usage.get(uuid_, (0, 0, 0))
+                    usage[uuid_] = (count + 1, used + memory, busy + cores)
+        return usage
+
+    def _hami_fit(self, pod: Obj, node: Obj) -> tuple[str, str]:
+        """HAMi's scheduler's filter on one node: (the ``vgpu-devices-allocated`` text, "")
+        when the pod's shares fit on its GPUs (spread: the least used GPU first; only those
+        ``nvidia.com/use-gpuuuid`` names), else ("", why)."""
+        devices = _hami_registered(node)
+        if not devices:
+            return "", "no GPU registered by HAMi"
+        pod_annotations = pod["metadata"].get("annotations") or {}
+        allowed = {u for u in (pod_annotations.get(HAMI_USE_UUID) or "").split(",") if u}
+        excluded = {u for u in (pod_annotations.get(HAMI_NOUSE_UUID) or "").split(",") if u}
+        usage = self._hami_usage(node["metadata"]["name"])
+        containers = []
+        for count, memory, percent, cores in _hami_requests(pod):
+            chosen, why = [], "CardInsufficientMemory"
+            candidates = [
+                d
+                for d in devices
+                if d.get("health", True)
+                and (not allowed or d["id"] in allowed)
+                and d["id"] not in excluded
+            ]
+            if not candidates:
+                why = "CardUuidMismatch"
+            for device in sorted(
+                candidates, key=lambda d: (usage.get(d["id"], (0, 0, 0))[1], d["index"])
+            ):
+                shares, used, busy = usage.get(device["id"], (0, 0, 0))
+                need = memory if memory is not None else device["devmem"] * (percent or 100) // 100
+                if shares >= int(device.get("count", 1)):
+                    why = "CardTimeSlicingExhausted"
+                elif used + need > int(device["devmem"]):
+                    why = "CardInsufficientMemory"
+                elif busy + cores > int(device.get("devcore", 100)):
+                    why = "CardInsufficientCore"
+                else:
+                    chosen.append(f"{device['id']},NVIDIA,{need},{cores}:")
+                    usage[device["id"]] = (shares + 1, used + need, busy + cores)
+                    if len(chosen) == count:
+                        break
+            if len(chosen) < count:
+                return "", why
+            containers.append("".join(chosen))
+        return ";".join(containers) + ";", ""
+
     def _schedule(self, pod: Obj) -> None:
         spec = pod["spec"]
         wanted = self._gpu_request(pod)
         reasons = []
+        volume_problem = self._volume_problem(pod)
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        if scheduler not in ("default-scheduler", self.hami_scheduler_name):
+            return  # no such scheduler here: the pod waits, unscheduled, without a word
+        hami = scheduler == self.hami_scheduler_name
         for (plural, _, name), node in sorted(self._objects.items()):
-            if plural != "nodes":
+            if plural != "nodes" or volume_problem:
                 continue
             labels = node["metadata"].get("labels") or {}
             ready = any(
@@ -987,8 +1408,20 @@ class FakeKube:
             if used + wanted > int(node["status"]["allocatable"].get(GPU, 0)):
                 reasons.append(f"node {name}: insufficient {GPU}")
                 continue
+            allocated, why = self._hami_fit(pod, node) if hami and wanted else ("", "")
+            if why:
+                reasons.append(f"node {name}: {why}")
+                continue
             pod = copy.deepcopy(pod)
             pod["spec"]["nodeName"] = name
+            if allocated:  # HAMi's scheduler writes its decision for its device plugin
+                pod["metadata"].setdefault("annotations", {}).update(
+                    {
+                        HAMI_ALLOCATED: allocated,
+                        "hami.io/vgpu-node": name,
+                        "hami.io/bind-phase": "success",
+                    }
+                )
             self._update("pods", pod)
             pod = self._objects[("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])]
             pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
@@ -1007,7 +1440,9 @@ class FakeKube:
         conditions = pod["status"].get("conditions") or []
         if not any(c.get("reason") == "Unschedulable" for c in conditions):
             pod = copy.deepcopy(pod)
-            message = "0/N nodes are available: " + ("; ".join(reasons) or "no node matches")
+            message = "0/N nodes are available: " + (
+                volume_problem or "; ".join(reasons) or "no node matches"
+            )
             pod["status"]["conditions"] = [
                 {
                     "type": "PodScheduled",
@@ -1027,31 +1462,63 @@ class FakeKube:
             or pod["metadata"].get("deletionTimestamp")
         ):
             return
+        multi_attach = self._multi_attach(pod)
+        if multi_attach:
+            if (namespace, name) not in self._attach_waiting:  # retried as pods change
+                self._attach_waiting.add((namespace, name))
+                pod = copy.deepcopy(pod)
+                pod["status"]["containerStatuses"] = [
+                    {
+                        "name": c.get("name", "main"),
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {"waiting": {"reason": "ContainerCreating"}},
+                    }
+                    for c in pod["spec"].get("containers", [])
+                ]
+                pod = self._set_status("pods", pod)
+                self._event(pod, "FailedAttachVolume", multi_attach, "Warning")
+            return
+        self._attach_waiting.discard((namespace, name))
         node = pod["spec"]["nodeName"]
+        node_obj = self._objects.get(("nodes", "", node))
+        if node_obj and HAMI_REGISTER in (node_obj["metadata"].get("annotations") or {}):
+            if self._gpu_request(pod) and not hami_allocation(pod):
+                # HAMi's device plugin serves the pods its scheduler placed, no other
+                self._admission_failed(pod, f"no binding pod found on node {node}")
+                return
+            self._start(pod, [uuid_ for uuid_, _, _ in hami_allocation(pod)])
+            return
         taken = {
             uuid_
             for devices in (*self._devices.values(), *self._held.values())
             for uuid_ in devices
         }
-        node_obj = self._objects.get(("nodes", "", node))
         count = int(node_obj["status"]["allocatable"].get(GPU, 0)) if node_obj else 0
         free = [f"GPU-{node}-{i}" for i in range(count) if f"GPU-{node}-{i}" not in taken]
         wanted = self._gpu_request(pod)
         if len(free) < wanted:
             # the kubelet's device manager: the scheduler counted the API's pods, the node
             # still has a force-deleted container on the device
-            pod = copy.deepcopy(pod)
-            pod["status"].update(
-                {
-                    "phase": "Failed",
-                    "reason": "UnexpectedAdmissionError",
-                    "message": "Allocate failed due to requested number of devices unavailable "
-                    f"for {GPU}. Requested: {wanted}, Available: {len(free)}",
-                }
+            self._admission_failed(
+                pod,
+                "Allocate failed due to requested number of devices unavailable "
+                f"for {GPU}. Requested: {wanted}, Available: {len(free)}",
             )
-            self._set_status("pods", pod)
             return
-        devices = free[:wanted]
+        self._start(pod, free[:wanted])
+
+    def _admission_failed(self, pod: Obj, message: str) -> None:
+        pod = copy.deepcopy(pod)
+        pod["status"].update(
+            {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+        )
+        self._set_status("pods", pod)
+
+    def _start(self, pod: Obj, devices: list[str]) -> None:
+        """The pod's containers run, with ``devices`` (GPU UUIDs) from the device plugin."""
         self._devices[pod["metadata"]["uid"]] = devices
         pod = copy.deepcopy(pod)
         pod["status"].update(
@@ -1142,21 +1609,23 @@ class FakeKube:
 
     def _reconcile_job(self, job: Obj) -> None:
         spec = job["spec"]
-        status = dict(job.get("status") or {})
-        conditions = {c["type"]: c for c in status.get("conditions", [])}
-        if any(conditions.get(t, {}).get("status") == "True" for t in ("Complete", "Failed")):
+        status = copy.deepcopy(job.get("status") or {})
+        if _job_condition(status, "Complete") or _job_condition(status, "Failed"):
             return
+        uid = job["metadata"]["uid"]
         pods = self._owned_pods(job)
-        counted = self._job_counted.setdefault(job["metadata"]["uid"], set())
+        counted = self._job_counted.setdefault(uid, set())
         indexed = spec.get("completionMode") == "Indexed"
         completions = int(spec.get("completions") or 1)
+        rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
         done_indexes = {int(i) for i in str(status.get("completedIndexes") or "").split(",") if i}
+        fail_job: tuple[str, str] | None = None
         for pod in pods:
-            uid = pod["metadata"]["uid"]
+            pod_uid = pod["metadata"]["uid"]
             phase = pod["status"].get("phase")
-            if uid in counted or phase not in TERMINAL:
+            if pod_uid in counted or phase not in TERMINAL:
                 continue
-            counted.add(uid)
+            counted.add(pod_uid)
             if phase == "Succeeded":
                 status["succeeded"] = status.get("succeeded", 0) + 1
                 if indexed:
@@ -1166,47 +1635,95 @@ class FakeKube:
             elif not (pod["metadata"].get("deletionTimestamp") and spec.get("suspend")):
                 # isPodFailed with job-tracking finalizers: a pod that ends Failed counts,
                 # deleted or not (an eviction, FracHub's own short-grace delete), unless the
-                # Job is suspended (the controller removed it)
+                # Job is suspended (the controller removed it) or a rule of its
+                # podFailurePolicy says otherwise
+                action, message = pod_failure_action(rules, pod)
+                if action == "Ignore":
+                    continue
                 status["failed"] = status.get("failed", 0) + 1
+                if action == "FailJob" and fail_job is None:
+                    fail_job = ("PodFailurePolicy", message)
         if indexed:
             status["completedIndexes"] = ",".join(str(i) for i in sorted(done_indexes))
-        live = [p for p in pods if p["status"].get("phase") not in TERMINAL]
-        running = [p for p in live if not p["metadata"].get("deletionTimestamp")]
         new_conditions = [c for c in status.get("conditions", []) if c["type"] != "Suspended"]
-        finished = None
-        if status.get("failed", 0) > int(spec.get("backoffLimit", 6)):
-            finished = (
-                "Failed",
-                "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
-            )
-        elif (len(done_indexes) if indexed else status.get("succeeded", 0)) >= completions:
-            finished = ("Complete", "", "")
-        if finished is not None:
-            for pod in running:
-                self._delete_pod(pod, None)
-            new_conditions.append(
-                {
-                    "type": finished[0],
+        interim = _job_condition(status, "FailureTarget") or _job_condition(
+            status, "SuccessCriteriaMet"
+        )
+        fresh = interim is None
+        if interim is None:
+            # Kubernetes 1.31+: the interim condition first, the terminal one once every pod
+            # has terminated
+            reached: tuple[str, str, str] | None = None
+            if fail_job is not None:
+                reached = ("FailureTarget", *fail_job)
+            elif status.get("failed", 0) > int(spec.get("backoffLimit", 6)):
+                reached = (
+                    "FailureTarget",
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                )
+            elif (len(done_indexes) if indexed else status.get("succeeded", 0)) >= completions:
+                reached = (
+                    "SuccessCriteriaMet",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+            if reached is not None:
+                interim = {
+                    "type": reached[0],
                     "status": "True",
-                    "reason": finished[1],
-                    "message": finished[2],
+                    "reason": reached[1],
+                    "message": reached[2],
                     "lastTransitionTime": now_iso(),
                 }
+                new_conditions.append(interim)
+                self._interim_at[uid] = time.monotonic()
+        if interim is not None:
+            for pod in pods:
+                if pod["status"].get("phase") not in TERMINAL:
+                    self._delete_pod(pod, None)
+            terminating = [
+                p for p in self._owned_pods(job) if p["status"].get("phase") not in TERMINAL
+            ]
+            wait = self.terminal_condition_delay - (
+                time.monotonic() - self._interim_at.get(uid, 0.0)
             )
-            status["completionTime"] = now_iso()
+            if not terminating and wait > 0 and self._loop is not None:
+                self._loop.call_later(wait, self._schedule_reconcile)
+            elif not terminating and not fresh:  # a later sync than the interim condition's
+                terminal = "Failed" if interim["type"] == "FailureTarget" else "Complete"
+                new_conditions.append(
+                    {**interim, "type": terminal, "lastTransitionTime": now_iso()}
+                )
+                if terminal == "Complete":
+                    status["completionTime"] = now_iso()
+            running: list[Obj] = []
+            status["terminating"] = len(terminating)
         elif spec.get("suspend"):
-            for pod in running:
-                self._delete_pod(pod, None)
+            for pod in pods:
+                if pod["status"].get("phase") not in TERMINAL:
+                    self._delete_pod(pod, None)
             new_conditions.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
             status.pop("startTime", None)
+            running = []
         else:
             status.setdefault("startTime", now_iso())
             parallelism = int(spec.get("parallelism", 1))
+            live = [p for p in pods if p["status"].get("phase") not in TERMINAL]
+            # podReplacementPolicy: Failed (the default with a podFailurePolicy) replaces a
+            # pod once it has terminated, TerminatingOrFailed as soon as it is deleted
+            replace_terminating = (
+                spec.get("podReplacementPolicy") or ("Failed" if rules else "TerminatingOrFailed")
+            ) == "TerminatingOrFailed"
+            occupying = [
+                p
+                for p in live
+                if not (replace_terminating and p["metadata"].get("deletionTimestamp"))
+            ]
             if indexed:
                 busy = {
                     int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
-                    for p in running
+                    for p in occupying
                 }
                 for index in range(completions):
                     if len(busy) >= parallelism:
@@ -1215,11 +1732,16 @@ class FakeKube:
                         self._job_pod(job, index)
                         busy.add(index)
             else:
-                missing = min(parallelism, completions - status.get("succeeded", 0)) - len(running)
-                for _ in range(max(missing, 0)):
+                wanted = min(parallelism, completions - status.get("succeeded", 0))
+                for _ in range(max(wanted - len(occupying), 0)):
                     self._job_pod(job, None)
-            running = [p for p in self._owned_pods(job) if p["status"].get("phase") not in TERMINAL]
-        status["active"] = len([p for p in running if not p["metadata"].get("deletionTimestamp")])
+            running = [
+                p
+                for p in self._owned_pods(job)
+                if p["status"].get("phase") not in TERMINAL
+                and not p["metadata"].get("deletionTimestamp")
+            ]
+        status["active"] = len(running)
         status["ready"] = len([p for p in running if p["status"].get("phase") == "Running"])
         status["conditions"] = new_conditions
         if status != job.get("status"):
@@ -1249,6 +1771,15 @@ class FakeKube:
                 and not pod["metadata"].get("deletionTimestamp")
             ):
                 self._schedule(pod)
+        for namespace, name in sorted(self._attach_waiting):
+            self._run_pod(namespace, name)
+        self._attach_waiting = {
+            key
+            for key in self._attach_waiting
+            if (pod := self._objects.get(("pods", *key))) is not None
+            and pod["status"].get("phase") == "Pending"
+            and not pod["metadata"].get("deletionTimestamp")
+        }
         for uid in [uid for uid in self._devices if not self._pod_alive(uid)]:
             del self._devices[uid]
 
@@ -1458,15 +1989,33 @@ class _Handler(web.RequestHandler):
                     watcher.queue.put_nowait((kind, obj))
         fake._watchers.add(watcher)
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        next_bookmark = _next_bookmark(time.monotonic(), deadline, fake.bookmark_interval)
+        kind, api_version, _ = RESOURCES[plural]
         try:
             while True:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     break
+                wait = left if not bookmarks or next_bookmark is None else next_bookmark - now
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), left)
+                    item = await asyncio.wait_for(watcher.queue.get(), max(wait, 0))
                 except TimeoutError:
-                    break
+                    if wait >= left:
+                        break
+                    # the queue is empty: every event up to the current version is sent
+                    item = (
+                        "BOOKMARK",
+                        {
+                            "kind": kind,
+                            "apiVersion": api_version,
+                            "metadata": {"resourceVersion": str(fake._last_rv)},
+                        },
+                    )
+                    next_bookmark = _next_bookmark(
+                        time.monotonic(), deadline, fake.bookmark_interval
+                    )
                 if item is None:
                     break
                 self.write(json.dumps({"type": item[0], "object": item[1]}) + "\n")
@@ -1491,7 +2040,7 @@ class _Handler(web.RequestHandler):
         if RESOURCES[plural][2]:
             body["metadata"]["namespace"] = namespace
         rv = body["metadata"].get("resourceVersion")
-        self.fake.validate(plural, body)
+        self.fake.validate(plural, body, self.fake._get(plural, namespace, name))
         self._check_immutable(plural, namespace, name, body, sub)
         self._send(self.fake._update(plural, body, check_rv=rv, status=sub == "status"))
 
@@ -1507,10 +2056,10 @@ class _Handler(web.RequestHandler):
         else:
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             new = merge_patch(current, patch)
-            if sub != "status":
-                new["status"] = current.get("status")
+            if sub != "status" and "status" in current:  # Secrets, ConfigMaps have none
+                new["status"] = current["status"]
         new["metadata"]["name"] = name
-        self.fake.validate(plural, new)
+        self.fake.validate(plural, new, current)
         self._check_immutable(plural, namespace, name, new, sub)
         self._send(self.fake._update(plural, new, check_rv=rv, status=sub == "status"))
 

@@ -17,13 +17,18 @@ from scheduler.backends.kubernetes.backend import KubernetesBackend
 from scheduler.engine.model import GpuShare, ReplicaPlacement
 
 from .conftest import Cluster, eventually, run
+from .fakeapi import hami_allocation
+
+RUNS = "trap 'exit 143' TERM; sleep 600 & wait"
+"""The default job command: runs until stopped, and ends with 143 on SIGTERM as a Python
+program does (a shell as PID 1 would otherwise ignore SIGTERM on a real node)."""
 
 
 def make_job(
     workload_id: int,
     placement: list[tuple[str, list[int], float]],
     *,
-    command: str | list[str] = "python train.py",
+    command: str | list[str] = RUNS,
     restart_count: int = 0,
     memory_mib: int = 40960,
 ) -> JobSpec:
@@ -63,7 +68,9 @@ async def pods_of(cluster: Cluster, workload_id: int, count: int = 1) -> list[di
         pods = [p for p in cluster.pods(selector) if o.pod_phase(p) == "Running"]
         return pods if len(pods) >= count else None
 
-    return await eventually(running, what=f"{count} running pod(s) of workload {workload_id}")
+    return await eventually(
+        running, cluster.patience, what=f"{count} running pod(s) of workload {workload_id}"
+    )
 
 
 async def exits_of(backend: KubernetesBackend, count: int = 1, timeout: float = 10.0) -> list[Exit]:
@@ -116,7 +123,9 @@ def test_inventory_from_gpu_feature_discovery_labels(cluster: Cluster, backend: 
 def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
     cluster: Cluster, backend: Any
 ) -> None:
-    fake = cluster.require_fake("finishes the pod")
+    fake = cluster.require_fake(
+        "a reservation pod reports its GPU UUID only with NVIDIA's device plugin (kind has none)"
+    )
 
     async def scenario() -> None:
         made = await backend()
@@ -158,29 +167,16 @@ def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
     run(scenario)
 
 
-def test_hami_mode_requests_gpu_memory_and_no_reservation(cluster: Cluster, backend: Any) -> None:
-    async def scenario() -> None:
-        made = await backend(sharing_mode="hami")
-        try:
-            await made.start(make_job(2, [("node-a", [0], 0.25)], memory_mib=20480))
-            (pod,) = await pods_of(cluster, 2)
-            assert limits_of(pod) == {o.GPU: "1", o.GPUMEM: "20480"}
-            assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod)  # HAMi picks the device
-            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
-        finally:
-            await made.close()
-
-    run(scenario)
-
-
 def test_whole_gpus_are_requested_from_the_device_plugin(cluster: Cluster, backend: Any) -> None:
+    node = cluster.node(0, gpus=2)
+
     async def scenario() -> None:
         made = await backend()
         try:
-            await made.start(make_job(3, [("node-b", [0, 1], 1.0)]))
+            await made.start(make_job(3, [(node, [0, 1], 1.0)]))
             (pod,) = await pods_of(cluster, 3)
             assert limits_of(pod) == {o.GPU: "2"}
-            assert pod["spec"]["nodeName"] == "node-b"
+            assert pod["spec"]["nodeName"] == node
             assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod)
             assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
         finally:
@@ -191,15 +187,15 @@ def test_whole_gpus_are_requested_from_the_device_plugin(cluster: Cluster, backe
 
 @pytest.mark.parametrize("code", [0, 3], ids=["success", "failure"])
 def test_exit_is_reported_once(cluster: Cluster, backend: Any, code: int) -> None:
-    fake = cluster.require_fake("finishes the pod with a chosen code")
+    node = cluster.node(0)
 
     async def scenario() -> None:
         made = await backend()
         try:
-            await made.start(make_job(4, [("node-a", [2], 1.0)]))
+            await made.start(make_job(4, [(node, [0], 1.0)], command=cluster.ends(code)))
             (pod,) = await pods_of(cluster, 4)
-            fake.finish_pod("default", pod["metadata"]["name"], code)
-            exits = await exits_of(made)
+            cluster.finish(pod, code)
+            exits = await exits_of(made, timeout=cluster.patience)
             assert exits == [Exit(4, code, f"exited with code {code}")]
             assert await made.poll() == []
         finally:
@@ -209,13 +205,14 @@ def test_exit_is_reported_once(cluster: Cluster, backend: Any, code: int) -> Non
 
 
 def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend: Any) -> None:
-    fake = cluster.require_fake("a process that ignores SIGTERM")
-    fake.ignore_sigterm = True
+    node = cluster.node(0)
+    share = 0.5 if cluster.fake else 1.0  # a reservation needs NVIDIA's device plugin
+    command = cluster.ignoring_sigterm()
 
     async def scenario() -> None:
         made = await backend(termination_grace_seconds=1)
         try:
-            handle = await made.start(make_job(5, [("node-a", [0], 0.5)]))
+            handle = await made.start(make_job(5, [(node, [0], share)], command=command))
             await pods_of(cluster, 5)
             began = asyncio.get_running_loop().time()
             await made.stop(5, handle, 1.0)
@@ -229,7 +226,7 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
                 what="SIGTERM (deletionTimestamp)",
             )
             assert await made.poll() == []  # still within its grace
-            exits = await exits_of(made)
+            exits = await exits_of(made, timeout=cluster.patience)
             assert exits == [Exit(5, 137, "stopped (code 137)")]
             assert asyncio.get_running_loop().time() - began >= 0.9
             await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=5") == [], what="job deleted")
@@ -242,17 +239,19 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
 def test_preempted_job_that_honours_sigterm_ends_early_and_restarts(
     cluster: Cluster, backend: Any
 ) -> None:
-    cluster.require_fake("reads pods directly")
+    node = cluster.node(0)
+    share = 0.5 if cluster.fake else 1.0  # a reservation needs NVIDIA's device plugin
 
     async def scenario() -> None:
         made = await backend(termination_grace_seconds=30)
         try:
-            handle = await made.start(make_job(6, [("node-a", [0], 0.5)]))
+            handle = await made.start(make_job(6, [(node, [0], share)]))
             await pods_of(cluster, 6)
             await made.stop(6, handle, 30.0)
-            assert await exits_of(made, timeout=5) == [Exit(6, 143, "stopped (code 143)")]
+            ends_early = 5 if cluster.fake else 25  # well within the 30 s grace
+            assert await exits_of(made, timeout=ends_early) == [Exit(6, 143, "stopped (code 143)")]
             # requeued by the service: the next attempt is a new Job with the restart count
-            handle = await made.start(make_job(6, [("node-a", [3], 0.5)], restart_count=1))
+            handle = await made.start(make_job(6, [(node, [0], share)], restart_count=1))
             assert handle["jobs"] == ["frachub-6-1"]
             (pod,) = await pods_of(cluster, 6)
             assert env_of(pod)["FRACHUB_RESTART_COUNT"] == "1"
@@ -264,16 +263,16 @@ def test_preempted_job_that_honours_sigterm_ends_early_and_restarts(
 
 
 def test_a_shorter_grace_deletes_the_pods_with_it(cluster: Cluster, backend: Any) -> None:
-    fake = cluster.require_fake("a process that ignores SIGTERM")
-    fake.ignore_sigterm = True
+    node = cluster.node(0)
+    command = cluster.ignoring_sigterm()
 
     async def scenario() -> None:
         made = await backend(termination_grace_seconds=30)
         try:
-            handle = await made.start(make_job(7, [("node-a", [0], 1.0)]))
+            handle = await made.start(make_job(7, [(node, [0], 1.0)], command=command))
             await pods_of(cluster, 7)
             await made.stop(7, handle, 0)  # node lost: no grace
-            (exit_,) = await exits_of(made, timeout=5)
+            (exit_,) = await exits_of(made, timeout=5 if cluster.fake else 25)
             assert exit_.workload_id == 7
         finally:
             await made.close()
@@ -285,17 +284,19 @@ def test_a_shorter_grace_deletes_the_pods_with_it(cluster: Cluster, backend: Any
 
 
 def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backend: Any) -> None:
-    fake = cluster.require_fake("finishes pods")
+    node = cluster.node(0, gpus=2)
+    ends = cluster.ends(0)
 
     async def scenario() -> None:
         made = await backend()
         try:
-            handle = await made.start(make_job(8, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
+            job = make_job(8, [(node, [0], 1.0), (node, [1], 1.0)], command=ends)
+            handle = await made.start(job)
             assert handle["jobs"] == ["frachub-8-0"] and handle["service"] == "frachub-8-0"
             job = cluster.jobs(f"{o.WORKLOAD}=8")[0]
             assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
-            service = fake.get("services", "default", "frachub-8-0")
-            assert service is not None and service["spec"]["clusterIP"] == "None"
+            (service,) = cluster.services(f"{o.ATTEMPT_NAME}=frachub-8-0")
+            assert service["spec"]["clusterIP"] == "None"
             assert service["spec"]["selector"][o.ATTEMPT_NAME] == "frachub-8-0"
             pods = sorted(await pods_of(cluster, 8, 2), key=lambda p: p["spec"]["hostname"])
             assert [p["spec"]["hostname"] for p in pods] == ["frachub-8-0-0", "frachub-8-0-1"]
@@ -305,19 +306,20 @@ def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backen
             assert (env["MASTER_PORT"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
                 "29500",
                 "2",
-                "2",
+                "1",  # each pod is its own torchrun node (test_gang_env.py)
             )
             command = pods[0]["spec"]["containers"][0]["command"]
             assert (
                 '"$JOB_COMPLETION_INDEX"' in command[2]
-                and "1) RANK=1; LOCAL_RANK=1;;" in command[2]
+                and "1) RANK=1; LOCAL_RANK=0;;" in command[2]
             )
-            assert command[2].endswith("python train.py")
+            assert command[2].endswith(ends)
             for pod in pods:
-                fake.finish_pod("default", pod["metadata"]["name"], 0)
-            assert await exits_of(made) == [Exit(8, 0, "exited with code 0")]
+                cluster.finish(pod, 0)
+            exits = await exits_of(made, timeout=cluster.patience)
+            assert exits == [Exit(8, 0, "exited with code 0")]
             await eventually(
-                lambda: fake.get("services", "default", "frachub-8-0") is None,
+                lambda: cluster.services(f"{o.ATTEMPT_NAME}=frachub-8-0") == [],
                 what="service deleted",
             )
         finally:
@@ -327,20 +329,22 @@ def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backen
 
 
 def test_gang_across_nodes_is_one_indexed_job_per_node(cluster: Cluster, backend: Any) -> None:
-    cluster.require_fake("reads objects directly")
+    first, second = cluster.node(0, gpus=2), cluster.node(1)
+    if first == second:
+        second = cluster.node(2)
 
     async def scenario() -> None:
         made = await backend()
         try:
-            placement = [("node-a", [0], 1.0), ("node-b", [0], 1.0), ("node-a", [1], 1.0)]
+            placement = [(first, [0], 1.0), (second, [0], 1.0), (first, [1], 1.0)]
             handle = await made.start(make_job(9, placement))
             assert handle["jobs"] == ["frachub-9-0-g0", "frachub-9-0-g1"]
             jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{o.WORKLOAD}=9")}
             assert jobs["frachub-9-0-g0"]["spec"]["completions"] == 2
-            assert o.pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == "node-b"
+            assert o.pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == second
             pods = await pods_of(cluster, 9, 3)
-            assert {p["spec"]["nodeName"] for p in pods} == {"node-a", "node-b"}
-            on_b = next(p for p in pods if p["spec"]["nodeName"] == "node-b")
+            assert {p["spec"]["nodeName"] for p in pods} == {first, second}
+            on_b = next(p for p in pods if p["spec"]["nodeName"] == second)
             assert env_of(on_b)["MASTER_ADDR"] == "frachub-9-0-g0-0.frachub-9-0"
             assert "0) RANK=1; LOCAL_RANK=0;;" in on_b["spec"]["containers"][0]["command"][2]
         finally:
@@ -363,6 +367,32 @@ def test_gang_with_a_failing_replica_stops_the_rest(cluster: Cluster, backend: A
             assert exit_.workload_id == 10 and exit_.exit_code == 2
             assert "exited with code 2" in exit_.message
             assert not [p for p in cluster.pods(f"{o.WORKLOAD}=10") if o.pod_live(p)]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_failed_gang_ends_with_the_code_once_its_other_pods_are_gone(
+    cluster: Cluster, backend: Any
+) -> None:
+    """The rest of a failed gang may take their grace period to go (the backend's own
+    delete was refused here; the Job controller terminates them): the attempt ends with
+    the failing replica's code once they are gone, not as lost while they still run."""
+    fake = cluster.require_fake("fails one pod and refuses the backend's deletes")
+    fake.ignore_sigterm = True
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(14, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
+            pods = await pods_of(cluster, 14, 2)
+            fake.fail_next("DELETE", r"/pods/", 409, times=10)
+            failing = next(p for p in pods if o.pod_rank(p) == 1)
+            fake.finish_pod("default", failing["metadata"]["name"], 2)
+            (exit_,) = await exits_of(made)
+            assert exit_ == Exit(14, 2, "replica of frachub-14-0 index 1 exited with code 2")
+            assert not [p for p in cluster.pods(f"{o.WORKLOAD}=14") if o.pod_live(p)]
         finally:
             await made.close()
 
@@ -408,12 +438,12 @@ def test_restarted_backend_adopts_running_and_finished_jobs(cluster: Cluster, ba
 def test_a_retried_start_takes_over_its_job_instead_of_doubling_it(
     cluster: Cluster, backend: Any
 ) -> None:
-    cluster.require_fake("reads objects directly")
+    node = cluster.node(0, gpus=2)
 
     async def scenario() -> None:
         made = await backend()
         try:
-            job = make_job(14, [("node-a", [0], 1.0), ("node-a", [1], 1.0)])
+            job = make_job(14, [(node, [0], 1.0), (node, [1], 1.0)])
             first = await made.start(job)
             # the service died before recording the handle, and starts the same attempt again
             again = await made.start(job)
@@ -427,12 +457,12 @@ def test_a_retried_start_takes_over_its_job_instead_of_doubling_it(
 
 
 def test_a_stopped_attempt_is_not_taken_over(cluster: Cluster, backend: Any) -> None:
-    cluster.require_fake("reads objects directly")
+    node = cluster.node(0)
 
     async def scenario() -> None:
         made = await backend()
         try:
-            job = make_job(15, [("node-a", [0], 1.0)])
+            job = make_job(15, [(node, [0], 1.0)])
             handle = await made.start(job)
             await pods_of(cluster, 15)
             await made.close()
@@ -509,10 +539,12 @@ def test_a_half_created_gang_is_cleaned_up(cluster: Cluster, backend: Any) -> No
 
 
 def test_start_refuses_a_placement_that_does_not_match(cluster: Cluster, backend: Any) -> None:
+    node = cluster.node(0)
+
     async def scenario() -> None:
         made = await backend()
         try:
-            job = make_job(18, [("node-a", [0], 1.0)])
+            job = make_job(18, [(node, [0], 1.0)])
             with pytest.raises(BackendError, match="placement"):
                 await made.start(JobSpec(**{**job.__dict__, "replicas": 2}))
         finally:
@@ -530,6 +562,15 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
             await made.start(make_job(19, [("node-a", [0], 1.0)]))
             (pod,) = await pods_of(cluster, 19)
             assert made.pods is not None and made.jobs is not None
+            # the caches have seen the latest change of each (no event in flight to move
+            # the versions set below)
+            (job,) = cluster.jobs(f"{o.WORKLOAD}=19")
+            for cache, seen in ((made.jobs, job), (made.pods, pod)):
+                version = int(seen["metadata"]["resourceVersion"])
+                await eventually(
+                    lambda c=cache, v=version: int(c.resource_version or 0) >= v,
+                    what="the caches up to date",
+                )
             # the watches resume from a version the server has forgotten (a long disconnect)
             fake.compact()
             made.pods.resource_version = made.jobs.resource_version = "1"
@@ -543,8 +584,49 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
     run(scenario)
 
 
+def test_a_watch_resumes_from_its_bookmark_after_the_history_is_compacted(
+    cluster: Cluster, backend: Any
+) -> None:
+    """The watches select FracHub's objects only, so the last version they saw ages while
+    the rest of the cluster changes; the server's BOOKMARK events (allowWatchBookmarks)
+    move it on, and a watch renewed after the server forgot the older history resumes from
+    the bookmark instead of getting 410 and listing everything again."""
+    fake = cluster.require_fake("compacts the watch history")
+    fake.bookmark_interval = 0.2
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(20, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 20)
+            assert made.pods is not None and made.jobs is not None
+            for number in range(5):  # the rest of the cluster changes
+                fake.call(
+                    fake._create, "configmaps", "default", {"metadata": {"name": f"other-{number}"}}
+                )
+            latest = fake.call(lambda: fake._last_rv)
+            informers = (made.pods, made.jobs, made.nodes)
+            await eventually(
+                lambda: all(int(i.resource_version) >= latest for i in informers),  # type: ignore[union-attr]
+                timeout=5,
+                what=f"bookmarks at version {latest}",
+            )
+            fake.compact()
+            fake.drop_watches()
+            await asyncio.sleep(0.5)
+            fake.finish_pod("default", pod["metadata"]["name"], 0)
+            assert await exits_of(made) == [Exit(20, 0, "exited with code 0")]
+            assert [i.relists for i in informers] == [0, 0, 0]  # type: ignore[union-attr]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
 def test_unused_reservations_are_released(cluster: Cluster, backend: Any) -> None:
-    fake = cluster.require_fake("finishes the pod")
+    fake = cluster.require_fake(
+        "a reservation pod reports its GPU UUID only with NVIDIA's device plugin (kind has none)"
+    )
 
     async def scenario() -> None:
         made = await backend(reservation_linger_seconds=0.2)
@@ -572,7 +654,9 @@ def test_unused_reservations_are_released(cluster: Cluster, backend: Any) -> Non
 def test_a_whole_gpu_job_releases_a_lingering_reservation(cluster: Cluster, backend: Any) -> None:
     """A reservation kept for a notebook still holds its device: a job given that GPU whole
     would wait for a device until the linger ended, so its start releases it."""
-    fake = cluster.require_fake("finishes the pod")
+    fake = cluster.require_fake(
+        "a reservation pod reports its GPU UUID only with NVIDIA's device plugin (kind has none)"
+    )
 
     async def scenario() -> None:
         made = await backend(reservation_linger_seconds=600)
@@ -658,31 +742,6 @@ def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
         await asyncio.wait_for(waiting, 3)
         assert second.elector is not None and second.elector.is_leader
         await second.close()
-
-    run(scenario)
-
-
-def test_a_fractional_gang_on_one_node_sees_its_reserved_gpus_in_rank_order(
-    cluster: Cluster, backend: Any
-) -> None:
-    """Reservation mode names shares by UUID, so each pod of a 2 x 0.5 gang is shown both
-    reserved GPUs, its own at cuda:LOCAL_RANK (torchrun's set_device(LOCAL_RANK))."""
-    cluster.require_fake("reads the pods' environment")
-
-    async def scenario() -> None:
-        made = await backend()
-        try:
-            await made.start(make_job(31, [("node-a", [2], 0.5), ("node-a", [1], 0.5)]))
-            pods = await pods_of(cluster, 31, count=2)
-            uuid_of = made.inventory().uuid
-            shown = f"{uuid_of('node-a', 2)},{uuid_of('node-a', 1)}"
-            for pod in pods:
-                assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == shown
-            commands = sorted(" ".join(p["spec"]["containers"][0]["command"]) for p in pods)
-            assert "RANK=0; LOCAL_RANK=0" in commands[0] + commands[1]
-            assert "RANK=1; LOCAL_RANK=1" in commands[0] + commands[1]
-        finally:
-            await made.close()
 
     run(scenario)
 
@@ -842,6 +901,135 @@ def test_a_retried_start_leaves_a_started_jobs_template_alone(
             assert again["jobs"] == [name]
             assert len(await pods_of(cluster, 15)) == 1
             assert len(cluster.jobs(f"{o.WORKLOAD}=15")) == 1
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["success", "failure"])
+def test_the_interim_condition_ends_the_attempt(cluster: Cluster, backend: Any, code: int) -> None:
+    """Kubernetes 1.31+ says a Job succeeded (SuccessCriteriaMet) or failed (FailureTarget)
+    before it adds Complete or Failed, which waits for every pod to terminate and for the
+    controller's next sync: the attempt ends on the first word."""
+    fake = cluster.require_fake("a Job controller slow to add the terminal condition")
+    fake.terminal_condition_delay = 60.0
+
+    async def scenario() -> None:
+        made = await backend()
+        try:
+            await made.start(make_job(63, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 63)
+            fake.finish_pod(cluster.namespace, pod["metadata"]["name"], code)
+            assert await exits_of(made) == [Exit(63, code, f"exited with code {code}")]
+            (job,) = cluster.jobs(f"{o.WORKLOAD}=63")
+            kinds = [c["type"] for c in job["status"]["conditions"]]
+            assert kinds == ["SuccessCriteriaMet" if code == 0 else "FailureTarget"]
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("how", ["exit", "eviction"])
+def test_a_restarted_scheduler_reads_how_a_job_failed_from_its_condition(
+    cluster: Cluster, backend: Any, how: str
+) -> None:
+    """The Jobs carry a podFailurePolicy (FailJob on DisruptionTarget and on a non-zero
+    exit), so the Job's condition says why it failed after its pod is gone: a scheduler
+    restarted after a program failed and its pod was deleted reports the exit code (it
+    used to requeue it as lost), and an eviction stays a disruption (requeued)."""
+    fake = cluster.require_fake("fails a pod while the scheduler is down")
+
+    async def scenario() -> None:
+        first = await backend()
+        handle = await first.start(make_job(64, [("node-a", [0], 1.0)]))
+        (pod,) = await pods_of(cluster, 64)
+        (job,) = cluster.jobs(f"{o.WORKLOAD}=64")
+        assert job["spec"]["podFailurePolicy"] == o.POD_FAILURE_POLICY
+        await first.close()
+        name = pod["metadata"]["name"]
+        if how == "exit":
+            fake.finish_pod(cluster.namespace, name, 3)
+        else:
+            fake.evict(cluster.namespace, name)
+
+        def failed() -> bool:
+            (job,) = cluster.jobs(f"{o.WORKLOAD}=64")
+            return any(c["type"] == "Failed" for c in job["status"].get("conditions", []))
+
+        await eventually(failed, what="the Job failed")
+        if fake.get("pods", cluster.namespace, name) is not None:
+            fake.call(fake._delete_now, "pods", cluster.namespace, name)  # pod GC, a user
+        second = await backend()
+        try:
+            assert second.adopt(64, handle) is True
+            [end] = await exits_of(second)
+            if how == "exit":
+                assert end == Exit(64, 3, "exited with code 3")
+            else:
+                assert end.exit_code is None and "disrupted (DisruptionTarget" in end.message, end
+        finally:
+            await second.close()
+
+    run(scenario)
+
+
+def test_hami_shares_by_memory_and_a_share_that_does_not_fit_is_requeued(
+    cluster: Cluster, backend: Any
+) -> None:
+    """HAMi mode: each fractional pod gets its memory share of a GPU from HAMi. A share the
+    engine thought free but HAMi cannot give (memory held by pods FracHub does not see:
+    ``count_foreign_pods`` off) leaves the pod unschedulable: the attempt ends with HAMi's
+    words after ``unschedulable_timeout`` and the workload is requeued, rather than waiting
+    forever."""
+    fake = cluster.require_fake("runs HAMi")
+    fake.add_node("node-h", gpus=2, memory_mib=40960, hami=True)
+
+    async def scenario() -> None:
+        made = await backend(
+            sharing_mode="hami",
+            scheduler_name="hami-scheduler",
+            unschedulable_timeout=0.3,
+            count_foreign_pods=False,
+        )
+        try:
+            for workload in (71, 72):
+                await made.start(make_job(workload, [("node-h", [0], 0.5)], memory_mib=20480))
+            shares = [
+                hami_allocation(pod)
+                for workload in (71, 72)
+                for pod in await pods_of(cluster, workload)
+            ]
+            assert [memory for ((_, memory, _),) in shares] == [20480, 20480]
+            assert {device for ((device, _, _),) in shares} <= {"GPU-node-h-0", "GPU-node-h-1"}
+            for number in range(2):  # another team's HAMi pods fill what is left
+                fake.call(
+                    fake._create,
+                    "pods",
+                    "other",
+                    {
+                        "metadata": {"name": f"theirs-{number}"},
+                        "spec": {
+                            "schedulerName": "hami-scheduler",
+                            "nodeSelector": {o.HOSTNAME: "node-h"},
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "theirs",
+                                    "resources": {"limits": {o.GPU: "1", o.GPUMEM: "20480"}},
+                                }
+                            ],
+                        },
+                    },
+                )
+            await made.start(make_job(73, [("node-h", [1], 0.5)], memory_mib=20480))
+            [end] = await exits_of(made)
+            assert end.workload_id == 73 and end.exit_code is None, end
+            assert "Kubernetes found no node for its pod frachub-73-" in end.message
+            assert "for 0.3 s: " in end.message
+            assert "node node-h: CardInsufficientMemory" in end.message
+            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=73") == [], what="no Job left")
         finally:
             await made.close()
 

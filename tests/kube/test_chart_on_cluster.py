@@ -288,6 +288,7 @@ def test_the_home_claim_is_named_as_kubespawner_names_it(
         spawner = FracKubeSpawner(_mock=True, k8s_api_host=fake.url, namespace=cluster.namespace)
         user = spawner.user.name  # KubeSpawner's mock user: "mock@name"
         assert "@" in user
+        _claim(fake, cluster.namespace, spawner.pvc_name, "ReadWriteOnce")  # z2jh made it
         made = await backend(
             home_volumes=[
                 {"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}
@@ -341,6 +342,92 @@ def test_a_readwriteonce_home_is_refused_across_nodes(cluster: Cluster, backend:
             await shared.start(make_job(11, [("node-a", [1], 1.0), ("node-b", [1], 1.0)]))
         finally:
             await shared.close()
+
+    run(scenario)
+
+
+def _notebook(fake: FakeKube, namespace: str, node: str, claim: str) -> str:
+    """A notebook pod FracHub did not create (another spawner's) with ``claim`` mounted."""
+    body = {
+        "metadata": {"name": f"jupyter-elsewhere-{node}", "labels": {"component": "singleuser"}},
+        "spec": {
+            "nodeSelector": {o.HOSTNAME: node},
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "quay.io/jupyter/base-notebook",
+                    "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}],
+                }
+            ],
+            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    return fake.call(fake._create, "pods", namespace, body)["metadata"]["name"]
+
+
+@pytest.mark.parametrize("foreign", [True, False], ids=["watched", "listed"])
+def test_a_readwriteonce_home_held_by_a_pod_frachub_did_not_create_is_refused(
+    cluster: Cluster, backend: Any, foreign: bool
+) -> None:
+    """The start-time check counts every pod of the namespace with the claim mounted, not
+    only FracHub's: a notebook another spawner started holds it as well."""
+    fake = cluster.require_fake("creates claims and a notebook pod")
+    claim = o.format_template("claim-{username}", **o.user_fields("alice@example.org"))
+    _claim(fake, cluster.namespace, claim, "ReadWriteOnce")
+    _notebook(fake, cluster.namespace, "node-a", claim)
+    volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
+
+    async def scenario() -> None:
+        made = await backend(home_volumes=volumes, count_foreign_pods=foreign)
+        try:
+            await eventually(
+                lambda: (
+                    fake.get("pods", cluster.namespace, "jupyter-elsewhere-node-a")["status"][
+                        "phase"
+                    ]
+                    == "Running"
+                )
+            )
+            with pytest.raises(BackendError, match="pods on node-a use it"):
+                await made.start(make_job(12, [("node-b", [0], 1.0)]))
+            assert cluster.jobs(f"{o.WORKLOAD}=12") == []
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backend: Any) -> None:
+    """A notebook that takes the ReadWriteOnce home on node-a after the start's check (a
+    race, or a scheduler that may not read claims) leaves the job's pod on node-b in
+    ContainerCreating with a Multi-Attach error: the attempt ends with those words (the
+    service requeues it) instead of waiting forever, and the next start is refused."""
+    fake = cluster.require_fake("starts a notebook between the check and the job's pod")
+    claim = o.format_template("claim-{username}", **o.user_fields("alice@example.org"))
+    _claim(fake, cluster.namespace, claim, "ReadWriteOnce")
+    volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
+
+    async def scenario() -> None:
+        made = await backend(home_volumes=volumes, volume_attach_timeout=0.3)
+        try:
+            fake.start_delay = 0.5  # the job's pod is still being created ...
+            await made.start(make_job(13, [("node-b", [0], 1.0)]))
+            await eventually(
+                lambda: [p for p in cluster.pods(f"{o.WORKLOAD}=13") if p["spec"].get("nodeName")],
+                what="the job's pod bound to node-b",
+            )
+            fake.start_delay = 0.0  # ... when the notebook starts on node-a
+            notebook = _notebook(fake, cluster.namespace, "node-a", claim)
+            [end] = await exits_of(made)
+            assert end.workload_id == 13 and end.exit_code is None, end
+            assert "Kubernetes could not attach a volume to its pod" in end.message
+            assert "Multi-Attach error for volume" in end.message
+            assert f"used by pod(s) {notebook}" in end.message and "ReadWriteMany" in end.message
+            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=13") == [], what="no Job left")
+            with pytest.raises(BackendError, match="pods on node-a use it"):
+                await made.start(make_job(13, [("node-b", [0], 1.0)], restart_count=1))
+        finally:
+            await made.close()
 
     run(scenario)
 

@@ -12,7 +12,9 @@ leave no workload active. The restart test comes last: it kills and restarts tha
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import signal
 import threading
 import time
@@ -22,8 +24,9 @@ from typing import Any
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
-from service_client import checked, submit, wait_for, wait_state, workload
+from service_client import checked, submit, wait_for, wait_state, wait_token_refused, workload
 
+from hub_ext.client import checkpointed
 from scheduler.backends.kubernetes import objects as o
 
 from .conftest import SERVICE_CONFIG, started_fake
@@ -43,6 +46,7 @@ c.FracHubService.queues = [
 c.FracHubService.grace_period = 5
 c.FracHubService.cycle_interval = 1
 c.KubernetesBackend.reservation_timeout = 10.0
+c.KubernetesBackend.unschedulable_timeout = 3.0
 """
 )
 
@@ -395,6 +399,67 @@ def test_job_logs_come_from_the_pods(client, fake) -> None:
         received = list(stream.iter_lines())  # ends with the pod
     assert received == ["rank 0 epoch 3"], received
     drain(alice)
+
+
+def test_a_job_the_cluster_cannot_place_waits_again_with_the_clusters_words(client, fake) -> None:
+    """An operator taints the node (maintenance) after FracHub counted it: the job's pod
+    finds no node. After ``unschedulable_timeout`` the attempt ends, the workload waits again
+    with kube-scheduler's words in its timeline (API, panel, CLI), and runs once the taint
+    is gone."""
+    alice = client("vision")
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    fake.patch_object("nodes", "", NODE, {"spec": {"taints": [taint]}})
+    try:
+        job = submit(alice, command="python train.py", gpus=1)
+        lost = wait_for(
+            lambda: [e for e in workload(alice, job["id"])["events"] if e["type"] == "lost"],
+            20,
+            "the attempt ended in words",
+        )
+        text = lost[0]["text"]
+        assert text.startswith("Kubernetes found no node for its pod frachub-"), text
+        assert "for 3 s: " in text and text.endswith("; requeued"), text
+        assert "lost its process" not in text, text
+        assert f"node {NODE}: untolerated taint maintenance=true:NoSchedule" in text, text
+    finally:
+        fake.patch_object("nodes", "", NODE, {"spec": {"taints": None}})
+    [pod] = running_pods(fake, job["id"])
+    finish(fake, pod, 0)
+    assert wait_state(alice, job["id"], "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_a_job_checkpoints_with_the_token_from_its_secret(hub, client, fake) -> None:
+    """Nothing set by the user: the pod reads FRACHUB_URL and its own hub token from the
+    Secret its Job owns, and ``checkpointed()`` with that environment (what the pod's
+    process would run; the fake's kubelet runs none) reaches the service. The hub refuses the
+    token once the job has ended."""
+    alice = client("vision")
+    job = submit(alice, command="python train.py", gpus=0.5)
+    wait_state(alice, job["id"], "running")
+    [pod] = running_pods(fake, job["id"])
+    container = pod["spec"]["containers"][0]
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in container["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert refs["JUPYTERHUB_API_TOKEN"]["name"] == refs["FRACHUB_URL"]["name"]
+    secret = fake.get("secrets", NAMESPACE, refs["JUPYTERHUB_API_TOKEN"]["name"])
+    env = {
+        **env_of(pod),
+        **{
+            name: base64.b64decode(secret["data"][ref["key"]]).decode()
+            for name, ref in refs.items()
+            if ref["name"] == secret["metadata"]["name"]
+        },
+    }
+    token = env["JUPYTERHUB_API_TOKEN"]
+    assert token not in json.dumps(fake.get("jobs", NAMESPACE, o.attempt_name(job["id"], 0)))
+    checkpointed(environ=env)
+    assert workload(alice, job["id"])["checkpointed_at"] is not None
+    finish(fake, pod, 0)
+    wait_state(alice, job["id"], "succeeded")
+    wait_token_refused(hub.api_url, token)
 
 
 def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.backends.kubernetes import objects as o
@@ -18,14 +19,14 @@ from spawner.kube import FracKubeSpawner
 from .conftest import Cluster, eventually, run
 
 
-def allocation(share: float, gpus: tuple[int, ...] = (1,)) -> dict[str, Any]:
+def allocation(share: float, gpus: tuple[int, ...] = (1,), node: str = "node-a") -> dict[str, Any]:
     return {
         "id": 41,
         "state": "running",
         "project": "vision",
         "placement": [
             {
-                "node": "node-a",
+                "node": node,
                 "gpus": [
                     {
                         "index": i,
@@ -77,7 +78,7 @@ def test_fractional_notebook_is_placed_on_the_reserved_gpu(
         spawner = make_spawner(cluster, allocation(0.25))
         body = await create(spawner)
         spec = body["spec"]
-        assert spec["nodeSelector"] == {o.HOSTNAME: "node-a"}
+        assert o.pinned_node(spec) == "node-a" and o.HOSTNAME not in spec.get("nodeSelector", {})
         assert spec["priorityClassName"] == "frachub-interactive"
         container = spec["containers"][0]
         assert o.GPU not in ((container.get("resources") or {}).get("limits") or {})
@@ -110,7 +111,7 @@ def test_fractional_notebook_is_placed_on_the_reserved_gpu(
     [
         ("hami", 0.5, (1,), {o.GPU: "1", o.GPUMEM: "40960"}),
         ("reservation", 1.0, (0, 1), {o.GPU: "2"}),
-        ("hami", 1.0, (2,), {o.GPU: "1"}),
+        ("hami", 1.0, (2,), {o.GPU: "1", o.GPUMEM_PERCENTAGE: "100", o.GPUCORES: "100"}),
     ],
     ids=["hami-fraction", "reservation-whole", "hami-whole"],
 )
@@ -131,6 +132,84 @@ def test_gpu_resources_per_sharing_mode(
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin or HAMi sets it
         assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+        annotations = body["metadata"].get("annotations") or {}
+        if mode == "hami":  # HAMi's scheduler, on the GPU the allocation names
+            assert body["spec"]["schedulerName"] == o.HAMI_SCHEDULER
+            uuids = ",".join(f"GPU-from-inventory-{i}" for i in gpus)
+            assert annotations[o.HAMI_USE_UUID] == uuids
+            if share < 1:  # the one GPU named, the memory HAMi enforces
+                assert env["FRACHUB_GPU_UUIDS"] == uuids
+                assert env["FRACHUB_GPU_MEMORY_MIB"] == limits[o.GPUMEM]
+        else:
+            assert body["spec"].get("schedulerName") in (None, "default-scheduler")
+            assert o.HAMI_USE_UUID not in annotations
+
+    run(scenario)
+
+
+def test_a_hami_notebook_without_its_gpus_uuid_is_refused(
+    cluster: Cluster, kube_default: None
+) -> None:
+    async def scenario() -> None:
+        alloc = allocation(0.5)
+        alloc["placement"][0]["gpus"][0]["uuid"] = None
+        spawner = make_spawner(
+            cluster, alloc, frachub_sharing_mode="hami", frachub_hami_scheduler_name="vgpu"
+        )
+        with pytest.raises(SpawnException, match="HAMi has not registered GPU 1 on node-a"):
+            await create(spawner)
+        assert cluster.pods() == []
+
+    run(scenario)
+
+
+def test_notebooks_are_pinned_by_node_name_where_the_hostname_label_differs(
+    cluster: Cluster, kube_default: None
+) -> None:
+    """The Node's name, not its kubernetes.io/hostname label; the profile's own required
+    node affinity terms still hold (matchFields is added to each, terms being ORed)."""
+    fake = cluster.require_fake("adds a node whose hostname label differs")
+    fake.add_node("gpu-1.cluster.internal", gpus=2, hostname="gpu-1", labels={"pool": "a"})
+
+    async def scenario() -> None:
+        spawner = make_spawner(
+            cluster,
+            allocation(1.0, (0,), node="gpu-1.cluster.internal"),
+            node_affinity_required=[
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]},
+            ],
+        )
+        body = await create(spawner)
+        terms = body["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        name = {"key": "metadata.name", "operator": "In", "values": ["gpu-1.cluster.internal"]}
+        assert [t["matchFields"] for t in terms] == [[name], [name]]
+        assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+        assert o.HOSTNAME not in (body["spec"].get("nodeSelector") or {})
+
+        def running() -> bool:
+            pod = fake.get("pods", cluster.namespace, spawner.pod_name)
+            return bool(pod) and pod["status"]["phase"] == "Running"
+
+        await eventually(running, what="the notebook running on gpu-1.cluster.internal")
+        pod = fake.get("pods", cluster.namespace, spawner.pod_name)
+        assert pod is not None and pod["spec"]["nodeName"] == "gpu-1.cluster.internal"
+
+        # the old way, a nodeSelector on the hostname label, matches no node there
+        labelled = make_spawner(
+            cluster,
+            allocation(1.0, (1,), node="gpu-1.cluster.internal"),
+            frachub_node_label=o.HOSTNAME,
+        )
+        labelled.pod_name = "jupyter-labelled"
+        body = await create(labelled)
+        assert body["spec"]["nodeSelector"][o.HOSTNAME] == "gpu-1.cluster.internal"
+        assert "affinity" not in body["spec"] or not body["spec"]["affinity"]
+        await asyncio.sleep(0.3)
+        stuck = fake.get("pods", cluster.namespace, "jupyter-labelled")
+        assert stuck is not None and stuck["status"]["phase"] == "Pending"
 
     run(scenario)
 

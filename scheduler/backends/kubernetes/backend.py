@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
+import re
 import signal
 import socket
 import time
@@ -37,6 +39,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
+from scheduler.backends.kubernetes import credentials
 from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.client import (
     Informer,
@@ -52,9 +55,18 @@ from scheduler.backends.kubernetes.reservation import (
     report_uuid,
     utc_stamp,
 )
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous, visible_gpus
+from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
 
 HANDLE_KIND = "kubernetes"
+FAILED = ("FailureTarget", "Failed")
+COMPLETE = ("SuccessCriteriaMet", "Complete")
+"""A Job has failed or succeeded once it has the interim condition: Kubernetes 1.31+ adds
+the terminal one (Failed, Complete) only after every pod of it has terminated."""
+
+POLICY_MATCH = re.compile(
+    r"(?:failed with exit code (?P<code>\d+)|has condition (?P<condition>\w+)) matching FailJob"
+)
+"""The Job controller's words for the podFailurePolicy rule a pod matched."""
 
 
 @dataclass
@@ -68,6 +80,11 @@ class _Attempt:
     seen: set[str] = field(default_factory=set)
     failure: tuple[int | None, str] | None = None
     last_codes: dict[str, int] = field(default_factory=dict)
+    stuck: bool = False  # ended because a pod could not start (its Jobs are deleted)
+    pending_since: dict[str, float] = field(default_factory=dict)  # pod -> first seen Pending
+    attach_checked: dict[str, float] = field(default_factory=dict)  # pod -> events last read
+    # pod -> (when its Multi-Attach error was first seen, the error's words)
+    attach_error: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 class KubernetesBackend(LoggingConfigurable):
@@ -171,7 +188,17 @@ class KubernetesBackend(LoggingConfigurable):
     ).tag(config=True)
 
     scheduler_name = Unicode(
-        "", help="schedulerName of FracHub's pods (e.g. hami-scheduler); empty: the default."
+        "",
+        help="""schedulerName of FracHub's pods; empty: the default. In hami mode pods with a
+        GPU use ``hami_scheduler_name`` instead (HAMi's device plugin serves only pods its
+        scheduler placed).""",
+    ).tag(config=True)
+
+    hami_scheduler_name = Unicode(
+        o.HAMI_SCHEDULER,
+        help="""hami mode: the schedulerName of HAMi's scheduler (HAMi's chart value
+        ``schedulerName``), set on every pod with a GPU so HAMi's webhook and scheduler
+        extender take it, whatever ``forceOverwriteDefaultScheduler`` says.""",
     ).tag(config=True)
 
     node_label = Unicode(
@@ -252,6 +279,20 @@ class KubernetesBackend(LoggingConfigurable):
 
     rendezvous_port = Integer(29500, help="MASTER_PORT of gangs.").tag(config=True)
 
+    unschedulable_timeout = Float(
+        300.0,
+        help="""Seconds a job's pod may stay unschedulable on the node FracHub chose (GPUs held
+        by pods it cannot see, HAMi's memory accounting, a missing claim) before the attempt
+        ends with the scheduler's words and the workload is requeued.""",
+    ).tag(config=True)
+
+    volume_attach_timeout = Float(
+        60.0,
+        help="""Seconds a job's pod may wait for a ReadWriteOnce volume attached to another
+        node (the Multi-Attach error: e.g. the user's notebook elsewhere holds the home
+        claim) before the attempt ends with those words and the workload is requeued.""",
+    ).tag(config=True)
+
     request_timeout = Float(30.0, help="Seconds for one API request.").tag(config=True)
     watch_timeout = Integer(300, help="Seconds a watch runs before it is renewed.").tag(config=True)
 
@@ -330,6 +371,7 @@ class KubernetesBackend(LoggingConfigurable):
             reservation_priority_class=self.reservation_priority_class,
             tolerations=tuple(self.tolerations),
             runtime_class_name=self.runtime_class_name,
+            hami_scheduler_name=self.hami_scheduler_name,
         )
 
     async def connect(self) -> None:
@@ -454,6 +496,7 @@ class KubernetesBackend(LoggingConfigurable):
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
             held=o.foreign_gpus(list(self.foreign.objects.values())) if self.foreign else None,
+            sharing=self.sharing_mode,
         )
 
     def reserved_uuids(self) -> dict[tuple[str, int], str]:
@@ -495,24 +538,37 @@ class KubernetesBackend(LoggingConfigurable):
         service = base if gang else None
         uuids = await self._reserve(job)
         await self._unreserve_whole(job)
+        job = self._hami_share(job)
         envs = [self._environment(job, rank, uuids, base, service) for rank in range(job.replicas)]
-        manifests = o.job_manifests(job, settings, envs, service, base)
+        try:
+            manifests = o.job_manifests(job, settings, envs, service, base, uuids)
+        except ValueError as error:
+            raise BackendError(str(error)) from error
+        secret = credentials.secret_name(base) if job.credentials else None
+        if secret:
+            credentials.reference(manifests, secret, sorted(job.credentials))
         created: list[str] = []
+        owners: list[dict] = []  # the Jobs as the API has them, for the Secret's owners
         admitted: set[str] = set()  # taken-over Jobs that run already: their template stays
         try:
             for manifest in manifests:
                 name = manifest["metadata"]["name"]
                 try:
-                    await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
+                    owners.append(
+                        await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
+                    )
                     created.append(name)
                 except KubeError as error:
                     found = await self._same_attempt(name, job) if error.status == 409 else None
                     if found is None:
                         raise
                     self.log.info("job %s exists already (a retried start): taking it over", name)
+                    owners.append(found)
                     if not found["spec"].get("suspend"):
                         # a started Job's pod template is immutable on a real server
                         admitted.add(name)
+            if secret:
+                await self._put_credentials(secret, job, base, owners)
             if service:
                 try:
                     await kube.call(
@@ -615,6 +671,7 @@ class KubernetesBackend(LoggingConfigurable):
             if owner is not None:
                 by_job.setdefault(owner, []).append(pod)
         for token, attempt in list(self._attempts.items()):
+            await self._check_stuck(attempt, [p for n in attempt.jobs for p in by_job.get(n, [])])
             outcome = self._outcome(attempt, jobs.objects, by_job)
             if outcome is None:
                 continue
@@ -629,7 +686,7 @@ class KubernetesBackend(LoggingConfigurable):
                 self._exit_codes.pop(name, None)
                 self._disrupted.pop(name, None)
             exits.append(Exit(attempt.workload_id, code, message))
-            if attempt.stopping and attempt.failure is None:
+            if attempt.stopping and (attempt.failure is None or attempt.stuck):
                 with contextlib.suppress(KubeError):
                     await self._delete_attempt(token, attempt.jobs, attempt.service)
             elif attempt.service:
@@ -725,8 +782,7 @@ class KubernetesBackend(LoggingConfigurable):
     def _dead(job: dict) -> bool:
         annotations = job["metadata"].get("annotations") or {}
         return (
-            o.job_condition(job, "Complete")
-            or o.job_condition(job, "Failed")
+            _condition(job, *COMPLETE, *FAILED) is not None
             or o.STOPPED in annotations
             or bool(job["metadata"].get("deletionTimestamp"))
         )
@@ -739,6 +795,27 @@ class KubernetesBackend(LoggingConfigurable):
         if labels.get(o.WORKLOAD) == str(job.workload_id) and not self._dead(found):
             return found
         return None
+
+    async def _put_credentials(
+        self, name: str, job: JobSpec, base: str, owners: list[dict]
+    ) -> None:
+        """The attempt's Secret (``credentials.py``), before any of its pods exists; a retried
+        start replaces the one its first try made (that try's token was never recorded)."""
+        kube, _, _, _ = self._require()
+        manifest = credentials.secret_manifest(name, job.workload_id, base, job.credentials, owners)
+        try:
+            await kube.call(kube.core.create_namespaced_secret, self.namespace, manifest)
+        except KubeError as error:
+            if error.status != 409:
+                raise
+            patch = {"metadata": {"ownerReferences": manifest["metadata"]["ownerReferences"]}}
+            await kube.call(
+                kube.core.patch_namespaced_secret,
+                name,
+                self.namespace,
+                {**patch, "data": manifest["data"]},
+                _content_type="application/merge-patch+json",
+            )
 
     async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
         kube, _, _, _ = self._require()
@@ -764,8 +841,9 @@ class KubernetesBackend(LoggingConfigurable):
         """A ReadWriteOnce claim (z2jh's default home) attaches to one node: a gang across
         nodes, or a job on another node than a pod already using the claim, would wait in
         ContainerCreating (Multi-Attach) forever. Refuse those starts with words instead."""
-        kube, _, pods, _ = self._require()
+        kube, _, _, _ = self._require()
         nodes = sorted({replica.node for replica in job.placement})
+        users: list[dict] | None = None
         for volume in o.format_template(list(self.home_volumes), **o.user_fields(job.user)):
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if not claim:
@@ -781,10 +859,12 @@ class KubernetesBackend(LoggingConfigurable):
             modes = set((pvc.get("spec") or {}).get("accessModes") or [])
             if modes & {"ReadWriteMany", "ReadOnlyMany"}:
                 continue
+            if users is None:
+                users = await self._namespace_pods()
             held = sorted(
                 {
                     pod["spec"]["nodeName"]
-                    for pod in pods.objects.values()
+                    for pod in users
                     if pod.get("spec", {}).get("nodeName")
                     and o.pod_live(pod)
                     and any(
@@ -803,10 +883,34 @@ class KubernetesBackend(LoggingConfigurable):
                     "docs/kubernetes.md)"
                 )
 
+    async def _namespace_pods(self) -> list[dict]:
+        """Every pod of the namespace, FracHub's or not (a notebook from another spawner, a
+        user's own pod may hold a ReadWriteOnce claim): the caches, or one list when pods
+        FracHub did not create are not watched."""
+        kube, _, pods, _ = self._require()
+        mine = list(pods.objects.values())
+        if self.foreign is not None:
+            return mine + [
+                pod
+                for pod in self.foreign.objects.values()
+                if pod["metadata"].get("namespace") == self.namespace
+            ]
+        try:
+            body = await kube.call(kube.core.list_namespaced_pod, self.namespace)
+        except KubeError as error:
+            self.log.warning("listing the pods of %s failed: %s", self.namespace, error)
+            return mine
+        return list(body.get("items") or [])
+
     async def _reserve(self, job: JobSpec) -> dict[tuple[str, int], str]:
-        """Reservation mode: the UUID of every GPU the job shares (reservation pods)."""
-        if self.sharing_mode != "reservation":
-            return {}
+        """Reservation mode: the UUID of every GPU the job shares (reservation pods). HAMi
+        mode: of every GPU it holds, as HAMi registered them (its pods name them)."""
+        if self.sharing_mode == "hami":
+            registered = {(gpu.node, gpu.index): gpu.uuid for gpu in self.inventory().gpus}
+            wanted = {
+                (replica.node, share.index) for replica in job.placement for share in replica.gpus
+            }
+            return {key: registered[key] for key in wanted if key in registered}
         kube, _, _, _ = self._require()
         wanted = sorted({(r.node, r.gpus[0].index) for r in job.placement if o.is_fractional(r)})
         uuids = {}
@@ -820,6 +924,20 @@ class KubernetesBackend(LoggingConfigurable):
             except KubeError as error:
                 raise BackendError(f"cannot reserve GPU {index} on {node}: {error}") from error
         return uuids
+
+    def _hami_share(self, job: JobSpec) -> JobSpec:
+        """HAMi mode: a fraction's memory (``nvidia.com/gpumem`` and FRACHUB_GPU_MEMORY_MIB)
+        from the memory HAMi registered for the node, rounded down: rounded to the nearest
+        MiB, two halves of a GPU could ask one MiB more than HAMi has and the second would
+        never be placed."""
+        first = job.placement[0] if job.placement else None
+        if self.sharing_mode != "hami" or first is None or not o.is_fractional(first):
+            return job
+        memory = {node.name: node.gpu_memory_mib for node in self.inventory().nodes}
+        if first.node not in memory:
+            return job
+        share = o.share_memory_mib(first.gpus[0].milli, memory[first.node])
+        return dataclasses.replace(job, gpu_memory_mib=share)
 
     async def _unreserve_whole(self, job: JobSpec) -> None:
         """Reservation mode: a lingering reservation pod (kept for a notebook that might
@@ -893,11 +1011,25 @@ class KubernetesBackend(LoggingConfigurable):
     ) -> dict[str, str]:
         """Settings' < the job's variables < HOME/USER < the contract. NVIDIA_VISIBLE_DEVICES
         is set only where FracHub picks the GPU (a reserved share); otherwise the device
-        plugin (whole GPUs) or HAMi (hami mode) sets it."""
+        plugin (whole GPUs) or HAMi (hami mode) sets it. FRACHUB_GPU_UUIDS is set where the
+        pod's GPU is known: a reserved share, a HAMi share (``nvidia.com/use-gpuuuid``).
+
+        Gangs: every pod is its own torchrun "node". The device plugin and HAMi show a pod only
+        the GPUs it was given, so two replicas on one node each see theirs as ``cuda:0``:
+        ``LOCAL_RANK=0`` and ``LOCAL_WORLD_SIZE=1`` in every pod (``set_device(LOCAL_RANK)``
+        is the pod's own GPU), with the gang's ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``, as
+        Kubeflow's PyTorchJob sets them. Reserved shares are shown alone too, so a pod never
+        sees a GPU that is not its own. NCCL tells the pods apart by hostname (they are
+        different hosts to it), so no "duplicate GPU" error; replicas wanting NVLink between
+        their GPUs ask for one replica with several GPUs and run torchrun inside it."""
         replica = job.placement[rank]
         home = self.home_mount_path.rstrip("/") or "/"
         master = o.master_address(job.placement, base, service) if service else ""
         reserved = o.is_fractional(replica) and self.sharing_mode == "reservation"
+        known = reserved or (o.is_fractional(replica) and self.sharing_mode == "hami")
+        place = rendezvous(job.placement, rank, master, self.rendezvous_port) if service else None
+        if place is not None:
+            place = dataclasses.replace(place, local_rank=0, local_world_size=1)
         contract = contract_env(
             workload_id=job.workload_id,
             replica=replica,
@@ -909,16 +1041,11 @@ class KubernetesBackend(LoggingConfigurable):
             ),
             uuid_of=lambda node, index: uuids.get((node, index), ""),
             device_variable=NVIDIA_VISIBLE_DEVICES,
-            rendezvous=rendezvous(job.placement, rank, master, self.rendezvous_port)
-            if service
-            else None,
-            # reserved shares are named by UUID, so a gang's pods on one node can be shown
-            # each other's GPUs (cuda:LOCAL_RANK is their own); the device plugin and HAMi
-            # show a pod only its own
-            visible=visible_gpus(job.placement, rank) if reserved else None,
+            rendezvous=place,
         )
         if not reserved:
             contract.pop(NVIDIA_VISIBLE_DEVICES, None)
+        if not known:
             contract.pop("FRACHUB_GPU_UUIDS", None)
         env = dict(self.environment)
         env.update(job.env)
@@ -949,12 +1076,13 @@ class KubernetesBackend(LoggingConfigurable):
             # Job controller counts them): that is the stop, not the workload's failure
             for name in attempt.jobs:
                 job = jobs.get(name)
-                if job is not None and o.job_condition(job, "Failed"):
-                    attempt.failure = self._failure(attempt, name, by_job.get(name, []))
+                failed = _condition(job, *FAILED) if job is not None else None
+                if failed is not None:
+                    attempt.failure = self._failure(attempt, name, by_job.get(name, []), failed)
                     break
         if attempt.failure is not None:
-            if live:
-                return (None, attempt.failure[1], not attempt.stopping)
+            if live:  # stop the rest, then wait for them to go
+                return None if attempt.stopping else (None, attempt.failure[1], True)
             return (attempt.failure[0], attempt.failure[1], False)
         if attempt.stopping:
             suspended = all(
@@ -964,20 +1092,94 @@ class KubernetesBackend(LoggingConfigurable):
             if live or not suspended:
                 return None
             code = max(attempt.last_codes.values()) if attempt.last_codes else None
-            if all(
-                name in jobs and o.job_condition(jobs[name], "Complete") for name in attempt.jobs
-            ):
+            if all(name in jobs and _condition(jobs[name], *COMPLETE) for name in attempt.jobs):
                 return (0, "exited with code 0 before it was stopped", False)
             return (code, "stopped" + (f" (code {code})" if code is not None else ""), False)
         if missing:
             return (None, f"its job {missing[0]} was deleted", False)
-        if all(name in jobs and o.job_condition(jobs[name], "Complete") for name in attempt.jobs):
+        if all(name in jobs and _condition(jobs[name], *COMPLETE) for name in attempt.jobs):
             return (0, "exited with code 0", False)
         return None
 
+    async def _check_stuck(self, attempt: _Attempt, pods: list[dict]) -> None:
+        """End an attempt whose pod cannot start, in words, rather than let it wait forever
+        (the service requeues it): a pod no node takes for ``unschedulable_timeout`` (the
+        engine and the cluster disagree: GPUs held by others, HAMi's memory, a claim that
+        does not exist), or one whose ReadWriteOnce volume stays attached to another node
+        (Multi-Attach) for ``volume_attach_timeout``."""
+        if attempt.failure is not None or attempt.stopping:
+            return
+        now = time.monotonic()
+        for pod in pods:
+            meta = pod["metadata"]
+            name = meta["name"]
+            if o.pod_phase(pod) != "Pending" or meta.get("deletionTimestamp"):
+                attempt.pending_since.pop(name, None)
+                continue
+            since = attempt.pending_since.setdefault(name, now)
+            scheduled = next(
+                (
+                    c
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "PodScheduled"
+                ),
+                {},
+            )
+            node = (pod.get("spec") or {}).get("nodeName")
+            if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+                if now - since >= self.unschedulable_timeout:
+                    attempt.failure = (
+                        None,
+                        f"Kubernetes found no node for its pod {name} for "
+                        f"{self.unschedulable_timeout:g} s: "
+                        f"{scheduled.get('message') or 'unschedulable'}; requeued",
+                    )
+                    attempt.stuck = True
+                    return
+            elif node:
+                await self._read_attach_error(attempt, pod, now)
+                first, words = attempt.attach_error.get(name, (now, ""))
+                if words and now - first >= self.volume_attach_timeout:
+                    attempt.failure = (
+                        None,
+                        f"Kubernetes could not attach a volume to its pod {name} on {node} "
+                        f"for {self.volume_attach_timeout:g} s: {words} (a ReadWriteOnce "
+                        "volume is attached to one node at a time; give jobs ReadWriteMany "
+                        "storage, KubernetesBackend.home_volumes); requeued",
+                    )
+                    attempt.stuck = True
+                    return
+
+    async def _read_attach_error(self, attempt: _Attempt, pod: dict, now: float) -> None:
+        """Note in ``attempt.attach_error`` the attach/detach controller's Multi-Attach error
+        about ``pod`` (from its events, read at most every few seconds), or forget it."""
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        if now - attempt.attach_checked.get(name, -1e9) < min(5.0, self.volume_attach_timeout / 2):
+            return
+        attempt.attach_checked[name] = now
+        kube, _, _, _ = self._require()
+        try:
+            body = await kube.call(
+                kube.core.list_namespaced_event,
+                self.namespace,
+                field_selector=f"involvedObject.uid={uid},reason=FailedAttachVolume",
+            )
+        except KubeError as error:
+            self.log.warning("reading the events of pod %s failed: %s", name, error)
+            return
+        for event in body.get("items") or []:
+            if "Multi-Attach" in (event.get("message") or ""):
+                first = attempt.attach_error.get(name, (now, ""))[0]
+                attempt.attach_error[name] = (first, str(event["message"]))
+                return
+        attempt.attach_error.pop(name, None)
+
     def _failure(
-        self, attempt: _Attempt, job_name: str, pods: list[dict]
+        self, attempt: _Attempt, job_name: str, pods: list[dict], condition: dict
     ) -> tuple[int | None, str]:
+        """(exit code, words) of a failed Job: from its pods while they are there, else from
+        the condition its podFailurePolicy gave it (a scheduler restarted after the pods
+        went keeps the exit code; a disruption stays a disruption)."""
         failed = [
             pod
             for pod in pods
@@ -985,7 +1187,11 @@ class KubernetesBackend(LoggingConfigurable):
         ]
         failed.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
         disruptions = [o.pod_condition(pod, "DisruptionTarget") for pod in pods]
-        for disruption in [*disruptions, self._disrupted.get(job_name)]:
+        disruptions.append(self._disrupted.get(job_name))
+        matched = POLICY_MATCH.search(condition.get("message") or "")
+        if condition.get("reason") == "PodFailurePolicy" and matched and matched["condition"]:
+            disruptions.append({"reason": matched["condition"], "message": ""})  # pod gone
+        for disruption in disruptions:
             if disruption is not None:
                 # evicted, drained, preempted by kube-scheduler, node gone: not the program's
                 # failure; None makes the service requeue the workload in its place
@@ -1004,6 +1210,9 @@ class KubernetesBackend(LoggingConfigurable):
                     else ""
                 )
                 return code, f"{prefix}exited with code {code}"
+        if condition.get("reason") == "PodFailurePolicy" and matched and matched["code"]:
+            code = int(matched["code"])
+            return code, f"exited with code {code}"
         return None, f"job {job_name} failed without an exit code (evicted or deleted)"
 
     async def _collect_reservations(self) -> None:
@@ -1068,6 +1277,14 @@ class KubernetesBackend(LoggingConfigurable):
         if not jobs:
             return None
         return _Attempt(workload_id, name, jobs, str(service) if service else None, shares)
+
+
+def _condition(job: dict, *kinds: str) -> dict | None:
+    """The Job's first True condition of ``kinds``, or None."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in kinds and condition.get("status") == "True":
+            return condition
+    return None
 
 
 def _own_namespace(fallback: str = "default") -> str:

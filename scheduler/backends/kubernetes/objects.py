@@ -16,10 +16,15 @@ Shapes:
 - A **reservation pod** per shared GPU (KAI's way) requests ``nvidia.com/gpu: 1``; the program
   in it reports the UUID it was given as the annotation ``frachub.io/gpu-uuid``. Fractional
   pods on that node then get ``NVIDIA_VISIBLE_DEVICES`` of that UUID and request no GPU.
+- In **HAMi mode** GPUs are HAMi's: the node's devices (UUID, memory) come from HAMi's
+  ``hami.io/node-nvidia-register`` annotation, and every GPU pod names HAMi's scheduler,
+  asks ``nvidia.com/gpu`` with ``nvidia.com/gpumem`` (a share) or 100 % memory and cores (a
+  whole GPU), and carries ``nvidia.com/use-gpuuuid`` so HAMi puts it on the GPUs FracHub chose.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +60,14 @@ TRAINING, RESERVATION = "training", "gpu-reservation"
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
 GPUMEM = "nvidia.com/gpumem"
+GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
+GPUCORES = "nvidia.com/gpucores"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+"""On a Node: the physical GPUs HAMi's device plugin registered (UUID, memory, model)."""
+HAMI_USE_UUID = "nvidia.com/use-gpuuuid"
+"""On a pod: the only GPUs (UUIDs, comma-separated) HAMi's scheduler may give it."""
+HAMI_SCHEDULER = "hami-scheduler"
+"""HAMi's chart's default ``schedulerName``."""
 SHARING_MODES = ("reservation", "hami")
 TRACKED = "frachub.io/managed"
 """On every pod FracHub creates or places (KubeSpawner owns managed-by on notebook pods)."""
@@ -98,6 +111,44 @@ def node_ready(node: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+@dataclass(frozen=True)
+class HamiDevice:
+    """One physical GPU as HAMi registered it on its node."""
+
+    uuid: str
+    memory_mib: int
+    model: str
+
+
+def hami_devices(node: Obj) -> list[HamiDevice]:
+    """The GPUs in a Node's ``hami.io/node-nvidia-register``, in the device plugin's order
+    (its ``index`` where given). HAMi >= 2.5 writes a JSON list of ``{"id", "index", "count",
+    "devmem", "devcore", "type", "numa", "mode", "health"}``; older versions
+    ``id,count,devmem,devcore,type,numa,health[,index,mode]:`` per device. An unreadable
+    annotation is as none: HAMi's own scheduler cannot use that node either."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER) or ""
+    rows: list[tuple[int, HamiDevice]] = []
+    try:
+        if text.strip().startswith("["):
+            for position, item in enumerate(json.loads(text)):
+                device = HamiDevice(
+                    str(item["id"]), int(item.get("devmem") or 0), str(item.get("type") or "")
+                )
+                rows.append((int(item.get("index", position)), device))
+        else:
+            for position, part in enumerate(p for p in text.split(":") if "," in p):
+                fields = part.split(",")
+                if len(fields) not in (7, 9):
+                    return []
+                index = int(fields[7]) if len(fields) == 9 else position
+                rows.append((index, HamiDevice(fields[0], int(fields[2]), fields[4])))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+    if not all(device.uuid.startswith("GPU-") for _, device in rows):
+        return []
+    return [device for _, device in sorted(rows, key=lambda row: row[0])]
+
+
 def inventory_from(
     nodes: Sequence[Obj],
     reservations: Mapping[tuple[str, int], str],
@@ -105,6 +156,7 @@ def inventory_from(
     node_selector: Mapping[str, str] | None = None,
     default_memory_mib: int = 0,
     held: Mapping[str, int] | None = None,
+    sharing: str = "reservation",
 ) -> Inventory:
     """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
     ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
@@ -113,7 +165,15 @@ def inventory_from(
     Ready, cordoned, or without GPUs are left out. A GPU's UUID is the one its reservation pod
     reported, else ``GPU-unreserved-<node>-<index>`` (whole-GPU pods get theirs from the device
     plugin and never use it). ``held`` (node -> GPUs) are held by pods FracHub did not
-    create (``foreign_gpus``): they are left out of the node's count."""
+    create (``foreign_gpus``): they are left out of the node's count.
+
+    In HAMi mode (``sharing="hami"``) the node's allocatable ``nvidia.com/gpu`` counts HAMi's
+    virtual slots (GPUs x ``deviceSplitCount``), so the GPUs are those HAMi registered
+    (``hami_devices``): their UUIDs, and as memory the smallest ``devmem`` (what HAMi counts
+    a ``nvidia.com/gpumem`` against, a little under the label's on most cards). A node HAMi
+    has not registered is left out (HAMi cannot place pods there). A device HAMi marks
+    unhealthy stays in: GPU indices must not shift under running work (the engine would
+    count a GPU twice), so a pod FracHub pins to it waits, as under the device plugin."""
     out_nodes: list[Node] = []
     gpus: list[Gpu] = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -124,21 +184,32 @@ def inventory_from(
         if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        counts = [int(allocatable.get(GPU, 0) or 0)]
-        if labels.get("nvidia.com/gpu.count"):
-            counts.append(int(labels["nvidia.com/gpu.count"]))
-        count = min(counts) - int((held or {}).get(meta["name"], 0))
-        if count <= 0:
-            continue
         memory = int(labels.get("nvidia.com/gpu.memory") or default_memory_mib)
         model = labels.get("nvidia.com/gpu.product", "unknown")
         name = meta["name"]
+        registered = hami_devices(node) if sharing == "hami" else []
+        if sharing == "hami":
+            counts = [len(registered)]
+            if registered:
+                memory = min(device.memory_mib for device in registered)
+                model = labels.get("nvidia.com/gpu.product") or registered[0].model or model
+        else:
+            counts = [int(allocatable.get(GPU, 0) or 0)]
+            if labels.get("nvidia.com/gpu.count"):
+                counts.append(int(labels["nvidia.com/gpu.count"]))
+        count = min(counts) - int((held or {}).get(name, 0))
+        if count <= 0:
+            continue
         topology = {key: labels[key] for key in TOPOLOGY_LABELS if labels.get(key)}
         out_nodes.append(
             Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model, labels=topology)
         )
         for index in range(count):
-            uuid = reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
+            uuid = (
+                registered[index].uuid
+                if registered
+                else reservations.get((name, index)) or f"GPU-unreserved-{name}-{index}"
+            )
             gpus.append(Gpu(name, index, uuid, model, memory))
     return Inventory(nodes=tuple(out_nodes), gpus=tuple(gpus), source="kubernetes")
 
@@ -204,6 +275,7 @@ class PodSettings:
     reservation_priority_class: str = ""
     tolerations: Sequence[Obj] = ()
     runtime_class_name: str = ""
+    hami_scheduler_name: str = HAMI_SCHEDULER
 
 
 def user_fields(username: str) -> dict[str, str]:
@@ -240,16 +312,54 @@ def is_fractional(replica: ReplicaPlacement) -> bool:
 
 
 def gpu_resources(sharing: str, replica: ReplicaPlacement, memory_mib: int) -> dict[str, str]:
-    """Resource limits of one replica: whole GPUs are ``nvidia.com/gpu: N`` in both modes; a
-    fraction asks nothing in reservation mode (its reservation pod holds the GPU) and
-    ``nvidia.com/gpu: 1`` + ``nvidia.com/gpumem`` (MiB) for HAMi to enforce."""
+    """Resource limits of one replica. Reservation mode: whole GPUs are ``nvidia.com/gpu: N``
+    and a fraction asks nothing (its reservation pod holds the GPU). HAMi mode, where
+    ``nvidia.com/gpu`` counts devices each pod gets a slice of: a fraction is one device with
+    ``nvidia.com/gpumem`` (MiB, which HAMi enforces); whole GPUs are N devices with 100 % of
+    their memory and cores, which HAMi gives only to a device nobody else uses (without
+    them a pod gets HAMi's ``defaultMemory``, or shares the device's compute)."""
     if not replica.gpus:
         return {}
     if not is_fractional(replica):
-        return {GPU: str(len(replica.gpus))}
+        whole = {GPU: str(len(replica.gpus))}
+        if sharing == "hami":
+            whole.update({GPUMEM_PERCENTAGE: "100", GPUCORES: "100"})
+        return whole
     if sharing == "hami":
         return {GPU: "1", GPUMEM: str(int(memory_mib))}
     return {}
+
+
+def share_memory_mib(milli: int, memory_mib: int) -> int:
+    """The MiB of a GPU of ``memory_mib`` a share of ``milli`` thousandths gets, rounded down,
+    so the shares the engine fits on one GPU fit in HAMi's count of its memory too."""
+    return max(0, int(milli) * int(memory_mib) // 1000)
+
+
+def hami_pod_fields(
+    settings: PodSettings,
+    replicas: Sequence[ReplicaPlacement],
+    uuids: Mapping[tuple[str, int], str],
+) -> tuple[str, dict[str, str]]:
+    """HAMi mode: the schedulerName and annotations of a pod holding ``replicas``' GPUs.
+
+    HAMi's device plugin serves only pods HAMi's scheduler extender placed, so every GPU pod
+    names it (its webhook would set it for pods without a schedulerName, but leaves alone any
+    other name, and a default-scheduler pod when ``forceOverwriteDefaultScheduler`` is off;
+    the default scheduler cannot place ``nvidia.com/gpumem``, which no node advertises).
+    ``nvidia.com/use-gpuuuid`` lists the GPUs FracHub chose: HAMi picks each pod's among them
+    (one Job's pods share one template, so a group lists all its replicas' GPUs, and each
+    whole-GPU pod takes free ones: HAMi never gives a 100 % device twice)."""
+    wanted = [(r.node, share.index) for r in replicas for share in r.gpus]
+    if settings.sharing != "hami" or not wanted:
+        return settings.scheduler_name, {}
+    missing = [f"GPU {index} on {node}" for node, index in wanted if not uuids.get((node, index))]
+    if missing:
+        raise ValueError(
+            f"HAMi has not registered {', '.join(missing)} ({HAMI_REGISTER} on the Node)"
+        )
+    listed = list(dict.fromkeys(uuids[key] for key in wanted))
+    return settings.hami_scheduler_name, {HAMI_USE_UUID: ",".join(listed)}
 
 
 def shares_text(placement: Placement) -> str:
@@ -334,16 +444,34 @@ def working_dir(job: JobSpec, settings: PodSettings) -> str:
     return f"{home}/{job.working_dir.removeprefix('~/')}"
 
 
+POD_FAILURE_POLICY = {
+    "rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "job", "operator": "NotIn", "values": [0]},
+        },
+    ]
+}
+"""Every training Job's ``podFailurePolicy``. A disrupted pod (eviction, drain, preemption
+by kube-scheduler, node lost) fails the Job at once and says so in the Job's condition, so
+the backend requeues the workload even when the pod is gone; a replacement pod (``Ignore``)
+would be pinned to the node it was evicted from and wait there, unseen by the scheduler. A
+program's non-zero exit fails it at once too, with the code in the condition's message."""
+
+
 def job_manifests(
     job: JobSpec,
     settings: PodSettings,
     envs: Sequence[Mapping[str, str]],
     service: str | None,
     base: str,
+    uuids: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Obj]:
     """The attempt's suspended Indexed Jobs named ``base`` (``base-g<n>`` for several groups;
     see the module docstring); ``envs[rank]`` is each rank's full environment, identical
-    within a group except RANK/LOCAL_RANK."""
+    within a group except RANK/LOCAL_RANK. ``uuids`` ((node, index) -> UUID) name the GPUs
+    HAMi must use (HAMi mode)."""
     groups = replica_groups(job.placement)
     labels = labels_for(job, settings)
     manifests = []
@@ -390,10 +518,12 @@ def job_manifests(
             pod_spec["serviceAccountName"] = settings.service_account
         if settings.priority_class:
             pod_spec["priorityClassName"] = settings.priority_class
-        if settings.scheduler_name:
-            pod_spec["schedulerName"] = settings.scheduler_name
+        scheduler, hami = hami_pod_fields(settings, [job.placement[r] for r in ranks], uuids or {})
+        if scheduler:
+            pod_spec["schedulerName"] = scheduler
         add_node_settings(pod_spec, settings)
         annotations = {
+            **hami,
             USER: job.user,
             PROJECT: job.project,
             SHARES: shares_text(tuple(job.placement[r] for r in ranks)),
@@ -415,6 +545,7 @@ def job_manifests(
                     "completions": len(ranks),
                     "parallelism": len(ranks),
                     "backoffLimit": 0,
+                    "podFailurePolicy": POD_FAILURE_POLICY,
                     "ttlSecondsAfterFinished": int(settings.ttl_seconds_after_finished),
                     "template": {
                         "metadata": {"labels": pod_labels, "annotations": annotations},
