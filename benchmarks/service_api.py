@@ -16,9 +16,19 @@ hundred fit and the rest queue. Measured:
   largest ``started_at`` among running workloads, read back through the API);
 - a reader polling ``GET workloads`` (one page, with the total) during the load: latency
   p50/p99;
+- a notebook spawn every second during the load (``--notebook-every``): a user of the
+  ``notebooks`` project asks for a 0.5-GPU share (``POST allocations``), long-polls it until
+  it is granted, then releases it; from request to grant, p50/p99;
+- the service's CPU time (user + system, from /proc) next to the wall time of the same span,
+  since the machine is shared and wall time alone says little;
 - the service's resident memory at the end.
 
-    .venv/bin/python benchmarks/service_api.py                 # 15,000 workloads
+The 30 job projects sit in a department ``batch`` capped at the cluster less
+``--notebook-gpus`` (default 4 of 128), and the ``notebooks`` project deserves those 4: the
+way an operator keeps room for interactive work, so a notebook inside its quota starts on
+idle GPUs instead of waiting out a reclaim's grace period.
+
+    nice -n 10 .venv/bin/python benchmarks/service_api.py       # 15,000 workloads
     .venv/bin/python benchmarks/service_api.py --workloads 1000 --json
 """
 
@@ -27,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -53,8 +64,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+NOTEBOOK_USER = "bench-notebook"
+
+
 def service_config(args: argparse.Namespace) -> str:
-    queues = [{"name": f"p{i:02d}", "deserved_gpus": args.deserved} for i in range(args.projects)]
+    capacity = args.nodes * args.gpus_per_node
+    queues = [{"name": "batch", "limit_gpus": capacity - args.notebook_gpus}]
+    queues += [
+        {"name": f"p{i:02d}", "parent": "batch", "deserved_gpus": args.deserved}
+        for i in range(args.projects)
+    ]
+    queues.append(
+        {"name": "notebooks", "deserved_gpus": args.notebook_gpus, "members": [NOTEBOOK_USER]}
+    )
     nodes = [
         {"name": f"node-{n:02d}", "gpus": args.gpus_per_node, "gpu_memory_gib": 80}
         for n in range(args.nodes)
@@ -133,13 +155,61 @@ async def settle(admin: httpx.AsyncClient, quiet_seconds: float) -> list[dict]:
     last, since = -1, time.monotonic()
     while True:
         queues = (await admin.get("queues")).json()
-        running = sum(queue["running"] for queue in queues)
+        # the job projects only: the notebooks come and go every second
+        running = sum(queue["running"] for queue in queues if queue["parent"] == "batch")
         if running != last:
             last, since = running, time.monotonic()
             print(f"  running {running:,}", file=sys.stderr, flush=True)
         elif time.monotonic() - since > quiet_seconds:
             return await running_workloads(admin)
         await asyncio.sleep(0.5)
+
+
+async def spawn_notebooks(
+    client: httpx.AsyncClient, every: float, stop: asyncio.Event
+) -> tuple[list[float], list[float]]:
+    """A notebook spawn every ``every`` seconds until ``stop``: ask for a share, wait until it
+    is granted (long-poll, as the spawner does), release it. Seconds from request to grant
+    as the client saw them, and as the service recorded them (its ``submitted`` and
+    ``allocated`` events: the scheduler's part, without the proxy, the hub's token check and
+    the queueing of a starved process)."""
+    grants: list[float] = []
+    recorded: list[float] = []
+    n = 0
+    while not stop.is_set():
+        n += 1
+        began = time.perf_counter()
+        response = await client.post(
+            "allocations", json={"gpus": 0.5, "server_name": f"s{n}", "project": "notebooks"}
+        )
+        if response.status_code != 201:
+            raise RuntimeError(f"notebook {n}: {response.status_code} {response.text}")
+        allocation = response.json()
+        while allocation["state"] == "pending":
+            response = await client.get(
+                f"allocations/{allocation['id']}?wait=30&version={allocation['version']}"
+            )
+            response.raise_for_status()
+            allocation = response.json()
+        if allocation["state"] != "running":
+            raise RuntimeError(f"notebook {n} ended {allocation['state']}: {allocation}")
+        grants.append(time.perf_counter() - began)
+        (await client.delete(f"allocations/{allocation['id']}")).raise_for_status()
+        events = (await client.get(f"workloads/{allocation['id']}")).json()["events"]
+        times = {event["type"]: stamp(event["time"]) for event in events}
+        recorded.append(times["allocated"] - times["submitted"])
+        await asyncio.sleep(max(0.0, every - (time.perf_counter() - began)))
+    return grants, recorded
+
+
+def ms(seconds: float) -> float:
+    return round(1000 * seconds, 1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stamp(text: str) -> float:
@@ -154,6 +224,8 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
         tokens.append(hub.token_for(name))
     hub.create_user("bench-admin", admin=True)
     admin_token = hub.token_for("bench-admin")
+    hub.create_user(NOTEBOOK_USER)
+    notebook_token = hub.token_for(NOTEBOOK_USER)
     limits = httpx.Limits(max_connections=args.concurrency)
 
     def client(token: str) -> httpx.AsyncClient:
@@ -166,12 +238,21 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
 
     clients = [client(token) for token in tokens]
     admin = client(admin_token)
+    notebook = client(notebook_token)
     stop = asyncio.Event()
+    cpu_before, wall_before = cpu_seconds(service.pid), time.perf_counter()
     reader = asyncio.create_task(read_while(client(tokens[0]), stop))
+    spawner = None
+    if args.notebook_every > 0:
+        spawner = asyncio.create_task(spawn_notebooks(notebook, args.notebook_every, stop))
     post_latencies, first_post, submit_seconds = await submit_all(clients, args)
+    submit_cpu = cpu_seconds(service.pid) - cpu_before
     running = await settle(admin, args.quiet)
     stop.set()
     read_latencies = await reader
+    grants, recorded = await spawner if spawner is not None else ([], [])
+    cpu_total, wall_total = cpu_seconds(service.pid) - cpu_before, time.perf_counter() - wall_before
+    running = [item for item in running if item["kind"] != "interactive"]
     last_start = max(stamp(item["started_at"]) for item in running)
     used = sum(
         share["share"]
@@ -192,12 +273,22 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
             ("frachub_cycle_duration_seconds_count", "frachub_cycle_duration_seconds_sum")
         )
     }
+    arrivals = {
+        line.split('"')[1]: int(float(line.split()[-1]))
+        for line in metrics.splitlines()
+        if line.startswith("frachub_arrivals_total{")
+    }
+    engine_cpu = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("frachub_engine_cpu_seconds_total")
+    )
     rss_kib = 0
     status = Path(f"/proc/{service.pid}/status").read_text()
     for line in status.splitlines():
         if line.startswith("VmRSS:"):
             rss_kib = int(line.split()[1])
-    for c in [*clients, admin]:
+    for c in [*clients, admin, notebook]:
         await c.aclose()
     capacity = args.nodes * args.gpus_per_node
     return {
@@ -207,17 +298,29 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
         "concurrency": args.concurrency,
         "submit_seconds": round(submit_seconds, 2),
         "submissions_per_second": round(args.workloads / submit_seconds, 1),
+        "submit_service_cpu_seconds": round(submit_cpu, 2),
         "post_p50_ms": round(1000 * statistics.median(post_latencies), 1),
         "post_p99_ms": round(1000 * percentile(post_latencies, 99), 1),
         "list_p50_ms": round(1000 * statistics.median(read_latencies), 1),
         "list_p99_ms": round(1000 * percentile(read_latencies, 99), 1),
         "list_samples": len(read_latencies),
+        "notebook_grant_p50_ms": round(1000 * statistics.median(grants), 1) if grants else None,
+        "notebook_grant_p99_ms": round(1000 * percentile(grants, 99), 1) if grants else None,
+        "notebook_grant_max_ms": round(1000 * max(grants), 1) if grants else None,
+        "notebook_samples": len(grants),
+        "notebook_recorded_p50_ms": ms(statistics.median(recorded)) if recorded else None,
+        "notebook_recorded_p99_ms": ms(percentile(recorded, 99)) if recorded else None,
         "running": len(running),
         "gpus_allocated": round(used, 2),
         "time_to_settle_seconds": round(last_start - first_post, 2),
         "service_rss_mib": round(rss_kib / 1024, 1),
+        "service_cpu_seconds": round(cpu_total, 2),
+        "wall_seconds": round(wall_total, 2),
+        "niceness": os.nice(0),
         "preemptions": int(preemptions),
+        "arrivals": arrivals,
         "cycles": int(cycles.get("frachub_cycle_duration_seconds_count", 0)),
+        "engine_cpu_seconds": round(engine_cpu, 2),
         "cycle_seconds_total": round(cycles.get("frachub_cycle_duration_seconds_sum", 0), 2),
     }
 
@@ -233,6 +336,12 @@ def main() -> int:
     parser.add_argument("--sleep", type=int, default=3600, help="each job's run time (s)")
     parser.add_argument("--quiet", type=float, default=5, help="settled after this many s")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--notebook-every", type=float, default=1.0, help="s between notebook spawns (0: none)"
+    )
+    parser.add_argument(
+        "--notebook-gpus", type=float, default=4, help="GPUs the notebooks project deserves"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frachub-bench-"))

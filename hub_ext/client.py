@@ -20,8 +20,9 @@ same way and print the same tables, and the spawner (``spawner/mixin.py``).
     when no answer came) say what to set or check.
 ``checkpointed()``
     Inside a job, after it saved its work: tells the scheduler (``POST
-    workloads/{id}/checkpoint``, or a touched file in ``FRACHUB_CHECKPOINT_DIR`` when the job
-    has no token), so an eviction loses only the work done since.
+    workloads/{id}/checkpoint`` with the job's own token, or a touched file in
+    ``FRACHUB_CHECKPOINT_DIR`` when the job has none), so an eviction loses only the work done
+    since.
 ``Table``, ``Report``
     What the CLI prints and the magics display: aligned plain text from ``str()``/``repr()``
     (``text/plain``) and an HTML table from ``_repr_html_()`` (``text/html`` in notebooks).
@@ -189,10 +190,12 @@ def _own_workload_id(env: Mapping[str, str]) -> int:
 def checkpointed(environ: Mapping[str, str] | None = None) -> None:
     """Inside a job, right after saving a checkpoint: ``hub_ext.client.checkpointed()``.
 
-    With the service's URL and a token in the job's environment (``FRACHUB_URL`` and
-    ``FRACHUB_TOKEN``, as ``connect`` reads them) it tells the service through the API.
-    Without them it touches ``$FRACHUB_CHECKPOINT_DIR/.frachub-checkpointed``, which the
-    local backend sees on its next poll like any newer file in that directory."""
+    Every job finds the service's URL and its own hub token in its environment
+    (``FRACHUB_URL``, ``JUPYTERHUB_API_TOKEN``; issued when it starts, revoked when it ends,
+    good for this job only: ``scheduler/service/jobtokens.py``), so this tells the service
+    through the API on every backend. Without them (the operator turned job tokens off) it
+    touches ``$FRACHUB_CHECKPOINT_DIR/.frachub-checkpointed``, which the local backend sees
+    on its next poll like any newer file in that directory."""
     env = os.environ if environ is None else environ
     workload_id = _own_workload_id(env)
     if env.get(URL_ENV) and (env.get(TOKEN_ENV) or env.get(SERVER_TOKEN_ENV)):
@@ -393,8 +396,9 @@ class FracHubClient(ClientCore):
         page_size: int | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Workloads, newest first, page after page (the hub's ``_pagination`` envelope: the
-        next page starts at ``next.offset``). A workload seen on an earlier page is not
-        repeated when new submissions shift the pages."""
+        next page starts at ``next.cursor``, or at ``next.offset`` from a service that gives
+        no cursor). A workload seen on an earlier page is not repeated when new submissions
+        shift offset pages."""
         params: dict[str, Any] = {
             "state": ",".join(states) or None,
             "project": ",".join(projects) or None,
@@ -406,12 +410,12 @@ class FracHubClient(ClientCore):
         if active:
             params["active"] = "1"
         seen: set[int] = set()
-        offset = 0
+        where: dict[str, Any] = {}
         while True:
             page = self._json(
                 "GET",
                 "workloads",
-                params={**params, "offset": offset},
+                params={**params, **where},
                 headers={"Accept": PAGINATION_MEDIA_TYPE},
             )
             if isinstance(page, list):  # a service that ignores the envelope: one page
@@ -424,14 +428,18 @@ class FracHubClient(ClientCore):
                     yield item
             if not following or not items:
                 return
-            offset = following["offset"]
+            if following.get("cursor"):
+                where = {"cursor": following["cursor"]}
+            else:
+                where = {"offset": following["offset"]}
             params["limit"] = following.get("limit", params.get("limit"))
 
     def list_workloads(self, *, limit: int | None = None, **filters: Any) -> list[dict[str, Any]]:
-        """``iter_workloads`` collected: every matching workload, or the newest ``limit``."""
+        """``iter_workloads`` collected: every matching workload, or the newest ``limit``;
+        in pages of up to 500 (the service's default ``page_max_limit``; it clamps to its
+        own), so that a long list takes few requests."""
         found: list[dict[str, Any]] = []
-        if limit is not None:
-            filters.setdefault("page_size", min(max(limit, 1), 500))
+        filters.setdefault("page_size", 500 if limit is None else min(max(limit, 1), 500))
         for item in self.iter_workloads(**filters):
             if limit is not None and len(found) >= limit:
                 break

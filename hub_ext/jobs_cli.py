@@ -55,6 +55,7 @@ RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest fi
 MAX_SWEEP = 256  # a sweep's jobs in all, as the service bounds them
 WATCH_SECONDS = 2.0  # `jobs --watch` redraws this often by default
 MAX_WATCH_SECONDS = 3600.0
+MAX_LISTED = 1_000_000  # `jobs --limit` at most
 
 
 # --- argument definitions, shared with the magics -----------------------------------------------
@@ -118,6 +119,10 @@ def replicas(text: str) -> int:
 
 def count(text: str) -> int:
     return _whole_number(text, 0, "0 or more")
+
+
+def listed(text: str) -> int:
+    return _whole_number(text, 1, "at least 1", MAX_LISTED)
 
 
 def gpu_memory(text: str) -> float:
@@ -299,6 +304,13 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="admins: this user's jobs (repeatable), as squeue -u",
     )
+    parser.add_argument(
+        "-n",
+        "--limit",
+        type=listed,
+        metavar="N",
+        help="at most N jobs, the newest (default: all that match, page after page)",
+    )
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -444,21 +456,26 @@ def jobs_listing(
     all_states: bool = False,
     projects: Sequence[str] = (),
     users: Sequence[str] = (),
+    limit: int | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """Active work and the latest finished jobs, newest first, or everything; with the note
-    saying which when some were left out."""
+    """Active work and the latest finished jobs, newest first, or everything; at most the
+    newest ``limit``; with the note saying which when some were left out."""
+    # one more than shown tells whether some were left out
+    most = None if limit is None else limit + 1
     if all_states:
-        return client.list_workloads(projects=projects, users=users), ""
-    active = client.list_workloads(active=True, projects=projects, users=users)
-    recent = client.list_workloads(
-        states=FINAL_STATES, projects=projects, users=users, limit=RECENT_FINISHED
-    )
-    items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
-    note = (
-        f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
-        if len(recent) >= RECENT_FINISHED
-        else ""
-    )
+        items = client.list_workloads(projects=projects, users=users, limit=most)
+        recent: list[dict[str, Any]] = []
+    else:
+        active = client.list_workloads(active=True, projects=projects, users=users, limit=most)
+        recent = client.list_workloads(
+            states=FINAL_STATES, projects=projects, users=users, limit=RECENT_FINISHED
+        )
+        items = sorted({w["id"]: w for w in active + recent}.values(), key=lambda w: -w["id"])
+    note = ""
+    if limit is not None and len(items) > limit:
+        items, note = items[:limit], f"(the newest {limit}; --limit for more)"
+    elif len(recent) >= RECENT_FINISHED:
+        note = f"(active jobs and the {RECENT_FINISHED} latest finished; --all-states for all)"
     return items, note
 
 
@@ -469,6 +486,7 @@ def jobs_view(client: FracHubClient, args: argparse.Namespace) -> Table:
         all_states=args.all_states,
         projects=args.project,
         users=whose_jobs(client, args),
+        limit=args.limit,
     )
     note = "\n".join(part for part in (sweeps_note(items), note) if part)
     return jobs_table(items, now_utc(), note=note, empty="no jobs")
@@ -565,7 +583,11 @@ def run_jobs(args: argparse.Namespace) -> int:
         if args.json:
             users = whose_jobs(client, args)
             items, _note = jobs_listing(
-                client, all_states=args.all_states, projects=args.project, users=users
+                client,
+                all_states=args.all_states,
+                projects=args.project,
+                users=users,
+                limit=args.limit,
             )
             print_json(items)
             return 0

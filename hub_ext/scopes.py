@@ -1,10 +1,11 @@
 """Names and permissions shared by the hub configuration, the spawner and the service.
 
-JupyterHub grants permissions through roles made of scopes. FracHub defines three custom
+JupyterHub grants permissions through roles made of scopes. FracHub defines four custom
 scopes and says here, once, which identity needs which scopes: every user (to use the panel,
-the magics and the CLI), a notebook server's own token (so the magics act as its user), and
-the ``frachub`` service itself (to learn group membership, watch server activity and stop
-idle GPU notebooks).
+the magics and the CLI), a notebook server's own token (so the magics act as its user), a
+training job's own token (so it can say it checkpointed, and nothing more), and the
+``frachub`` service itself (to learn group membership, watch server activity, stop idle GPU
+notebooks, and issue and revoke the jobs' tokens).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ ACCESS_SCOPE = f"access:services!service={SERVICE_NAME}"
 READ_SCOPE = "custom:frachub:read"
 SUBMIT_SCOPE = "custom:frachub:submit"
 ADMIN_SCOPE = "custom:frachub:admin"
+JOB_SCOPE = "custom:frachub:job"
 ADMIN_GROUP = "frachub-admins"  # members get the frachub-admin role
 
 # The one table of FracHub's scopes. The hub shows these descriptions on its token and
@@ -30,9 +32,15 @@ CUSTOM_SCOPES = {
     ADMIN_SCOPE: {
         "description": "See and change every FracHub workload and queue, and act for other users."
     },
+    JOB_SCOPE: {
+        "description": "See, and report checkpoints of, the one FracHub job the token was "
+        "issued to (the service gives each job such a token)."
+    },
 }
 # every user: their own things in the hub, plus the service
-USER_SCOPES = ["self", ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE]
+# (a token can only hold scopes its owner holds: every user holds JOB_SCOPE so that the
+# service can issue their jobs' tokens)
+USER_SCOPES = ["self", ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, JOB_SCOPE]
 ADMIN_SCOPES = [ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, ADMIN_SCOPE]
 # a notebook server's $JUPYTERHUB_API_TOKEN: JupyterHub's defaults plus what the magics need
 SERVER_TOKEN_SCOPES = [
@@ -42,8 +50,13 @@ SERVER_TOKEN_SCOPES = [
     READ_SCOPE,
     SUBMIT_SCOPE,
 ]
+# a training job's $JUPYTERHUB_API_TOKEN, issued by the service for the job's owner when the
+# job starts and revoked when it ends: it reaches the service and, there, only its own job
+# (docs/service.md, "A job's own token")
+JOB_TOKEN_SCOPES = [ACCESS_SCOPE, JOB_SCOPE]
 # the frachub service in the Hub API: group membership, server activity, stopping idle
-# GPU notebooks; and in its own API: acting for users (the spawner uses its token)
+# GPU notebooks, issuing and revoking the jobs' tokens ("tokens"); and in its own API:
+# acting for users (the spawner uses its token)
 SERVICE_SCOPES = [
     "list:users",
     "read:users",
@@ -52,6 +65,7 @@ SERVICE_SCOPES = [
     "delete:servers",
     "list:groups",
     "read:groups",
+    "tokens",
     ACCESS_SCOPE,
     READ_SCOPE,
     SUBMIT_SCOPE,

@@ -58,6 +58,20 @@ def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "c
         time.sleep(0.1)
 
 
+def wait_token_refused(hub_api_url: str, token: str, timeout: float = 20) -> None:
+    """Until the hub refuses ``token`` (a job's own, revoked when the job ends)."""
+    wait_for(
+        lambda: (
+            httpx.get(
+                f"{hub_api_url}/user", headers={"Authorization": f"token {token}"}, timeout=30
+            ).status_code
+            == 403
+        ),
+        timeout,
+        "the hub to refuse the ended job's token",
+    )
+
+
 def workload(client: httpx.Client, workload_id: int) -> dict:
     return checked(client.get(f"workloads/{workload_id}")).json()
 

@@ -6,6 +6,9 @@ JupyterHub roles; the admin scope implies the others):
 - ``custom:frachub:read``   see queues, nodes, usage, metrics and one's own workloads
 - ``custom:frachub:submit`` submit and cancel one's own workloads, hold notebook allocations
 - ``custom:frachub:admin``  see and change everything, act for other users, edit queues
+- ``custom:frachub:job``    see and checkpoint the one job the token was issued to: the
+  service gives each job such a token (``scheduler/service/jobtokens.py``) and knows it by
+  the token's id, which the hub reports with its owner
 
 Every token must also carry ``access:services!service=frachub`` (checked by ``HubAuth``).
 A user belongs to a project when they are in the JupyterHub group of the same name or listed
@@ -19,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hub_ext.scopes import ADMIN_SCOPE as ADMIN
+from hub_ext.scopes import JOB_SCOPE as JOB
 from hub_ext.scopes import READ_SCOPE as READ
 from hub_ext.scopes import SUBMIT_SCOPE as SUBMIT
 from scheduler.engine import Queue
 
-__all__ = ["ADMIN", "READ", "SUBMIT", "Caller", "leaf_projects", "projects_of"]
+__all__ = ["ADMIN", "JOB", "READ", "SUBMIT", "Caller", "leaf_projects", "projects_of"]
 
 
 EVERYBODY = "*"  # in a queue's members: every user of the hub
@@ -37,6 +41,8 @@ class Caller:
     scopes: frozenset[str]
     groups: frozenset[str]
     kind: str = "user"
+    token_id: str | None = None
+    """The hub's id of the token the request came with (None for a browser session)."""
 
     @property
     def is_admin(self) -> bool:
@@ -44,6 +50,10 @@ class Caller:
 
     def has(self, scope: str) -> bool:
         return scope in self.scopes or self.is_admin
+
+    def is_token_of(self, token_id: str | None) -> bool:
+        """This request comes with the job token ``token_id`` (one with the job scope)."""
+        return token_id is not None and JOB in self.scopes and self.token_id == token_id
 
 
 def leaf_projects(queues: Iterable[Queue]) -> list[str]:

@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth
@@ -49,6 +49,7 @@ from scheduler.service.directory import HubDirectory
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
+from scheduler.service.jobtokens import CredentialedBackend, HubTokens
 from scheduler.service.loop import SchedulingLoop, Settings
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import QueueRecord
@@ -297,6 +298,47 @@ class FracHubService(Application):
     )
     page_max_limit = Integer(500, help="Largest list a request may ask for.").tag(config=True)
 
+    job_tokens = Bool(
+        True,
+        help="""Give every training job its own hub token (issued when it starts, revoked when
+        it ends), so that ``hub_ext.client.checkpointed()`` reaches the API from inside the job on
+        every backend. Needs the hub's ``tokens`` scope in the service's role
+        (docs/service.md, "A job's own token").""",
+    ).tag(config=True)
+
+    job_token_seconds = Integer(
+        30 * 24 * 3600,
+        help="""Seconds a job's token lives at most. It is revoked when the job ends; this
+        bounds only a token the service never got to revoke.""",
+    ).tag(config=True)
+
+    job_service_url = Unicode(
+        help="""The service's URL as jobs reach it (their FRACHUB_URL, completed with
+        service_prefix), e.g. http://frachub.jupyterhub.svc:10101 on Kubernetes. Default:
+        service_url, unless that listens on every interface (0.0.0.0), which no job can
+        connect to: then jobs get no token.""",
+    ).tag(config=True)
+
+    @validate("job_token_seconds")
+    def _validate_job_token_seconds(self, proposal):
+        if proposal.value < 60:
+            raise ValueError(
+                f"FracHubService.job_token_seconds must be >= 60, got {proposal.value}"
+            )
+        return proposal.value
+
+    def jobs_service_url(self) -> str | None:
+        """``FRACHUB_URL`` for jobs: the service's API root under its prefix, or None when
+        nothing says where jobs can reach it."""
+        base = self.job_service_url or self.service_url
+        parts = urlparse(base)
+        if not self.job_service_url and (parts.hostname or "") in ("0.0.0.0", "::", ""):
+            return None
+        prefix = "/" + self.service_prefix.strip("/")
+        if parts.path.rstrip("/").endswith(prefix):  # a job_service_url naming the service
+            return base.rstrip("/") + "/"
+        return base.rstrip("/") + prefix + "/"
+
     group_cache_seconds = Float(
         30.0, help="How long the hub's answer about a user's groups is reused."
     ).tag(config=True)
@@ -468,6 +510,21 @@ class FracHubService(Application):
                 self.log.exception("retention pass failed")
             await asyncio.sleep(self.retention_check_interval)
 
+    def _credentialed(self, backend: Any) -> Any:
+        """The backend, wrapped so that every job gets its own token (``job_tokens``)."""
+        if not self.job_tokens:
+            return backend
+        url = self.jobs_service_url()
+        if url is None:
+            self.log.warning(
+                "jobs get no API token: service_url %s listens everywhere; set "
+                "FracHubService.job_service_url to the URL jobs reach the service at",
+                self.service_url,
+            )
+            return backend
+        tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token)
+        return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
+
     async def serve(self) -> None:
         self._hold_data_dir()
         try:
@@ -490,6 +547,7 @@ class FracHubService(Application):
                 await connect()
             finally:
                 standby.stop()
+        backend = self._credentialed(backend)
         metrics = Metrics()
         policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
         loop = SchedulingLoop(

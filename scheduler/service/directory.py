@@ -11,17 +11,18 @@ import json
 import time
 from urllib.parse import quote
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import HTTPClientError
+
+from scheduler.service.hubapi import HubApi
 
 
 class HubDirectoryError(RuntimeError):
     pass
 
 
-class HubDirectory:
+class HubDirectory(HubApi):
     def __init__(self, api_url: str, api_token: str, ttl: float = 30.0) -> None:
-        self.api_url = api_url.rstrip("/")
-        self.api_token = api_token
+        super().__init__(api_url, api_token)
         self.ttl = ttl
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
 
@@ -29,13 +30,8 @@ class HubDirectory:
         cached = self._cache.get(user)
         if cached is not None and time.monotonic() - cached[0] < self.ttl:
             return cached[1]
-        request = HTTPRequest(
-            f"{self.api_url}/users/{quote(user, safe='')}",
-            headers={"Authorization": f"token {self.api_token}"},
-            request_timeout=10,
-        )
         try:
-            response = await AsyncHTTPClient().fetch(request)
+            response = await self.fetch("GET", f"/users/{quote(user, safe='')}")
         except HTTPClientError as error:
             if error.code == 404:
                 groups: frozenset[str] = frozenset()

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote, urlencode
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
+from tornado.httpclient import HTTPClientError
 
 from scheduler.engine import reasons
 from scheduler.engine.lifecycle import WorkloadState
+from scheduler.service.hubapi import HubApi
 from scheduler.service.idle_policy import (
     DEFAULT_WARNING_FRACTION,
     GivenWarning,
@@ -74,24 +75,8 @@ def parse_time(value: str | None) -> float | None:
     return parsed.timestamp()
 
 
-class HubServers:
+class HubServers(HubApi):
     """The part of the Hub REST API the poller uses, with the service's own token."""
-
-    def __init__(self, api_url: str, api_token: str, request_timeout: float = 10.0) -> None:
-        self.api_url = api_url.rstrip("/")
-        self.api_token = api_token
-        self.request_timeout = request_timeout
-
-    async def _fetch(
-        self, method: str, path: str, *, accept: str = "application/json"
-    ) -> HTTPResponse:
-        request = HTTPRequest(
-            f"{self.api_url}{path}",
-            method=method,
-            headers={"Authorization": f"token {self.api_token}", "Accept": accept},
-            request_timeout=self.request_timeout,
-        )
-        return await AsyncHTTPClient().fetch(request)
 
     async def active(self) -> dict[tuple[str, str], Server]:
         """Every server the hub has, keyed by (user, server name; '' for the default)."""
@@ -100,7 +85,7 @@ class HubServers:
         while True:
             query = urlencode({"state": "active", "offset": offset, "limit": PAGE_SIZE})
             try:
-                response = await self._fetch("GET", f"/users?{query}", accept=PAGINATION)
+                response = await self.fetch("GET", f"/users?{query}", accept=PAGINATION)
                 page = json.loads(response.body)
             except HTTPClientError as error:
                 raise HubError(f"the hub refused the list of active servers: {error}") from None
@@ -128,7 +113,7 @@ class HubServers:
         if server_name:
             path = f"/users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
         try:
-            await self._fetch("DELETE", path)
+            await self.fetch("DELETE", path)
         except HTTPClientError as error:
             if error.code == 404:
                 return False

@@ -1,10 +1,28 @@
 """The scheduling loop: the only place in the service that runs the engine.
 
-One cycle is store + backend -> ``Snapshot`` -> ``run_cycle(now)`` -> the store (one
-transaction) -> ``backend.start/stop``; cycles repeat until the engine decides nothing, as
-the scenario runner does. Cycles run when something changes (submit, cancel, an exit, a queue
+One cycle is the lifecycle's kept session (``Lifecycle.session``: brought up to date with
+what changed since the last cycle, as the scenario runner and the fleet do) -> ``decide`` ->
+the store (one transaction) -> ``backend.start/stop``; cycles repeat until the engine
+decides nothing. Cycles run when something changes (submit, cancel, an exit, a queue
 edit), coalesced so a burst of submissions costs a few cycles rather than one each, and on a
 timer for min_runtime protections and max runtimes.
+
+Requests never wait for a cycle. The engine's pure work (building the session, deciding) runs
+on a worker thread of its own; the session is forked, and the decisions applied, on the event
+loop, which alone touches the lifecycle, the store and the backend. What changed while the
+engine worked is reconciled by ``scheduler/service/decisions.py``: a decision applies only to
+a workload still exactly as the session counted it (``Lifecycle.counted``), and a start only
+to GPUs still free.
+
+Arrivals do not wait for a cycle either (``arrive``). A new workload is decided at once with
+``decide(settled.fork([arrival], now))`` on ``settled``, a session that holds at least every
+GPU share held now (exits and cancels only free capacity, so it may hold more, never less):
+if the engine starts it there without touching anyone else, it starts now and the next full
+cycle confirms it. Whatever else the fork decides (evictions, a reservation, a wait) is left
+to the next cycle. The fork becomes the new ``settled``, so arrivals see each other.
+``settled`` is replaced by a cycle's session when the cycle's decisions are applied, with
+what the fast path started while that cycle decided taken in (``_absorb``).
+docs/service.md, "Cycles and arrivals", has the whole argument.
 
 The workloads' life (states, transitions, the snapshot, the decisions) is the lifecycle's
 (``scheduler.engine.lifecycle``), shared with the scenario runner and the fleet simulator; the
@@ -19,10 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, BackendError, Checkpoint, Inventory, JobSpec
@@ -37,6 +57,8 @@ from scheduler.engine import (
     QueueStatus,
     Session,
     Snapshot,
+    Start,
+    Workload,
     decide,
 )
 from scheduler.engine.lifecycle import (
@@ -53,12 +75,17 @@ from scheduler.engine.lifecycle import (
     WorkloadState,
 )
 from scheduler.engine.model import held_milli
+from scheduler.service.decisions import current_decisions
+from scheduler.service.heap import Freezer
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
 from scheduler.service.store import Store
 from scheduler.service.sweeps import held_back
 
 MAX_CYCLES_PER_RUN = 100
+LAUNCHES_AT_ONCE = 16
+"""A cycle's starts are launched side by side, this many at a time: each waits on the
+backend (a process, the Kubernetes API) and, with job tokens, on the hub (about 50 ms)."""
 
 
 @dataclass(frozen=True)
@@ -108,10 +135,34 @@ class SchedulingLoop:
         """Running work beyond its project's quota -> who may reclaim it, in words."""
         self.inventory: Inventory = backend.inventory()
         self.next_wakeup: float | None = None
+        self.freezer = Freezer()
+        """Freezes the long-lived state after each settled run of cycles (``heap``)."""
         self.settled: Session | None = None
-        """The last cycle's session once it decided nothing: what the store and the backend
-        hold now, forked to decide arrivals in milliseconds (``dry_run``); None once anything
-        changed since."""
+        """A session holding at least every GPU share held now (it may still count work that
+        has exited since), forked to decide arrivals in milliseconds (``arrive``,
+        ``dry_run``); None while nothing guarantees that (see the module's docstring)."""
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="frachub-engine")
+        """Where cycles decide: one thread, so cycles never overlap."""
+        self._policies = [replace(self.policy, scorer=copy.deepcopy(policy.scorer)) for _ in "ab"]
+        """The cycles' policies, each with a scorer of its own: scorers keep memos that two
+        threads must not change at once, and the event loop forks ``settled`` (whose policy
+        is one of these) while a cycle decides, so a cycle takes the other one."""
+        self._fast_log: list[tuple[Workload, Placement]] = []
+        """What the fast path started since the running cycle's snapshot (as pending, and
+        where): that cycle checks its starts against the GPUs held now, and its session
+        takes these in before it becomes ``settled``."""
+        self._waiting: set[str] = set()
+        """Projects an arrival was left waiting in since the last cycle: later arrivals there
+        queue behind it rather than jump it."""
+        self._newest = 0
+        """The highest workload id submitted so far."""
+        self._submissions: list[
+            tuple[
+                list[WorkloadRecord],
+                Callable[[list[WorkloadRecord]], None] | None,
+                asyncio.Future,
+            ]
+        ] = []
         self.version = 0
         """Bumped whenever something a waiting client may care about changed."""
         self._changed = asyncio.Event()
@@ -174,6 +225,7 @@ class SchedulingLoop:
         if self._cycle_task is not None:
             self._cycle_task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._worker.shutdown(wait=True, cancel_futures=True)
         await self.backend.close()
 
     async def _every(self, seconds: float, action: Callable) -> None:
@@ -192,6 +244,57 @@ class SchedulingLoop:
         fills in what was asked for; the life it has not had yet starts here."""
         (added,) = self.add_all([record])
         return added
+
+    async def submit(
+        self,
+        records: list[WorkloadRecord],
+        *,
+        before_commit: Callable[[list[WorkloadRecord]], None] | None = None,
+    ) -> list[WorkloadRecord]:
+        """``add_all``, committed together with the submissions that arrive alongside (a
+        group commit): the first one of a burst schedules the commit for the end of this turn
+        of the event loop, and every caller is answered once the one transaction holding
+        its workloads has committed, so a 201 still means stored. Should the shared
+        transaction fail, each submission is tried again in a transaction of its own, so one
+        cannot fail another."""
+        running = asyncio.get_running_loop()
+        future = running.create_future()
+        self._submissions.append((records, before_commit, future))
+        if len(self._submissions) == 1:
+            running.call_soon(self._commit_submissions)
+        return await future
+
+    def _commit_submissions(self) -> None:
+        batch, self._submissions = self._submissions, []
+        if len(batch) > 1:
+            everything = [record for records, _, _ in batch for record in records]
+            names = [record.name for record in everything]
+            hooks = [(records, before) for records, before, _ in batch if before is not None]
+
+            def before_commit(_: list[WorkloadRecord]) -> None:
+                for records, before in hooks:
+                    before(records)
+
+            try:
+                self.add_all(everything, before_commit=before_commit)
+            except Exception:
+                self.log.warning("a group commit of %d submissions failed; one by one", len(batch))
+                for record, name in zip(everything, names, strict=True):
+                    record.id, record.name = None, name
+            else:
+                for records, _, future in batch:
+                    if not future.done():
+                        future.set_result(records)
+                return
+        for records, before, future in batch:
+            try:
+                self.add_all(records, before_commit=before)
+            except Exception as error:
+                if not future.done():
+                    future.set_exception(error)
+            else:
+                if not future.done():
+                    future.set_result(records)
 
     def add_all(
         self,
@@ -226,8 +329,123 @@ class SchedulingLoop:
             raise
         for record in records:
             self.metrics.submitted(record.kind)
+            self._newest = max(self._newest, record.id)
+        try:
+            self.arrive([record for record in records if record.sweep_id is None])
+        except Exception:  # they are stored: the next cycle decides them instead
+            self.log.exception("the fast path failed; the next cycle decides the arrivals")
+            self.store.rollback()
+            self._reload()
         self.request_cycle()
         return records
+
+    # -- the fast arrival path ----------------------------------------------------------------
+
+    def arrive(self, records: list[WorkloadRecord], *, again: bool = False) -> None:
+        """Decide new pending workloads at once on a fork of ``settled``; start those the
+        engine starts there without evicting, moving or reserving anything. The rest wait
+        for the next cycle (which ``add_all`` has asked for). ``again``: they were offered
+        before, and are not counted again in the metrics."""
+        now = self.clock()
+
+        def count(outcome: str, n: int = 1) -> None:
+            if not again:
+                self.metrics.arrived(outcome, n)
+
+        arrivals: list[Workload] = []
+        for record in records:
+            life = self.lifecycle.get(str(record.id))
+            if life is None or life.state is not WorkloadState.PENDING:
+                continue
+            arrival = life.workload()
+            if self.settled is None:
+                count("unsettled")
+            elif not self._may_start_now(self.settled, arrival):
+                count("deferred")
+            else:
+                arrivals.append(arrival)
+                continue
+            self._waiting.add(arrival.queue)
+        if not arrivals or self.settled is None:
+            return
+        names = {arrival.name for arrival in arrivals}
+        try:
+            fork = self.settled.fork(arrivals, now)
+            # Only the arrivals are decided. The work already waiting in ``settled`` waited
+            # there on the same capacity (or more: it still counts exited work); an arrival
+            # adds demand, which raises no other queue's share, so none of it would start
+            # now, and deciding it again costs as much as a cycle. (The claims held for
+            # reserved claimants stay taken on the fork's ledger.)
+            fork.pending = {name: w for name, w in fork.pending.items() if name in names}
+            result = decide(fork)
+        except Exception:  # the full cycle decides them anyway, and says what went wrong
+            self.log.exception("the fast path failed for %d arrivals", len(arrivals))
+            self.settled = None
+            return
+        clean = not fork.reserved and all(
+            isinstance(d, Start) and d.workload in names for d in result.decisions
+        )
+        if not clean:  # it needs room made: the next cycle decides that, with evictions
+            self.settled = self.settled.fork(arrivals, now)
+            count("waited", len(arrivals))
+            self._waiting.update(arrival.queue for arrival in arrivals)
+            return
+        started = {d.workload for d in result.decisions}
+        self._waiting.update(a.queue for a in arrivals if a.name not in started)
+        count("started", len(started))
+        count("waited", len(arrivals) - len(started))
+        if not started:
+            self.settled = fork
+            return
+        effects = self.lifecycle.apply(result, now)
+        _, launches = self._record(effects, now)  # starts stop nothing
+        self.store.commit()
+        self.settled = fork  # after _record, which forgets a session that missed a start
+        self._fast_log += [
+            (arrival, d.placement)
+            for d in result.decisions
+            for arrival in arrivals
+            if arrival.name == d.workload
+        ]
+        for name in started:
+            self.pending.pop(int(name), None)
+        # the fork's queue status is the one that counts these starts: a start beyond its
+        # project's quota is noted as borrowed now, before anything can reclaim it
+        self.queue_status = dict(result.queues)
+        self.borrowed = self._borrowed()
+        noted = self._note_borrowed({int(name) for name in started}, now, log=False)
+        self._notify()
+        if launches:
+            self._spawn(self._launch_all(launches, now, noted))
+
+    def _may_start_now(self, settled: Session, arrival: Workload) -> bool:
+        """Whether an arrival is worth a fork at all: there are idle GPUs enough for it, and
+        nothing waits in its project ahead of it (it would queue behind that). Cheap, so a
+        burst of submissions into full queues costs no engine time on the event loop."""
+        if arrival.queue in self._waiting:
+            return False
+        status = self.queue_status.get(arrival.queue)
+        if status is not None and status.pending:
+            return False
+        return settled.ledger.total_free >= settled.request_size(arrival)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def _launch_all(
+        self, launches: list[WorkloadRecord], now: float, borrowed: dict[int, str]
+    ) -> None:
+        """Launch fast-path starts; the borrowed note goes into a job's log once it has one."""
+        try:
+            await self._launch_many(launches, now)
+            for record in launches:
+                if record.id in borrowed:
+                    self._log_line(record, now, borrowed[record.id])
+        except Exception:
+            self.store.rollback()
+            self.log.exception("launching fast-path starts failed")
 
     async def cancel(self, record: WorkloadRecord, by: str = "its owner") -> None:
         """Cancel a job or release an allocation; a running job gets its grace period. ``by``
@@ -258,21 +476,24 @@ class SchedulingLoop:
 
     def queues_changed(self) -> None:
         self.settled = None
+        self._waiting.clear()
         self.load_queues()
         self.request_cycle()
 
     # -- the cycle ------------------------------------------------------------------------
 
     def request_cycle(self) -> None:
-        """Run a cycle soon; bursts of requests share one. A cycle never takes more than about
-        half the event loop: the next one waits at least as long as the last one took."""
+        """Run a cycle soon; bursts of requests share one. Cycles decide off the event loop
+        but share the interpreter with it, and arrivals no longer wait for them: the next
+        one waits twice as long as the last one took (at most a second), so cycles take at
+        most a third of the process under a burst."""
         self._cycle_requested = True
         if self._cycle_task is None or self._cycle_task.done():
             self._cycle_task = asyncio.get_running_loop().create_task(self._cycle_soon())
 
     async def _cycle_soon(self) -> None:
         while self._cycle_requested:
-            await asyncio.sleep(min(self._last_cycle_seconds, 1.0))
+            await asyncio.sleep(min(2 * self._last_cycle_seconds, 1.0))
             self._cycle_requested = False
             try:
                 await self.run_cycles()
@@ -290,44 +511,118 @@ class SchedulingLoop:
             self.lifecycle.restore(record.as_life())
 
     async def run_cycles(self) -> CycleResult:
-        """Cycle until the engine decides nothing, applying each cycle's decisions."""
+        """Cycle until the engine decides nothing, applying each cycle's decisions. Each
+        cycle decides on the worker thread; this coroutine, on the event loop, takes the
+        snapshot before and applies what still holds after (``current_decisions``)."""
         began = time.perf_counter()
-        self.inventory = self.backend.inventory()
+        inventory = self.backend.inventory()
+        if inventory.nodes != self.inventory.nodes:
+            self.settled = None
+        self.inventory = inventory
         result = None
         started: set[int] = set()
+        seen: dict[str, Workload] = {}
         now = self.clock()
+        running = asyncio.get_running_loop()
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
-            self.settled = None
-            snapshot = self.snapshot()
-            # the placement's target workload: the cluster's own recent requests
-            self.policy = self.policy.for_snapshot(snapshot)
-            session = Session(snapshot, now, self.policy)
-            result = decide(session)
-            if not result.decisions:
-                self.settled = session
-                break
+            newest, self._fast_log = self._newest, []
+            self._waiting.clear()
+            forked = self.settled.policy.scorer if self.settled is not None else None
+            which = 1 if forked is self._policies[0].scorer else 0
+            # the lifecycle's standing state, brought up to date with what changed since the
+            # last cycle (on this thread: it reads the lives); the fork it returns is the
+            # cycle's own, which nothing here changes while the worker decides on it
+            self.held = held_back(self.records.values())
+            hidden = [str(workload_id) for workload_id in self.held]
+            session = self.lifecycle.session(
+                self.inventory.nodes, self.queues, now, self._policies[which], hidden=hidden
+            )
+            self._policies[which] = session.policy
+            seen = self.lifecycle.counted()
+            session, result = await running.run_in_executor(self._worker, self._decide, session)
+            taken = bool(self._fast_log)
+            result, stale = current_decisions(
+                result, seen, self.lifecycle.lives, self.inventory.nodes, capacity_taken=taken
+            )
+            if stale:
+                self.log.info("%d decisions went stale while the cycle ran; skipped", stale)
+                self._cycle_requested = True
             effects = self.lifecycle.apply(result, now)
             started.update(int(e.name) for e in effects if isinstance(e, Started))
-            await self._carry_out(effects, now)
+            stops, launches = self._record(effects, now)
+            self.store.commit()
+            self.settled = self._absorb(session, self._fast_log)
+            self._rearrive(newest)
+            if not result.decisions:
+                break
+            await self._stop(stops)
+            await self._launch_many(launches, now)
         else:
             self.log.error("the engine did not settle in %d cycles", MAX_CYCLES_PER_RUN)
         assert result is not None
         self.pending = {int(name): info for name, info in result.pending.items()}
         self.queue_status = dict(result.queues)
         self.borrowed = self._borrowed()
-        for workload_id in sorted(started & self.borrowed.keys()):
-            record = self.records[workload_id]
-            self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
-            words = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
-            self._log_line(record, now, words)
-        if started & self.borrowed.keys():
-            self.store.commit()
+        self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
         self.metrics.cycle(self._last_cycle_seconds, result, self.records.values())
+        self.freezer.settled()
         self._notify()
         return result
+
+    def _note_borrowed(self, started: set[int], now: float, *, log: bool = True) -> dict[int, str]:
+        """The "borrowed" milestone of work that just started beyond its project's quota, in
+        its timeline and (``log``: launched already) its log; returns the lines noted."""
+        noted: dict[int, str] = {}
+        for workload_id in sorted(started & self.borrowed.keys()):
+            record = self.records.get(workload_id)
+            if record is None:
+                continue
+            self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
+            noted[workload_id] = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
+            if log:
+                self._log_line(record, now, noted[workload_id])
+        if noted:
+            self.store.commit()
+        return noted
+
+    def _decide(self, session: Session) -> tuple[Session, CycleResult]:
+        """The engine's part of a cycle, on the worker thread: pure, it touches nothing the
+        event loop uses but the session handed to it (whose policy's scorer is the one the
+        fast path is not using, see ``_policies``)."""
+        began = time.thread_time()
+        result = decide(session)
+        self.metrics.engine_cpu.inc(time.thread_time() - began)
+        return session, result
+
+    def _absorb(self, session: Session, started: list[tuple[Workload, Placement]]) -> Session:
+        """The cycle's outcome plus what the fast path started while it decided, so that it
+        holds every share held now: each one is taken on its ledger where it runs and
+        accounted as started. A share the cycle also planned (that start was skipped) is
+        then counted twice, which only makes the session hold more than is held."""
+        for workload, placement in started:
+            request = workload.request
+            session.ledger.take(placement, request.cpu_milli, request.memory_mib)
+            session.start(workload, placement)
+        return session
+
+    def _rearrive(self, newest: int) -> None:
+        """Offer the fast path, on the new ``settled``, the arrivals the cycle's snapshot did
+        not hold and that still wait: without this a later arrival could start ahead of
+        them on a fork that never heard of them."""
+        if self.settled is None or self._newest <= newest:
+            return
+        late = [
+            record
+            for workload_id, record in self.records.items()
+            if workload_id > newest
+            and record.sweep_id is None
+            and record.state == WorkloadState.PENDING
+        ]
+        if late:
+            self.arrive(sorted(late, key=lambda record: record.id), again=True)
 
     def snapshot(self) -> Snapshot:
         """The engine's input: every active workload but the sweep members held back by
@@ -412,9 +707,10 @@ class SchedulingLoop:
                 os.close(fd)
 
     def standing(self) -> Session:
-        """A session of the state the scheduler stands in now, to fork for a dry run: the
-        settled one of the last cycle, or (something changed since) a fresh one, decided so
-        that it describes where the next cycle will leave things."""
+        """A session of the state the scheduler stands in now, to fork for a dry run:
+        ``settled`` (the last cycle's outcome and the arrivals since), or, when there is none
+        (before the first cycle, after a queue edit), a fresh one, decided so that it
+        describes where the next cycle will leave things."""
         if self.settled is not None:
             return self.settled
         session = Session(self.snapshot(), self.clock(), self.policy)
@@ -422,14 +718,6 @@ class SchedulingLoop:
         return session
 
     # -- carrying out the lifecycle's effects: the store first, the backend second ---------
-
-    async def _carry_out(self, effects: list[Effect], now: float) -> None:
-        stops, launches = self._record(effects, now)
-        self.store.commit()
-        await self._stop(stops)
-        for record in launches:
-            await self._launch(record, now)
-            self.store.commit()  # before the next await: a failed request's rollback is its own
 
     def _record(
         self, effects: list[Effect], now: float
@@ -439,8 +727,8 @@ class SchedulingLoop:
         stops: list[tuple[WorkloadRecord, dict | None, float]] = []
         launches: list[WorkloadRecord] = []
         touched: dict[str, WorkloadRecord] = {}
-        if effects:
-            self.settled = None
+        if any(isinstance(effect, Started) for effect in effects):
+            self.settled = None  # it holds less than is held now; its maker sets the next
         for effect in effects:
             record = self.records[int(effect.name)]
             touched[effect.name] = record
@@ -485,6 +773,18 @@ class SchedulingLoop:
         for record, handle, grace in stops:
             if handle is not None:  # else it is being launched: _launch stops it
                 await self.backend.stop(record.id, handle, grace)
+
+    async def _launch_many(self, launches: list[WorkloadRecord], now: float) -> None:
+        """Launch starts side by side (``LAUNCHES_AT_ONCE``); each commits what it changed
+        before its next await, so a failed request's rollback stays its own."""
+        at_once = asyncio.Semaphore(LAUNCHES_AT_ONCE)
+
+        async def launch(record: WorkloadRecord) -> None:
+            async with at_once:
+                await self._launch(record, now)
+                self.store.commit()
+
+        await asyncio.gather(*(launch(record) for record in launches))
 
     async def _launch(self, record: WorkloadRecord, now: float) -> None:
         node_memory = {node.name: node.gpu_memory_mib for node in self.inventory.nodes}

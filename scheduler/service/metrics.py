@@ -71,6 +71,19 @@ class Metrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.engine_cpu = Counter(
+            "frachub_engine_cpu_seconds",
+            "CPU time of the cycles' engine work (session and decisions) on its worker thread",
+            registry=r,
+        )
+        self.arrivals = Counter(
+            "frachub_arrivals",
+            "New workloads by what the fast arrival path did: started (at once), waited (the "
+            "engine left it pending), deferred (its project had work waiting, or no idle GPUs "
+            "were enough), unsettled (no session to fork: the next cycle decides it)",
+            ["outcome"],
+            registry=r,
+        )
         self.workloads = Gauge(
             "frachub_active_workloads", "Active workloads by state", ["state"], registry=r
         )
@@ -86,6 +99,10 @@ class Metrics:
 
     def started(self, kind: str, waited: float) -> None:
         self.time_to_start.labels(kind).observe(max(waited, 0.0))
+
+    def arrived(self, outcome: str, count: int = 1) -> None:
+        if count:
+            self.arrivals.labels(outcome).inc(count)
 
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(reason).inc()

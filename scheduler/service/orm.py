@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from scheduler.engine import (
@@ -41,13 +41,20 @@ class WorkloadRecord(Base):
     """A training job or a notebook's GPU allocation (``command`` is None for allocations)."""
 
     __tablename__ = "workloads"
+    __table_args__ = (
+        # each filter of the lists with the id they are ordered by, and the state that
+        # filters a user's or a project's further (migration 0008)
+        Index("ix_workloads_user_id_state", "user", "id", "state"),
+        Index("ix_workloads_project_id_state", "project", "id", "state"),
+        Index("ix_workloads_state_id", "state", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(255))
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    project: Mapped[str] = mapped_column(String(255), index=True)
+    user: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255))
     kind: Mapped[str] = mapped_column(String(32))
-    state: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[str] = mapped_column(String(32))
     command: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)
     working_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     env: Mapped[dict] = mapped_column(JSON, default=dict)
@@ -68,7 +75,7 @@ class WorkloadRecord(Base):
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     start_seq: Mapped[int] = mapped_column(Integer, default=0)
-    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
     placement_json: Mapped[list] = mapped_column("placement", JSON, default=list)
     handle: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)

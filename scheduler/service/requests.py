@@ -83,7 +83,7 @@ ALLOCATE_FIELDS = (
     "idle_timeout_seconds",
 )
 DRY_RUN_FIELDS = ("user", "project", "requests")
-DRY_RUN_REQUEST_FIELDS = ("gpus", "gpu_memory_gib", "preemptible")
+DRY_RUN_REQUEST_FIELDS = ("gpus", "gpu_memory_gib", "gpu_model", "preemptible")
 MAX_DRY_RUN_REQUESTS = 32
 """A spawn form's GPU choices, over all its profiles, with room to spare."""
 MAX_IDLE_TIMEOUT = 365 * 24 * 3600
@@ -360,7 +360,10 @@ def parse_dry_run(document: Any) -> DryRun:
             preemptible = _bool(item, "preemptible", False)
         except InvalidSpec as error:
             raise InvalidSpec(f"{where}.{error.where}", error.message) from None
-        requests.append(AllocationRequest(None, "", None, gpus, memory_mib, preemptible))
+        models = gpu_model_field(item, where)
+        requests.append(
+            AllocationRequest(None, "", None, gpus, memory_mib, preemptible, gpu_models=models)
+        )
     return DryRun(
         user=_optional_name(body, "user"),
         project=_optional_name(body, "project"),
@@ -574,8 +577,45 @@ def parse_count(raw: str | None, name: str, default: int) -> int:
     return value
 
 
-def parse_page(arguments: Mapping[str, str], default_limit: int, max_limit: int) -> tuple[int, int]:
-    """``offset`` and ``limit`` the way the hub's API takes them."""
-    offset = parse_count(arguments.get("offset"), "offset", 0)
-    limit = parse_count(arguments.get("limit"), "limit", default_limit)
-    return offset, max(1, min(limit, max_limit))
+@dataclass(frozen=True)
+class PageRequest:
+    """Which page of a list a request asks for."""
+
+    limit: int
+    offset: int = 0
+    """Rows to skip (the hub's ``offset``; 0 with a cursor)."""
+    before: int | None = None
+    """With a cursor: only ids below this one (the last id of the page before)."""
+    position: int = 0
+    """How many rows came before this page (``offset``, or what the cursor carried)."""
+
+
+CURSOR = re.compile(r"([0-9]{1,19})\.([0-9]{1,19})")
+"""A cursor: the last id of the page it follows and how many rows came before the next one.
+Clients treat it as opaque; the service checks it like any other input."""
+
+
+def cursor_after(last_id: int, position: int) -> str:
+    return f"{last_id}.{position}"
+
+
+def parse_page(arguments: Mapping[str, str], default_limit: int, max_limit: int) -> PageRequest:
+    """``offset`` and ``limit`` the way the hub's API takes them, or ``cursor`` (from a
+    page's ``next``), which reads a deep page as fast as the first."""
+    limit = max(1, min(parse_count(arguments.get("limit"), "limit", default_limit), max_limit))
+    raw = arguments.get("cursor")
+    if raw is None:
+        offset = parse_count(arguments.get("offset"), "offset", 0)
+        return PageRequest(limit, offset=offset, position=offset)
+    if "offset" in arguments:
+        raise InvalidSpec("offset", "cannot be combined with cursor (the cursor says where)")
+    match = CURSOR.fullmatch(raw)
+    if match is None:
+        raise InvalidSpec(
+            "cursor",
+            f"is not one this service gave ({shown(raw)}): use the one in the last page's "
+            "next, or leave it out to start from the newest",
+        )
+    # beyond the largest id the database holds: every id is below it
+    before, position = (min(int(part), MAX_ID) for part in match.groups())
+    return PageRequest(limit, before=before, position=position)

@@ -20,7 +20,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Integer, cast, create_engine, delete, event, func, or_, select
+from sqlalchemy import Integer, case, cast, create_engine, delete, event, func, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -101,6 +101,15 @@ def open_store(url: str) -> Store:
     except Exception as error:
         raise StoreError(f"cannot open database {url!r}: {error}") from error
     return Store(engine)
+
+
+@dataclass(frozen=True)
+class WorkloadPage:
+    records: list[WorkloadRecord]
+    more: bool
+    """Whether more rows match after the last one."""
+    total: int | None
+    """How many match in all, when asked for."""
 
 
 @dataclass(frozen=True)
@@ -194,10 +203,16 @@ class Store:
         users: Sequence[str] = (),
         kinds: Sequence[str] = (),
         allocations: bool | None = None,
+        before: int | None = None,
         offset: int = 0,
         limit: int = 50,
-    ) -> tuple[list[WorkloadRecord], int]:
-        """One page of workloads, newest first, and how many match in all."""
+        count: bool = False,
+    ) -> WorkloadPage:
+        """One page of workloads, newest first: those below id ``before`` (a cursor: the
+        last id of the page before, read straight from the list's index however deep), or
+        ``offset`` rows in (the hub's way, which reads every row it skips). ``count`` adds
+        how many match in all, which reads every match's index entry: only the pagination
+        envelope asks for it."""
         query = select(WorkloadRecord)
         if states:
             query = query.where(WorkloadRecord.state.in_(states))
@@ -211,9 +226,16 @@ class Store:
             query = query.where(WorkloadRecord.command.is_(None))
         elif allocations is False:
             query = query.where(WorkloadRecord.command.is_not(None))
-        total = self.session.scalar(select(func.count()).select_from(query.subquery())) or 0
-        page = query.order_by(WorkloadRecord.id.desc()).offset(offset).limit(limit)
-        return list(self.session.scalars(page)), total
+        total = None
+        if count:
+            counted = select(func.count()).select_from(query.subquery())
+            total = self.session.scalar(counted) or 0
+        if before is not None:
+            query = query.where(WorkloadRecord.id < before)
+        # one row more than the page tells whether another page follows, without a count
+        page = query.order_by(WorkloadRecord.id.desc()).offset(offset).limit(limit + 1)
+        records = list(self.session.scalars(page))
+        return WorkloadPage(records[:limit], len(records) > limit, total)
 
     def sweep_members(self, sweep_id: int) -> list[WorkloadRecord]:
         """A sweep's jobs in order (``scheduler/service/sweeps.py``)."""
@@ -265,23 +287,31 @@ class Store:
         projects: Iterable[str] = (),
         users: Iterable[str] = (),
     ) -> list[UsageRow]:
-        """GPU-hours per (project, user) held within [start, end); open intervals run to now."""
-        query = select(UsageRecord).where(
-            UsageRecord.start < end, or_(UsageRecord.end.is_(None), UsageRecord.end > start)
+        """GPU-hours per (project, user) held within [start, end); open intervals run to now.
+        Summed by the database: a month of everyone's intervals never becomes Python objects
+        (100,000 of them took about a second that way). Like ``sample_buckets`` it reads in
+        a session of its own, so the handler can run it in a thread."""
+        stop = func.coalesce(UsageRecord.end, now)
+        overlap = case((stop < end, stop), else_=end) - case(
+            (UsageRecord.start > start, UsageRecord.start), else_=start
+        )
+        query = (
+            select(UsageRecord.project, UsageRecord.user, func.sum(UsageRecord.gpus * overlap))
+            .where(
+                UsageRecord.start < end,
+                or_(UsageRecord.end.is_(None), UsageRecord.end > start),
+                overlap > 0,
+            )
+            .group_by(UsageRecord.project, UsageRecord.user)
+            .order_by(UsageRecord.project, UsageRecord.user)
         )
         projects, users = list(projects), list(users)
         if projects:
             query = query.where(UsageRecord.project.in_(projects))
         if users:
             query = query.where(UsageRecord.user.in_(users))
-        totals: dict[tuple[str, str], float] = {}
-        for interval in self.session.scalars(query):
-            stop = interval.end if interval.end is not None else now
-            overlap = min(stop, end) - max(interval.start, start)
-            if overlap > 0:
-                key = (interval.project, interval.user)
-                totals[key] = totals.get(key, 0.0) + interval.gpus * overlap / 3600
-        return [UsageRow(p, u, hours) for (p, u), hours in sorted(totals.items())]
+        with Session(self.engine) as session:
+            return [UsageRow(p, u, held / 3600) for p, u, held in session.execute(query)]
 
     # -- usage samples (the history charts) -------------------------------------------------
 

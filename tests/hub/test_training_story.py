@@ -14,6 +14,9 @@ TRAIN_CELL = """%%frachub submit --gpus 1 --name train
 import os, signal, sys, time
 restart = os.environ["FRACHUB_RESTART_COUNT"]
 print(f"start restart={restart} gpus={os.environ['CUDA_VISIBLE_DEVICES']}")  # unbuffered
+from hub_ext.client import checkpointed
+checkpointed()  # nothing set by alice: the job's own token
+print("told FracHub", flush=True)
 def save(signum, frame):
     print("SIGTERM: saving checkpoint", flush=True)
     sys.exit(143)
@@ -65,6 +68,8 @@ def test_notebook_training_preempted_by_another_project_and_requeued(up: Up, ker
     borrowed = wait_job(up, "alice", "train", lambda j: j["borrowed"] is not None)["borrowed"]
     assert "may be preempted when nlp needs its GPUs" in borrowed, borrowed
     wait_job(up, "alice", "train", lambda j: "start restart=0" in logs(up, "alice", j["id"]))
+    told = wait_job(up, "alice", "train", lambda j: "told FracHub" in logs(up, "alice", j["id"]))
+    assert told["checkpointed_at"] is not None, logs(up, "alice", told["id"])
     table = notebook.text("%frachub jobs")
     assert "train" in table and "running" in table
 

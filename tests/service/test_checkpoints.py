@@ -70,7 +70,8 @@ def test_a_job_reports_its_checkpoint_through_the_api(service, hub, make_user, a
     alice = api(token)
     carol = api(make_user(groups=["vision"])[1])
     admin = api(make_user(admin=True)[1])
-    # a submission may not set FRACHUB_* (the contract's), so the job's script sets them
+    # every job has its own token (tests/service/test_job_tokens.py); one its owner gives it in
+    # FRACHUB_TOKEN wins (a submission may not set FRACHUB_*, so the job's script sets it)
     reach = f"FRACHUB_URL={hub.service_url()} FRACHUB_TOKEN={token}"
     job = submit(alice, command=f"{reach} {ONE_LINER} && echo told; sleep 60", gpus=0.5)
     told = wait_for(

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.service
 SUBMITTED = re.compile(r"^Submitted job (\d+) \((\S+)\) to project (\S+): ")
 
 
-service = module_service(service_config(gpus=2, grace=1), "cli")
+PAGE = "\nc.FracHubService.page_default_limit = 2\nc.FracHubService.page_max_limit = 3\n"
+"""Small pages: every listing of more than three jobs follows the service's cursor."""
+service = module_service(service_config(gpus=2, grace=1, extra=PAGE), "cli")
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -114,7 +116,8 @@ def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     )
     submitted = alice("submit", "--gpus", "0.5", "--name", "ticker", "--", script, cwd=tmp_path)
     job = submitted_id(submitted)
-    assert "(ticker) to project vision: 0.5 GPU, pending" in submitted.stdout
+    # on an idle GPU the fast arrival path has started it before the service answers
+    assert re.search(r"\(ticker\) to project vision: 0\.5 GPU, (pending|running)", submitted.stdout)
 
     follow = subprocess.Popen(
         [sys.executable, "-m", "hub_ext.cli", "logs", str(job), "--follow"],
@@ -196,16 +199,49 @@ def test_cancel_a_sleeping_job_and_see_quota(user, api) -> None:
     assert again.stderr == f"frachub: workload {job} is already cancelled\n"
 
 
+def test_jobs_pages_through_the_service_and_takes_a_limit(user, api) -> None:
+    """The service answers at most three workloads a page here: ``jobs`` follows its
+    cursor to the last one; ``--limit N`` shows the newest N and says more exist."""
+    alice = user()
+    client = api(alice.token)
+    ids = [submit(client, command="true", gpus=0.25)["id"] for _ in range(7)]
+    for job in ids:
+        wait_state(client, job, "succeeded", timeout=60)
+    newest_first = ids[::-1]
+    everything = json.loads(alice("jobs", "--all-states", "--json").stdout)
+    assert [record["id"] for record in everything] == newest_first
+    assert [record["id"] for record in json.loads(alice("jobs", "--json").stdout)] == newest_first
+    limited = json.loads(alice("jobs", "-A", "--limit", "4", "--json").stdout)
+    assert [record["id"] for record in limited] == newest_first[:4]
+    table = alice("jobs", "-A", "-n", "2")
+    assert table.returncode == 0, table.stderr
+    listed = [line.split()[0] for line in table.stdout.splitlines()[1:] if line[:1].isdigit()]
+    assert listed == [str(job) for job in newest_first[:2]]
+    assert "(the newest 2; --limit for more)" in table.stdout
+    assert "--limit" not in alice("jobs", "-A", "-n", "7").stdout
+
+
+def from_a_terminal(arguments: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``frachub ARGUMENTS`` as a terminal starts it, with Ctrl-C (SIGINT) delivered. A test
+    run started in the background (``cmd &`` in a script) ignores SIGINT, and an ignored signal
+    stays ignored across exec: Python would then never raise KeyboardInterrupt."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "hub_ext.cli", *arguments],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_stops_following_but_not_the_job(user, api) -> None:
     alice = user()
     job = submitted_id(alice("submit", "--gpus", "0.25", "--", "sh", "-c", "echo up; sleep 60"))
-    follow = subprocess.Popen(
-        [sys.executable, "-m", "hub_ext.cli", "logs", str(job), "-f"],
-        env=alice.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follow = from_a_terminal(["logs", str(job), "-f"], alice.env)
     assert follow.stdout is not None and follow.stderr is not None
     for line in follow.stdout:
         if line.strip() == "up":
@@ -250,6 +286,8 @@ def test_tokens_and_urls_from_flags_and_environment(user, hub) -> None:
 REFUSALS = [
     # (id, arguments, environment change, exit status, words in the one stderr line)
     ("bad-flag", ["jobs", "--bogus"], {}, 2, "unrecognized arguments: --bogus"),
+    ("no-limit", ["jobs", "--limit", "0"], {}, 2, "--limit: must be at least 1, got 0"),
+    ("huge-limit", ["jobs", "-n", "9" * 30], {}, 2, "--limit: must be at most 1000000"),
     ("no-gpus", ["submit", "--", "true"], {}, 2, "one of the arguments -g/--gpus --gpu-memory"),
     ("no-command", ["submit", "--gpus", "1"], {}, 2, "give the command after --"),
     ("bad-id", ["logs", "abc"], {}, 2, "a job id is a number"),
@@ -413,13 +451,7 @@ def test_help_per_command_and_watch(user) -> None:
     assert bad.returncode == 2 and "must be between 0.5" in bad.stderr
 
     # --watch redraws until Ctrl-C, then exits 0 without a traceback
-    watching = subprocess.Popen(
-        [sys.executable, "-m", "hub_ext.cli", "jobs", "--watch", "0.5"],
-        env=alice.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    watching = from_a_terminal(["jobs", "--watch", "0.5"], alice.env)
     assert watching.stdout is not None
     seen = [watching.stdout.readline() for _ in range(4)]
     watching.send_signal(signal.SIGINT)

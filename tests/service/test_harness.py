@@ -28,6 +28,8 @@ from hubharness import (
     identify,
 )
 
+from hub_ext.scopes import JOB_TOKEN_SCOPES
+
 pytestmark = pytest.mark.service
 
 # The model a service gets for a user's token that carries only the scopes it asked for:
@@ -172,6 +174,8 @@ def test_tokens_without_the_custom_scopes(hub: Hub, make_user) -> None:
 def test_the_frachub_service_token_reads_users_and_groups_but_changes_nothing(
     hub: Hub, make_user
 ) -> None:
+    """Nothing but tokens: it issues and revokes the jobs' own tokens (the hub's ``tokens``
+    scope, docs/service.md "A job's own token"); it creates no user and changes no group."""
     name, _ = make_user(groups=["vision"])
     service = httpx.Client(
         base_url=hub.api_url, headers={"Authorization": f"token {hub.frachub_token}"}
@@ -183,7 +187,12 @@ def test_the_frachub_service_token_reads_users_and_groups_but_changes_nothing(
         assert name in service.get("/groups/vision").json()["users"]
         assert service.get("/groups").status_code == 200
         assert service.post(f"/users/{name}-x").status_code == 403
-        assert service.post(f"/users/{name}/tokens", json={}).status_code == 403
+        assert service.post("/groups/vision/users", json={"users": [name]}).status_code == 403
+        assert service.patch(f"/users/{name}", json={"admin": True}).status_code == 403
+        issued = service.post(f"/users/{name}/tokens", json={"scopes": JOB_TOKEN_SCOPES})
+        assert issued.status_code == 201, issued.text
+        gone = service.delete(f"/users/{name}/tokens/{issued.json()['id']}")
+        assert gone.status_code == 204
 
 
 def test_password_login_works(hub: Hub, make_user) -> None:

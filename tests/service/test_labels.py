@@ -81,3 +81,51 @@ def test_a_bad_gpu_model_is_refused_naming_the_field(service, make_user, api, va
     )
     assert response.status_code == 400
     assert response.json()["message"].startswith("gpu_model: must be a GPU model name")
+
+
+def test_a_dry_run_naming_a_gpu_model_is_decided_on_that_model(service, make_user, api):
+    """The spawn form's hint for a GPU-model choice: with every A100 held by work that cannot
+    be preempted and the T4 free, "0.5 of an A100" waits (and the allocation then does wait),
+    while "0.5 of any GPU" starts now and "0.5 of an H100" never."""
+    admin = api(make_user(admin=True)[1])
+    for item in checked(admin.get("workloads", params={"active": 1})).json():
+        admin.delete(f"workloads/{item['id']}")
+    wait_for(
+        lambda: not checked(admin.get("workloads", params={"active": 1})).json(),
+        what="the cluster to be idle",
+    )
+    _, token = make_user(groups=("lab",))
+    client = api(token)
+    for _ in range(3):
+        job = submit(client, gpus=4, gpu_model="A100", preemptible=False, command="sleep 120")
+        wait_state(client, job["id"], "running")
+    answer = checked(
+        client.post(
+            "allocations/dry-run",
+            json={
+                "requests": [
+                    {"gpus": 0.5, "gpu_model": "A100"},
+                    {"gpus": 0.5},
+                    {"gpus": 0.5, "gpu_model": ["H100"]},
+                ]
+            },
+        )
+    )
+    assert answer.status_code == 200, answer.text
+    on_a100, anywhere, on_h100 = answer.json()["results"]
+    assert on_a100["outcome"] == "wait", on_a100
+    assert "model A100" in on_a100["message"], on_a100
+    assert anywhere["outcome"] == "now" and "t4" in anywhere["message"], anywhere
+    assert on_h100["outcome"] == "never", on_h100
+    # what the hint said is what happens
+    held = checked(client.post("allocations", json={"gpus": 0.5, "gpu_model": "A100"}))
+    assert held.status_code in (200, 201, 202), held.text
+    assert workload(client, held.json()["id"])["state"] == "pending"
+    checked(client.delete(f"allocations/{held.json()['id']}"))
+    bad = checked(
+        client.post("allocations/dry-run", json={"requests": [{"gpus": 0.5, "gpu_model": 7}]})
+    )
+    assert bad.status_code == 400
+    assert bad.json()["message"].startswith("requests[0].gpu_model: must be a GPU model"), bad.text
+    for item in checked(client.get("workloads", params={"active": 1})).json():
+        client.delete(f"workloads/{item['id']}")

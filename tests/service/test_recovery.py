@@ -91,8 +91,11 @@ def test_sigkill_loses_nothing(crashable, alice) -> None:
         "queue positions",
     )
     before = {job["id"]: workload(alice, job["id"]) for job in (survivor, finisher, victim)}
-    victim_pids = pids_of(crashable.workdir, victim["id"])
-    assert victim_pids, "the victim's processes should be visible"
+    # "running" is stored before the backend launches (store first): a fast-path start's 201
+    # may say so a moment before its process exists
+    victim_pids = wait_for(
+        lambda: pids_of(crashable.workdir, victim["id"]), 10, "the victim's processes"
+    )
 
     crashable.kill(signal.SIGKILL)
     # while the service is down: one job finishes on its own, another's process dies

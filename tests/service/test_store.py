@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, insert, inspect
 
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.orm import Base, EventRecord, UsageRecord, WorkloadRecord
 from scheduler.service.store import MIGRATIONS, StoreError, _alembic_config, engine_url, open_store
 
 from .conftest import DATABASES
@@ -101,6 +103,100 @@ def test_a_0002_database_gains_the_idle_columns_and_keeps_its_rows(url) -> None:
     ]
 
 
+def _rows(count: int) -> dict:
+    """``count`` workloads of three users (a third of them finished, some of them in one
+    sweep) with their events and usage intervals, as Core rows for each table."""
+    workloads, events, usage = [], [], []
+    for i in range(1, count + 1):
+        final = i % 3 == 0
+        workloads.append(
+            dict(
+                id=i, name=f"job-{i}", user=f"user-{i % 3}", project=("vision", "nlp")[i % 2],
+                kind="training", state="succeeded" if final else "pending", command=["true"],
+                env={"I": str(i)}, gpus=0.25, replicas=1, priority=50, preemptible=True,
+                min_runtime=0.0, submitted_at=float(i), finished_at=i + 0.5 if final else None,
+                start_seq=i, placement=[], restart_count=0, preemptions=0, message=f"m{i}",
+                sweep_id=1 if i <= 4 else None, sweep_parallel=2 if i <= 4 else None,
+            )
+        )  # fmt: skip
+        events.append(dict(workload_id=i, time=float(i), type="submitted", message=f"e{i}"))
+        if final:
+            usage.append(dict(workload_id=i, user=f"user-{i % 3}", project="vision", gpus=0.25,
+                              start=float(i), end=i + 0.5))  # fmt: skip
+    return {WorkloadRecord.__table__: workloads, EventRecord.__table__: events,
+            UsageRecord.__table__: usage}  # fmt: skip
+
+
+def _dump(url: str) -> dict[str, list[tuple]]:
+    return {
+        table: sql(url, f"SELECT * FROM {table} ORDER BY id")
+        for table in ("workloads", "events", "usage")
+    }
+
+
+def _indexes(url: str) -> dict[str, list[str]]:
+    engine = create_engine(engine_url(url))
+    try:
+        return {
+            index["name"]: index["column_names"]
+            for index in inspect(engine).get_indexes("workloads")
+        }
+    finally:
+        engine.dispose()
+
+
+def test_a_0007_database_gains_the_list_indexes_and_keeps_every_row(url) -> None:
+    """0008 replaces the single-column indexes of the list filters by (column, id) ones
+    and indexes the finish time; every row of every table stays as it was, the lists read
+    the new indexes, and a downgrade puts the old ones back."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0007")
+        for table, rows in _rows(300).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):  # ids given explicitly: move the sequence past them
+        sql(url, "SELECT setval('workloads_id_seq', 300)")
+    before = _dump(url)
+    assert len(before["workloads"]) == 300 and len(before["usage"]) == 100
+    assert {"ix_workloads_user", "ix_workloads_state"} <= set(_indexes(url))
+
+    store = open_store(url)
+    assert _dump(url) == before
+    indexes = _indexes(url)
+    assert indexes["ix_workloads_user_id_state"] == ["user", "id", "state"]
+    assert indexes["ix_workloads_project_id_state"] == ["project", "id", "state"]
+    assert indexes["ix_workloads_state_id"] == ["state", "id"]
+    for column in ("user", "project", "state"):
+        assert f"ix_workloads_{column}" not in indexes
+    assert indexes["ix_workloads_finished_at"] == ["finished_at"]
+    with store.engine.connect() as connection:  # the schema is the one the ORM declares
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert not [d for d in differences if d[0] in ("add_index", "remove_index")], differences
+    page = store.workloads(users=["user-1"], before=100, limit=5)
+    assert [record.id for record in page.records] == [97, 94, 91, 88, 85] and page.more
+    assert len(store.active_workloads()) == 200 and len(store.sweep_members(1)) == 4
+    store.add(_job(name="after"))
+    store.commit()
+    assert store.workloads(limit=1).records[0].id == 301
+    if url.startswith("sqlite"):
+        plan = sql(
+            url,
+            "EXPLAIN QUERY PLAN SELECT * FROM workloads WHERE user = 'user-1' AND id < 100"
+            " ORDER BY id DESC LIMIT 5",
+        )
+        assert any("ix_workloads_user_id_state" in row[-1] for row in plan), plan
+    store.close()
+
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0007")
+    engine.dispose()
+    assert {"ix_workloads_user", "ix_workloads_project", "ix_workloads_state"} <= set(_indexes(url))
+    assert "ix_workloads_user_id_state" not in _indexes(url)
+    assert len(sql(url, "SELECT id FROM workloads")) == 301
+
+
 def test_a_newer_database_is_refused(url) -> None:
     open_store(url).close()
     sql(url, "UPDATE alembic_version SET version_num = '9999'")
@@ -161,3 +257,34 @@ def test_a_postgresql_url_uses_the_psycopg_driver() -> None:
     )
     assert engine_url("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
     assert engine_url("sqlite:///x.sqlite") == "sqlite:///x.sqlite"
+
+
+def test_usage_sums_each_intervals_overlap_with_the_range(url) -> None:
+    """GPU-hours are summed by the database: each interval counts only within [start, end),
+    an open one runs to now, and one wholly outside counts nothing."""
+    store = open_store(url)
+    jobs = [_job(user=user, project=project) for user, project in
+            (("alice", "vision"), ("bob", "vision"), ("alice", "nlp"))]  # fmt: skip
+    store.add(*jobs)
+    store.flush()
+    hour = 3600.0
+    intervals = [
+        (jobs[0], 2.0, 1 * hour, 2 * hour),  # within: 2 GPU-hours
+        (jobs[0], 1.0, 0.5 * hour, 1.5 * hour),  # straddles start: half an hour of it
+        (jobs[0], 0.5, 3.5 * hour, 5 * hour),  # straddles end: half an hour of it
+        (jobs[1], 1.0, 0.0, 0.9 * hour),  # ended before start: nothing
+        (jobs[1], 0.25, 2 * hour, None),  # open: runs to now (3 h): 1 hour
+        (jobs[2], 1.0, 4 * hour, None),  # open, started at end: nothing
+        (jobs[2], 1.0, 3 * hour, 3 * hour),  # no length: nothing
+    ]
+    for job, gpus, start, end in intervals:
+        store.add(UsageRecord(workload_id=job.id, user=job.user, project=job.project,
+                              gpus=gpus, start=start, end=end))  # fmt: skip
+    store.commit()
+    rows = store.usage(1 * hour, 4 * hour, now=3 * hour)
+    assert [(row.project, row.user) for row in rows] == [("vision", "alice"), ("vision", "bob")]
+    assert [round(row.gpu_hours, 9) for row in rows] == [2.0 + 0.5 + 0.25, 0.25]
+    [bob] = store.usage(1 * hour, 4 * hour, now=3 * hour, users=["bob"])
+    assert bob.user == "bob" and round(bob.gpu_hours, 9) == 0.25
+    assert store.usage(1 * hour, 4 * hour, now=3 * hour, projects=["nlp"]) == []
+    store.close()

@@ -52,7 +52,8 @@ def drain(client: httpx.Client) -> None:
 def test_a_job_runs_with_the_environment_contract(user) -> None:
     alice = user()
     job = submit(alice, command=PRINT_ENV, gpus=0.5, name="env-check", env={"MY_SETTING": "x"})
-    assert job["state"] == "pending" and job["name"] == "env-check"
+    # on idle GPUs the fast arrival path starts it before the 201; else the next cycle does
+    assert job["state"] in ("pending", "running") and job["name"] == "env-check"
     done = wait_state(alice, job["id"], "succeeded", "failed")
     assert done["state"] == "succeeded" and done["exit_code"] == 0
     [replica] = done["placement"]

@@ -39,7 +39,7 @@ from scheduler.service import access, requests
 from scheduler.service.handlers import allocations, dryrun, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
-from scheduler.service.store import SampleBucket
+from scheduler.service.store import SampleBucket, WorkloadPage
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit
@@ -242,6 +242,14 @@ def required_scopes(cls: type, verb: str) -> set[str]:
     return scopes
 
 
+def admits_job_token(cls: type, verb: str) -> bool:
+    """``self.require(..., job=True)``: a job's own token may act on its own job."""
+    return any(
+        name == "require" and any(keyword.arg == "job" for keyword in call.keywords)
+        for name, call in self_calls(function_tree(getattr(cls, verb)))
+    )
+
+
 def error_statuses(cls: type, function: Callable, seen: set[str] | None = None) -> set[int]:
     """Every error status ``function`` can answer with: ``web.HTTPError(code, ...)``,
     ``InvalidSpec`` (400, like the validators of ``scheduler.service.requests``) and
@@ -268,6 +276,10 @@ def error_statuses(cls: type, function: Callable, seen: set[str] | None = None) 
     for name, _ in self_calls(function_tree(function)):
         if name == "require":
             statuses.add(403)
+        elif name == "list_argument":
+            # the hub's proxy answers 431 to a request line over 16 KiB, which only a query
+            # naming many long values (beyond the document's bounds) can reach
+            statuses.add(431)
         elif name not in seen and (method := own_method(cls, name)) is not None:
             seen.add(name)
             statuses |= error_statuses(cls, method, seen)
@@ -313,6 +325,9 @@ def test_operation_scope_is_the_one_the_handler_requires(key: tuple[str, str]) -
     else:
         assert f"Scope: `{scope}`" in operation["description"]
         admitted = [scope, access.ADMIN] if scope != access.ADMIN else [access.ADMIN]
+        if admits_job_token(cls, key[1]):
+            admitted.append(access.JOB)
+            assert f"`{access.JOB}`" in operation["description"]
         assert operation["security"] == [{"token": [one]} for one in admitted]
 
 
@@ -325,7 +340,9 @@ def test_operation_statuses_are_the_ones_the_handler_answers(key: tuple[str, str
 @pytest.mark.parametrize("key", sorted(routes()), ids=lambda key: f"{key[1]} {key[0]}")
 def test_errors_are_documented_as_the_error_object(key: tuple[str, str]) -> None:
     for code, response in documented()[key]["responses"].items():
-        if int(code) >= 400:
+        if code == "431":  # the hub's proxy answers it, not the service: no body of ours
+            assert "content" not in deref(response)
+        elif int(code) >= 400:
             content = deref(response)["content"]
             assert list(content) == ["application/json"]
             assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
@@ -821,9 +838,21 @@ class FakeStore:
         self.records = records
         self.queue_records = queues
 
-    def workloads(self, *, offset: int, limit: int, allocations: bool | None = None, **_: Any):
+    def workloads(
+        self,
+        *,
+        offset: int,
+        limit: int,
+        before: int | None = None,
+        allocations: bool | None = None,
+        count: bool = False,
+        **_: Any,
+    ) -> WorkloadPage:
         rows = [r for r in self.records if allocations is None or r.is_allocation == allocations]
-        return rows[offset : offset + limit], len(rows)
+        rows.sort(key=lambda r: -r.id)
+        total = len(rows) if count else None
+        rows = [r for r in rows if before is None or r.id < before][offset:]
+        return WorkloadPage(rows[:limit], len(rows) > limit, total)
 
     def workload(self, workload_id: int) -> WorkloadRecord | None:
         return next((r for r in self.records if r.id == workload_id), None)
@@ -886,9 +915,20 @@ def call(
     scopes: tuple[str, ...] | None = (access.READ, access.SUBMIT),
     accept: str = "application/json",
 ) -> tuple[int, str, Any, dict]:
+    """``call_with_headers`` without the headers."""
+    status, content_type, body, _, operation = call_with_headers(uri, scopes=scopes, accept=accept)
+    return status, content_type, body, operation
+
+
+def call_with_headers(
+    uri: str,
+    *,
+    scopes: tuple[str, ...] | None = (access.READ, access.SUBMIT),
+    accept: str = "application/json",
+) -> tuple[int, str, Any, httputil.HTTPHeaders, dict]:
     """Route ``uri`` (below the prefix) as the app would and run its handler's GET as alice
     with a token holding ``scopes`` (None: no valid token); returns the status, the content
-    type, the body (decoded if JSON) and the matched operation."""
+    type, the body (decoded if JSON), the headers and the matched operation."""
     path = urlsplit(uri).path
     found = [
         (pattern, cls, match)
@@ -933,7 +973,7 @@ def call(
     assert connection.headers is not None and connection.status is not None
     content_type = connection.headers["Content-Type"].split(";")[0]
     body = json.loads(connection.body) if content_type == "application/json" else connection.body
-    return connection.status, content_type, body, documented()[key]
+    return connection.status, content_type, body, connection.headers, documented()[key]
 
 
 def _absolute(node: Any) -> Any:
@@ -1023,7 +1063,26 @@ def test_paginated_answers_validate_against_the_document(uri: str) -> None:
     assert_documented(operation, status, media_type, body)
     following = body["_pagination"]["next"]
     assert following is not None
-    assert parse_qs(urlsplit(following["url"]).query)["offset"] == [str(following["offset"])]
+    query = parse_qs(urlsplit(following["url"]).query)
+    assert query["cursor"] == [following["cursor"]] and "offset" not in query
+    assert following["offset"] == body["_pagination"]["offset"] + len(body["items"])
+    # the next page, by its cursor: what follows the last item, and the same page size
+    _, _, after, _ = call(following["url"].removeprefix("/services/frachub"), accept=media_type)
+    assert after["_pagination"]["offset"] == following["offset"]
+    assert after["items"][0]["id"] < body["items"][-1]["id"]
+
+
+def test_a_bare_list_names_its_next_page_in_a_link_header() -> None:
+    status, _, body, headers, operation = call_with_headers("/api/v1/workloads")
+    assert status == 200 and [item["id"] for item in body] == [9, 8]  # page_default_limit 2
+    assert "Link" in deref(operation["responses"]["200"])["headers"]
+    link = re.fullmatch(
+        r'<(/services/frachub/api/v1/workloads\?[^>]+)>; rel="next"', headers["Link"]
+    )
+    assert link is not None, headers["Link"]
+    assert parse_qs(urlsplit(link[1]).query)["cursor"] == ["8.2"]
+    _, _, rest, headers, _ = call_with_headers(link[1].removeprefix("/services/frachub"))
+    assert [item["id"] for item in rest] == [7, 6] and "Link" in headers
 
 
 @pytest.mark.parametrize(
@@ -1031,6 +1090,9 @@ def test_paginated_answers_validate_against_the_document(uri: str) -> None:
     [
         ("/api/v1/workloads?state=bogus", (access.READ,), 400),
         ("/api/v1/workloads?limit=-1", (access.READ,), 400),
+        ("/api/v1/workloads?cursor=abc", (access.READ,), 400),
+        ("/api/v1/workloads?cursor=7.1&offset=1", (access.READ,), 400),
+        ("/api/v1/allocations?cursor=9", (access.READ,), 400),
         ("/api/v1/usage?start=yesterday", (access.READ,), 400),
         ("/api/v1/usage.csv?start=2020-01-01T00:00:00Z", (access.READ,), 400),
         ("/api/v1/usage.csv?user=bob", (access.READ,), 403),

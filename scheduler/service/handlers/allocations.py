@@ -52,17 +52,23 @@ class AllocationListHandler(AllocationAccess):
         user = self.get_argument("user", self.caller.name)
         if user != self.caller.name and not self.caller.is_admin:
             raise web.HTTPError(403, f"listing other users' allocations needs {ADMIN}")
-        offset, limit = self.page()
+        asked = self.page()
         states = self.list_argument("state")
         unknown = [state for state in states if state not in STATES]
         if unknown:
             raise InvalidSpec("state", f"unknown state {unknown[0]!r}; one of {', '.join(STATES)}")
-        records, total = self.loop.store.workloads(
-            users=[user], allocations=True, offset=offset, limit=limit, states=states
+        page = self.loop.store.workloads(
+            users=[user],
+            allocations=True,
+            states=states,
+            before=asked.before,
+            offset=asked.offset,
+            limit=asked.limit,
+            count=self.paginated(),
         )
         live = self.loop.records
         self.write_page(
-            [self.view(live.get(record.id, record)) for record in records], offset, limit, total
+            [self.view(live.get(record.id, record)) for record in page.records], asked, page
         )
 
     async def post(self) -> None:
@@ -102,7 +108,7 @@ class AllocationListHandler(AllocationAccess):
             max_runtime=None,
             idle_timeout=request.idle_timeout,
         )
-        self.loop.add(record)
+        await self.loop.submit([record])
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
         self.write_json(self.view(record), status=201)
 

@@ -25,10 +25,11 @@ from tornado import web
 from traitlets import validate
 
 from scheduler.fields import InvalidSpec
-from scheduler.service.access import Caller
+from scheduler.service.access import JOB, Caller
 from scheduler.service.directory import HubDirectory, HubDirectoryError
 from scheduler.service.loop import SchedulingLoop
-from scheduler.service.requests import NAME, parse_page
+from scheduler.service.requests import NAME, PageRequest, cursor_after, parse_page
+from scheduler.service.store import WorkloadPage
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 
@@ -118,6 +119,9 @@ class APIHandler(HubOAuthenticated, JSONErrors):
     page, it answers 403."""
 
     caller: Caller
+    as_job = False
+    """The request came with a job's own token, admitted by ``require(..., job=True)``: it
+    may reach that one job only (``WorkloadAccess.find``)."""
     _xsrf_refusal: str | None = None
 
     @property
@@ -218,11 +222,18 @@ class APIHandler(HubOAuthenticated, JSONErrors):
             scopes=frozenset(model.get("scopes") or ()),
             groups=frozenset(groups or ()),
             kind=kind,
+            token_id=model.get("token_id"),
         )
 
-    def require(self, scope: str) -> None:
-        if not self.caller.has(scope):
-            raise web.HTTPError(403, f"this action needs the scope {scope}")
+    def require(self, scope: str, *, job: bool = False) -> None:
+        """403 unless the caller holds ``scope``; ``job``: a job's own token
+        (``custom:frachub:job``) will do instead, for its own job."""
+        if self.caller.has(scope):
+            return
+        if job and JOB in self.caller.scopes:
+            self.as_job = True
+            return
+        raise web.HTTPError(403, f"this action needs the scope {scope}")
 
     # -- bodies and replies ---------------------------------------------------------------
 
@@ -242,41 +253,50 @@ class APIHandler(HubOAuthenticated, JSONErrors):
 
     # -- lists ----------------------------------------------------------------------------
 
-    def page(self) -> tuple[int, int]:
+    def page(self) -> PageRequest:
         settings = self.settings
         arguments = {
             key: self.get_argument(key)
-            for key in ("offset", "limit")
+            for key in ("offset", "limit", "cursor")
             if key in self.request.arguments
         }
         return parse_page(arguments, settings["page_default_limit"], settings["page_max_limit"])
 
-    def write_page(self, items: Sequence[Any], offset: int, limit: int, total: int) -> None:
+    def write_page(self, items: Sequence[Any], asked: PageRequest, page: WorkloadPage) -> None:
         """A bare list, or with ``Accept: application/jupyterhub-pagination+json`` the hub's
-        ``{"items", "_pagination"}`` envelope with the ``next`` page's URL."""
-        if PAGINATION_MEDIA_TYPE not in self.request.headers.get("Accept", ""):
+        ``{"items", "_pagination"}`` envelope. Either way the next page, when there is one,
+        is named by a cursor after this page's last id: in the envelope's ``next`` (its
+        ``url`` uses the cursor; its ``offset`` still works for clients that count), and for
+        the bare list in a ``Link: <…>; rel="next"`` header. A client that ignores both
+        reads the first page, as before."""
+        following = None
+        if page.more and page.records:
+            position = asked.position + len(items)
+            cursor = cursor_after(page.records[-1].id, position)
+            arguments = {k: self.get_arguments(k) for k in self.request.arguments if k != "offset"}
+            arguments.update(cursor=[cursor], limit=[str(asked.limit)])
+            url = f"{self.request.path}?{urlencode(arguments, doseq=True)}"
+            following = {"offset": position, "limit": asked.limit, "cursor": cursor, "url": url}
+        if not self.paginated():
+            if following is not None:
+                self.set_header("Link", f'<{following["url"]}>; rel="next"')
             self.write_json(list(items))
             return
-        following = None
-        if offset + len(items) < total:
-            arguments = {k: self.get_arguments(k) for k in self.request.arguments}
-            arguments.update(offset=[str(offset + limit)], limit=[str(limit)])
-            following = {
-                "offset": offset + limit,
-                "limit": limit,
-                "url": f"{self.request.path}?{urlencode(arguments, doseq=True)}",
-            }
         self.write_json(
             {
                 "items": list(items),
                 "_pagination": {
-                    "offset": offset,
-                    "limit": limit,
-                    "total": total,
+                    "offset": asked.position,
+                    "limit": asked.limit,
+                    "total": page.total,
                     "next": following,
                 },
             }
         )
+
+    def paginated(self) -> bool:
+        """Whether the answer is the envelope, whose ``total`` costs a count."""
+        return PAGINATION_MEDIA_TYPE in self.request.headers.get("Accept", "")
 
     def flag_argument(self, name: str) -> bool:
         """``?active``, ``?active=1``/``true``/``yes`` are on; ``0``/``false``/``no`` are off."""

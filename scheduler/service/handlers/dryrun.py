@@ -4,8 +4,10 @@ The spawn form shows, beside each GPU choice, whether it would start now, start 
 GPUs are reclaimed from another project, wait (and why), or never start. Each request is
 decided alone, as if it arrived now, by the engine's arrival path on the service's standing
 session (``scheduler/service/dryrun.py``); nothing is stored and nobody's queue position
-moves. The same refusals as a real allocation apply first: a shape no GPU here holds, or a
-notebook beyond the deserved quota it must stay inside, is "never".
+moves. A request may name GPU models (``gpu_model``, as an allocation may), and is then
+decided on those models' GPUs only. The same refusals as a real allocation apply first: a
+shape no GPU here holds (of its models), or a notebook beyond the deserved quota it must stay
+inside, is "never".
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class DryRunHandler(WorkloadAccess):
                     queue=project,
                     kind=Kind.INTERACTIVE,
                     request=Request(
-                        gpus=request.gpus or 0.0, gpu_memory_mib=request.gpu_memory_mib
+                        gpus=request.gpus or 0.0,
+                        gpu_memory_mib=request.gpu_memory_mib,
+                        gpu_models=request.gpu_models,
                     ),
                     priority=default_priority(Kind.INTERACTIVE, request.preemptible),
                     preemptible=request.preemptible,

@@ -119,7 +119,7 @@ class UsageCSVHandler(UsageHandler):
 
     async def get(self) -> None:
         self.require(READ)
-        start, end, rows = self.usage_rows()
+        start, end, rows = await self.usage_rows()
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\r\n")
         writer.writerow(["project", "user", "gpu_hours", "start", "end"])

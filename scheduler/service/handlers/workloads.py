@@ -15,6 +15,7 @@ from scheduler.fields import MAX_ID, InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
 from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
+from scheduler.service.jobtokens import token_id_of
 from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
 from scheduler.service.requests import (
     Submission,
@@ -30,15 +31,59 @@ KINDS = ("training", "inference", "interactive")
 LOG_CHUNK = 64 * 1024
 
 
+class NeverCache:
+    """The never-starts answers by request shape, while the queues and nodes stay the same.
+
+    Each answer decides the request on an empty cluster (a session and a cycle), about 1 ms:
+    as much as the rest of a submission. A burst of submissions asks about a handful of
+    shapes, so each shape is decided once per quota or inventory change."""
+
+    SHAPE = ("gpus", "gpu_memory_mib", "gpu_models", "replicas", "kind", "priority", "preemptible")
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.queues: object = None
+        self.nodes: object = None
+        self.answers: dict[tuple, str | None] = {}
+
+    def answer(
+        self,
+        never: Callable[..., str | None],
+        spec: object,
+        project: str,
+        queues: tuple,
+        nodes: tuple,
+        grow: bool,
+    ) -> str | None:
+        if queues is not self.queues or (nodes is not self.nodes and nodes != self.nodes):
+            self.answers.clear()
+            self.queues = queues
+        self.nodes = nodes
+        key = (never, project, grow, *(getattr(spec, name, None) for name in self.SHAPE))
+        if key not in self.answers:
+            if len(self.answers) >= self.LIMIT:
+                self.answers.clear()
+            self.answers[key] = never(spec, project, queues, nodes, cluster_may_grow=grow)
+        return self.answers[key]
+
+
+NEVER = NeverCache()
+
+
 class WorkloadAccess(APIHandler):
-    """Finding one workload the caller may see: another user's answers 404, like the hub."""
+    """Finding one workload the caller may see: another user's answers 404, like the hub; so
+    does, to a job's own token (``require(..., job=True)``), every workload but its job."""
 
     def find(self, workload_id: str) -> WorkloadRecord:
         number = int(workload_id) if len(workload_id) <= 19 else MAX_ID + 1
         record = None
         if number <= MAX_ID:  # what the database cannot hold it does not have
             record = self.loop.records.get(number) or self.loop.store.workload(number)
-        if record is None or not (self.caller.is_admin or record.user == self.caller.name):
+        if (
+            record is None
+            or not (self.caller.is_admin or record.user == self.caller.name)
+            or (self.as_job and not self.caller.is_token_of(token_id_of(record.handle)))
+        ):
             shown_id = workload_id if len(workload_id) <= 40 else f"{workload_id[:20]}…"
             raise web.HTTPError(404, f"workload {shown_id} not found")
         return record
@@ -69,12 +114,8 @@ class WorkloadAccess(APIHandler):
     ) -> None:
         """409 in the engine's words when ``never`` (``job_never_fits`` or ``never_starts``)
         says ``spec`` can never start in ``project`` on this cluster."""
-        hopeless = never(
-            spec,
-            project,
-            self.loop.queues,
-            self.loop.inventory.nodes,
-            cluster_may_grow=self.cluster_may_grow,
+        hopeless = NEVER.answer(
+            never, spec, project, self.loop.queues, self.loop.inventory.nodes, self.cluster_may_grow
         )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
@@ -138,18 +179,20 @@ class WorkloadListHandler(WorkloadAccess):
                 raise InvalidSpec(name, f"unknown {name} {unknown[0]!r}; one of {', '.join(known)}")
         if self.flag_argument("active"):
             states = states or list(ACTIVE_STATES)
-        offset, limit = self.page()
-        records, total = self.loop.store.workloads(
+        asked = self.page()
+        page = self.loop.store.workloads(
             states=states,
             projects=self.list_argument("project"),
             users=users,
             kinds=kinds,
-            offset=offset,
-            limit=limit,
+            before=asked.before,
+            offset=asked.offset,
+            limit=asked.limit,
+            count=self.paginated(),
         )
         live = self.loop.records
-        items = [workload_json(live.get(record.id, record), self.loop) for record in records]
-        self.write_page(items, offset, limit, total)
+        items = [workload_json(live.get(record.id, record), self.loop) for record in page.records]
+        self.write_page(items, asked, page)
 
     async def post(self) -> None:
         self.require(SUBMIT)
@@ -164,9 +207,9 @@ class WorkloadListHandler(WorkloadAccess):
         project = await self.project_for(submission.project, self.caller.name)
         self.refuse_never_starting(job_never_fits, submission, project)
         if submission.sweep is not None:
-            self._submit_sweep(submission, project)
+            await self._submit_sweep(submission, project)
             return
-        record = self.loop.add(self._record(submission, project))
+        (record,) = await self.loop.submit([self._record(submission, project)])
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
         self.write_json(workload_json(record, self.loop), status=201)
 
@@ -194,7 +237,7 @@ class WorkloadListHandler(WorkloadAccess):
             checkpoint_interval=submission.checkpoint_interval,
         )
 
-    def _submit_sweep(self, submission: Submission, project: str) -> None:
+    async def _submit_sweep(self, submission: Submission, project: str) -> None:
         """Every member in one transaction, with consecutive ids; the sweep's id is its first
         member's. All are stored or none is, and no cycle sees part of a sweep."""
         sweep = submission.sweep
@@ -211,7 +254,7 @@ class WorkloadListHandler(WorkloadAccess):
                 record.name = f"{stem}-{index}"
                 record.env = {**submission.env, **member_env(first, index, values)}
 
-        self.loop.add_all(records, before_commit=name_members)
+        await self.loop.submit(records, before_commit=name_members)
         sweep_id = records[0].id
         base = self.request.path.rstrip("/").rsplit("/", 1)[0]
         self.set_header("Location", f"{base}/sweeps/{sweep_id}")
@@ -220,7 +263,7 @@ class WorkloadListHandler(WorkloadAccess):
 
 class WorkloadHandler(WorkloadAccess):
     async def get(self, workload_id: str) -> None:
-        self.require(READ)
+        self.require(READ, job=True)
         record = self.find(workload_id)
         self.write_json(workload_json(record, self.loop, self.loop.store.events(record.id)))
 
@@ -244,7 +287,7 @@ class WorkloadCheckpointHandler(WorkloadAccess):
     on an eviction destroys only what it does after this."""
 
     async def post(self, workload_id: str) -> None:
-        self.require(SUBMIT)
+        self.require(SUBMIT, job=True)
         record = self.find(workload_id)
         if record.is_allocation:
             raise web.HTTPError(

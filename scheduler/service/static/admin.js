@@ -2,6 +2,7 @@
 // with quotas, use and fair share, and every active workload with a cancel button.
 import {
   CANCELLABLE,
+  PAGINATION,
   api,
   cancelButton,
   el,
@@ -128,12 +129,26 @@ function renderQueues(queues) {
 
 let refresh = () => {};
 
-function renderActive(workloads) {
+// The newest ACTIVE_SHOWN active workloads, and how many there are in all: a queue of
+// thousands stays one request and a table a browser can redraw every two seconds.
+const ACTIVE_SHOWN = 500;
+
+function renderActive(page) {
+  const workloads = page.items;
+  const total = page._pagination.total;
   const body = document.querySelector("#frachub-active-table tbody");
   if (!workloads.length) {
     body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "text-body-secondary" }, "Nothing is running or waiting.")));
     return;
   }
+  const more =
+    total > workloads.length
+      ? el(
+          "tr",
+          { class: "frachub-active-more" },
+          el("td", { colspan: 8, class: "text-body-secondary small" }, `The newest ${workloads.length} of ${total} active workloads; frachub jobs --all-users lists every one.`),
+        )
+      : null;
   body.replaceChildren(
     ...workloads.map((workload) =>
       el(
@@ -155,6 +170,7 @@ function renderActive(workloads) {
         ),
       ),
     ),
+    ...(more ? [more] : []),
   );
 }
 
@@ -162,7 +178,7 @@ refresh = every(POLL_MS, async () => {
   const [nodes, queues, workloads] = await Promise.all([
     api("nodes"),
     api("queues"),
-    api("workloads?active=1&limit=500"),
+    api(`workloads?active=1&limit=${ACTIVE_SHOWN}`, { accept: PAGINATION }),
   ]);
   renderNodes(nodes);
   renderQueues(queues);

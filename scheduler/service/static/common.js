@@ -26,13 +26,18 @@ function headers(extra = {}) {
   return { "X-XSRFToken": window.jhdata.xsrf_token, ...extra };
 }
 
-export async function api(path, { method = "GET", body } = {}) {
-  const init = { method, credentials: "same-origin", headers: headers() };
+export async function api(path, { method = "GET", body, accept } = {}) {
+  const init = { method, credentials: "same-origin", headers: headers(accept ? { Accept: accept } : {}) };
   if (body !== undefined) {
     init.headers = headers({ "Content-Type": "application/json" });
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(apiUrl + path, init);
+  return (await call(apiUrl + path, init)).data;
+}
+
+// One request: its JSON (or text) and the response; a refusal throws the API's message.
+async function call(url, init) {
+  const response = await fetch(url, init);
   const text = await response.text();
   let data = null;
   try {
@@ -44,7 +49,25 @@ export async function api(path, { method = "GET", body } = {}) {
     const message = (data && data.message) || `${response.status} ${response.statusText}`;
     throw new ApiError(response.status, message);
   }
-  return data;
+  return { data, response };
+}
+
+// The hub's pagination envelope: {items, _pagination: {total, next}}.
+export const PAGINATION = "application/jupyterhub-pagination+json";
+
+// Every item of a list (`path` has a query), up to about `most`: bare pages, each naming
+// the next in its `Link: <…>; rel="next"` header (one request answers at most the service's
+// page_max_limit, 500 by default). Bare lists count nothing, unlike the envelope.
+export async function listAll(path, most = 10000) {
+  const items = [];
+  let url = apiUrl + path;
+  while (url && items.length < most) {
+    const { data, response } = await call(url, { credentials: "same-origin", headers: headers() });
+    items.push(...data);
+    const next = /<([^>]+)>;\s*rel="next"/.exec(response.headers.get("Link") || "");
+    url = next ? next[1] : null;
+  }
+  return items;
 }
 
 // Stream a plain-text answer (logs with follow=1) into onText until the server ends it.

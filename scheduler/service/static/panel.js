@@ -11,6 +11,7 @@ import {
   every,
   gpusText,
   isAdmin,
+  listAll,
   me,
   number,
   placementText,
@@ -45,12 +46,16 @@ let userInfo = null;
 // -- the workload list -------------------------------------------------------------------
 
 async function loadWorkloads() {
-  const [jobs, allocations] = await Promise.all([
-    api(`workloads?user=${encodeURIComponent(me)}&limit=50`),
-    api(`allocations?state=${State.PENDING},${State.RUNNING}`),
+  // the newest 50 whatever their state, and every active one however old: "yours" in the
+  // projects table is counted from them, and each can be cancelled here
+  const user = encodeURIComponent(me);
+  const [recent, active, allocations] = await Promise.all([
+    api(`workloads?user=${user}&limit=50`),
+    listAll(`workloads?user=${user}&active=1&limit=500`),
+    listAll(`allocations?state=${State.PENDING},${State.RUNNING}&limit=500`),
   ]);
   // the allocation view may carry more (idle_timeout_seconds, idle_stop_at, idle_warning)
-  const byId = new Map(jobs.map((workload) => [workload.id, workload]));
+  const byId = new Map([...recent, ...active].map((workload) => [workload.id, workload]));
   for (const allocation of allocations) {
     byId.set(allocation.id, { ...byId.get(allocation.id), ...allocation });
   }

@@ -1,0 +1,38 @@
+"""Keep the garbage collector's full collections off the service's long-lived state.
+
+The service holds every active workload, its life and its row, and the settled session
+(ledgers, victim lists, placement columns) between cycles: at 1,000 nodes some hundreds of
+thousands of objects that live for hours. CPython's full collections walk them all, and a
+cycle allocates enough to trigger some, so they cost a cycle 10-15% of its CPU
+(docs/benchmarks.md section 2). ``gc.freeze`` moves every object alive now into a permanent
+generation that collections skip.
+
+Why it is safe: reference counting still frees frozen objects the moment nothing points at
+them; only garbage *cycles* among frozen objects would wait. So every :data:`FULL_EVERY`-th
+freeze first unfreezes and runs a full collection, which frees such cycles, and the first
+freeze does too: what can leak is bounded by what became cyclic garbage within that many
+settled runs, and nothing stays frozen past the next full collection.
+"""
+
+from __future__ import annotations
+
+import gc
+
+FULL_EVERY = 20
+"""Settled runs between full collections of everything (frozen objects included)."""
+
+
+class Freezer:
+    """Freezes the heap after each settled run of cycles (``settled``)."""
+
+    def __init__(self, full_every: int = FULL_EVERY) -> None:
+        self.full_every = max(1, full_every)
+        self.count = 0
+
+    def settled(self) -> None:
+        """The cycles settled: what lives now is the standing state; freeze it."""
+        if self.count % self.full_every == 0:
+            gc.unfreeze()
+            gc.collect()
+        self.count += 1
+        gc.freeze()
