@@ -4,6 +4,9 @@ are run (or loaded) here, so a doc that drifts from the product fails.
 A block is runnable when an HTML comment, invisible to readers, stands right before it:
 
     <!-- doctest: bash -->            run with bash -euo pipefail (as root: CI is root)
+    <!-- doctest: bash-syntax -->     commands CI cannot run (they need Docker, kind, a
+                                      cluster): parsed by ``bash -n``, and every
+                                      ``FRACHUB_*`` variable they set is one a test reads
     <!-- doctest: file PATH -->       write the block to PATH (a later bash block uses it)
     <!-- doctest: hub-config -->      load as a jupyterhub_config.py: every section must be a
                                       JupyterHub, spawner, authenticator or proxy class and
@@ -117,6 +120,12 @@ def run_block(kind: str, arg: str | None, body: str, where: str, scratch: Path) 
         assert result.returncode == 0, (
             f"{where} failed ({result.returncode}):\n{body}\n{result.stdout}\n{result.stderr}"
         )
+    elif kind == "bash-syntax":
+        parsed = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True)
+        assert parsed.returncode == 0, f"{where} is not valid bash:\n{parsed.stderr}"
+        read = "".join(path.read_text() for path in (REPO / "tests").rglob("*.py"))
+        for name in sorted(set(re.findall(r"\b(FRACHUB_[A-Z0-9_]+)=", body))):
+            assert f'"{name}"' in read, f"{where} sets {name}, which no test reads"
     elif kind == "hub-config":
         from jupyterhub.app import JupyterHub
 
@@ -144,4 +153,4 @@ def test_the_runnable_docs_are_found() -> None:
     """A renamed marker must not silently turn the doc test into nothing."""
     runnable = {d.name: len(blocks(d)) for d in DOCS if MARKER in d.read_text()}
     assert runnable.get("operations.md", 0) >= 4, runnable
-    assert {"README.md", "service.md", "panel.md"} <= set(runnable), runnable
+    assert {"README.md", "service.md", "panel.md", "kubernetes.md"} <= set(runnable), runnable
