@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubAuth
-from tornado import web
+from tornado import httputil, web
 from tornado.httpserver import HTTPServer
 from traitlets import (
     Bool,
@@ -96,6 +96,23 @@ def _optional_backends() -> list[type]:
     except ImportError:
         return []
     return [KubernetesBackend]
+
+
+class Switchboard(httputil.HTTPServerConnectionDelegate):
+    """One listening socket for the process's life: the standby application answers until
+    the real one is ready, so a caller never finds the port closed between the two (a
+    restarted replica used to refuse connections while it recovered)."""
+
+    def __init__(self, app: httputil.HTTPServerConnectionDelegate) -> None:
+        self.app = app
+
+    def start_request(
+        self, server_conn: object, request_conn: httputil.HTTPConnection
+    ) -> httputil.HTTPMessageDelegate:
+        return self.app.start_request(server_conn, request_conn)
+
+    def on_close(self, server_conn: object) -> None:
+        self.app.on_close(server_conn)
 
 
 class FracHubService(Application):
@@ -443,20 +460,22 @@ class FracHubService(Application):
         }
         return web.Application(handlers, default_handler_class=NotFoundHandler, **settings)
 
-    def _standby_server(self) -> HTTPServer:
-        """While ``connect()`` waits for the leader Lease (a standby replica), every request
-        answers 503 JSON, ``api/v1/health`` included: the chart's readinessProbe keeps the
-        standby out of the Service's endpoints, and a caller is told why."""
-        reason = "standby: another scheduler replica holds the leader Lease"
+    def _standby_app(self) -> web.Application:
+        """While ``connect()`` waits for the leader Lease (a standby replica) and the workloads
+        are recovered, every request answers 503 JSON, ``api/v1/health`` included: the chart's
+        readinessProbe keeps the standby out of the Service's endpoints, and a caller is told
+        why."""
         prefix = "/" + self.service_prefix.strip("/")
-        app = web.Application(
+        return web.Application(
             [(prefix + r"/api/v1/health/?", info.HealthHandler)],
             default_handler_class=info.StandbyHandler,
-            standby_reason=lambda: reason,
+            standby_reason=lambda: self._standby_reason,
             log_function=lambda handler: None,
         )
+
+    def _listen(self, app: httputil.HTTPServerConnectionDelegate) -> HTTPServer:
         url = urlparse(self.service_url)
-        server = HTTPServer(app)
+        server = HTTPServer(app, xheaders=True)
         server.listen(url.port or 80, url.hostname or "127.0.0.1")
         return server
 
@@ -541,12 +560,18 @@ class FracHubService(Application):
             self.log.critical("%s: %s", self.backend_class.__name__, error)
             self.exit(2)
         connect = getattr(backend, "connect", None)
+        switch: Switchboard | None = None
+        server: HTTPServer | None = None
         if connect is not None:  # Kubernetes: waits for the leader Lease, lists, starts watches
-            standby = self._standby_server()
+            self._standby_reason = "standby: another scheduler replica holds the leader Lease"
+            switch = Switchboard(self._standby_app())
+            server = self._listen(switch)
             try:
                 await connect()
-            finally:
-                standby.stop()
+            except BaseException:
+                server.stop()
+                raise
+            self._standby_reason = "starting: recovering workloads from the store and cluster"
         backend = self._credentialed(backend)
         metrics = Metrics()
         policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
@@ -594,9 +619,11 @@ class FracHubService(Application):
         if self.usage_sample_interval > 0:
             sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
         app = self.make_app(loop, metrics)
-        url = urlparse(self.service_url)
-        server = HTTPServer(app, xheaders=True)
-        server.listen(url.port or 80, url.hostname or "127.0.0.1")
+        if switch is None:
+            server = self._listen(app)
+        else:
+            switch.app = app
+        assert server is not None
         self.log.info("listening on %s%s", self.service_url, self.service_prefix.lstrip("/"))
         stopped = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
