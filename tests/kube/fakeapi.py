@@ -678,6 +678,10 @@ class FakeKube:
         """Seconds the Job controller takes from an interim condition (FailureTarget,
         SuccessCriteriaMet) to the terminal one (Failed, Complete) once no pod of the Job is
         left terminating: a busy controller, whose next sync of the Job comes later."""
+        self.pod_creation_delay = 0.0
+        """Seconds the Job controller takes to create the pods of a Job once it runs (not
+        suspended): a busy controller, so a client sees the Job well before its pods."""
+        self._admitted_at: dict[str, float] = {}  # job uid -> when it was first seen running
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -1705,6 +1709,13 @@ class FakeKube:
                     self._delete_pod(pod, None)
             new_conditions.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
             status.pop("startTime", None)
+            running = []
+        elif (
+            wait := self.pod_creation_delay
+            - (time.monotonic() - self._admitted_at.setdefault(uid, time.monotonic()))
+        ) > 0:
+            if self._loop is not None:
+                self._loop.call_later(wait, self._schedule_reconcile)
             running = []
         else:
             status.setdefault("startTime", now_iso())

@@ -329,10 +329,17 @@ def test_a_readwriteonce_home_is_refused_across_nodes(cluster: Cluster, backend:
             with pytest.raises(BackendError, match=f"{claim} is ReadWriteOnce.*node-a, node-b"):
                 await made.start(gang)
             assert cluster.jobs(f"{o.WORKLOAD}=8") == []
+            fake.pod_creation_delay = 1.0  # a busy Job controller: no pod of 9 for a second
             await made.start(make_job(9, [("node-a", [0], 1.0)]))  # one node: fine
+            # before any pod of 9 exists (two starts of one cycle): its attempt says where
+            assert cluster.pods(f"{o.WORKLOAD}=9") == []
+            with pytest.raises(BackendError, match="pods on node-a use it"):
+                await made.start(make_job(10, [("node-b", [1], 1.0)]))
+            fake.pod_creation_delay = 0.0
             await pods_of(cluster, 9)
             with pytest.raises(BackendError, match="pods on node-a use it"):
                 await made.start(make_job(10, [("node-b", [1], 1.0)]))
+            assert cluster.jobs(f"{o.WORKLOAD}=10") == []
         finally:
             await made.close()
         shared = await backend(

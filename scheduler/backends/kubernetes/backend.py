@@ -85,6 +85,9 @@ class _Attempt:
     attach_checked: dict[str, float] = field(default_factory=dict)  # pod -> events last read
     # pod -> (when its Multi-Attach error was first seen, the error's words)
     attach_error: dict[str, tuple[float, str]] = field(default_factory=dict)
+    # the home claims its pods mount: before the pods reach the watch cache, these say
+    # where a ReadWriteOnce claim is already wanted (attempts started moments ago)
+    claims: frozenset[str] = frozenset()
 
 
 class KubernetesBackend(LoggingConfigurable):
@@ -532,7 +535,7 @@ class KubernetesBackend(LoggingConfigurable):
             await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
             base = f"{base}-{int(time.time() * 1000) % 100000}"
             existing = []
-        await self._check_home_claims(job)
+        claims = await self._check_home_claims(job)
         names = o.job_names(job.placement, base)
         gang = len(job.placement) > 1
         service = base if gang else None
@@ -601,6 +604,7 @@ class KubernetesBackend(LoggingConfigurable):
             names,
             service,
             shares=o.parse_shares(o.shares_text(job.placement)),
+            claims=claims,
         )
         self._attempts[base] = attempt
         return self._handle(attempt)
@@ -837,13 +841,16 @@ class KubernetesBackend(LoggingConfigurable):
                 if error.status != 404:
                     raise
 
-    async def _check_home_claims(self, job: JobSpec) -> None:
+    async def _check_home_claims(self, job: JobSpec) -> frozenset[str]:
         """A ReadWriteOnce claim (z2jh's default home) attaches to one node: a gang across
-        nodes, or a job on another node than a pod already using the claim, would wait in
-        ContainerCreating (Multi-Attach) forever. Refuse those starts with words instead."""
+        nodes, or a job on another node than a pod already using the claim (or a live attempt
+        of ours that mounts it, whose pods the watch may not have shown yet), would wait in
+        ContainerCreating (Multi-Attach) forever. Refuse those starts with words instead.
+        Returns the single-node claims the job mounts."""
         kube, _, _, _ = self._require()
         nodes = sorted({replica.node for replica in job.placement})
         users: list[dict] | None = None
+        single: set[str] = set()
         for volume in o.format_template(list(self.home_volumes), **o.user_fields(job.user)):
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if not claim:
@@ -859,6 +866,7 @@ class KubernetesBackend(LoggingConfigurable):
             modes = set((pvc.get("spec") or {}).get("accessModes") or [])
             if modes & {"ReadWriteMany", "ReadOnlyMany"}:
                 continue
+            single.add(claim)
             if users is None:
                 users = await self._namespace_pods()
             held = sorted(
@@ -872,6 +880,12 @@ class KubernetesBackend(LoggingConfigurable):
                         for v in pod["spec"].get("volumes") or []
                     )
                 }
+                | {
+                    node
+                    for attempt in self._attempts.values()
+                    if claim in attempt.claims and not attempt.stopping
+                    for node, _, _ in attempt.shares
+                }
             )
             where = set(nodes) | set(held)
             if len(where) > 1:
@@ -882,6 +896,7 @@ class KubernetesBackend(LoggingConfigurable):
                     + "; give jobs ReadWriteMany storage (KubernetesBackend.home_volumes, "
                     "docs/kubernetes.md)"
                 )
+        return frozenset(single)
 
     async def _namespace_pods(self) -> list[dict]:
         """Every pod of the namespace, FracHub's or not (a notebook from another spawner, a
