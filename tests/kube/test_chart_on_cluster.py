@@ -389,10 +389,21 @@ def test_a_readwriteonce_home_held_by_a_pod_frachub_did_not_create_is_refused(
         try:
             await eventually(
                 lambda: (
-                    fake.get("pods", cluster.namespace, "jupyter-elsewhere-node-a")["status"][
-                        "phase"
-                    ]
-                    == "Running"
+                    (
+                        fake.get("pods", cluster.namespace, "jupyter-elsewhere-node-a")["status"][
+                            "phase"
+                        ]
+                        == "Running"
+                    )
+                    # watched: the backend knows of it once its watch has shown it, not before
+                    and (
+                        not foreign
+                        or any(
+                            p["metadata"]["name"] == "jupyter-elsewhere-node-a"
+                            and p["spec"].get("nodeName")
+                            for p in made.foreign.objects.values()
+                        )
+                    )
                 )
             )
             with pytest.raises(BackendError, match="pods on node-a use it"):
