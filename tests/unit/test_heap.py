@@ -31,3 +31,29 @@ def test_freezer_frees_frozen_cycles_every_nth_run() -> None:
         assert held() is None
     finally:
         gc.unfreeze()
+
+
+def test_while_busy_the_full_collection_waits_for_a_quiet_run_at_most_busy_every() -> None:
+    freezer = Freezer(full_every=2, busy_every=4)
+    try:
+        freezer.settled(busy=True)  # the first run collects everything, busy or not
+        frozen = _Node()
+        held = weakref.ref(frozen)
+        freezer.settled(busy=True)  # freezes ``frozen``
+        del frozen
+        freezer.settled(busy=True)  # due (2 runs since), but busy: waits
+        assert held() is not None
+        freezer.settled(busy=False)  # the first quiet run collects
+        assert held() is None
+
+        frozen = _Node()
+        held = weakref.ref(frozen)
+        freezer.settled(busy=True)  # run 4: freezes it
+        del frozen
+        for _ in range(2):  # runs 5 and 6: busy, so the collection waits
+            freezer.settled(busy=True)
+            assert held() is not None
+        freezer.settled(busy=True)  # run 7: busy_every runs since the last: collects anyway
+        assert held() is None
+    finally:
+        gc.unfreeze()
