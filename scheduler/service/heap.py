@@ -10,8 +10,8 @@ generation that collections skip.
 Why it is safe: reference counting still frees frozen objects the moment nothing points at
 them; only garbage *cycles* among frozen objects would wait. So every :data:`FULL_EVERY`-th
 freeze first unfreezes and runs a full collection, which frees such cycles, and the first
-freeze does too: what can leak is bounded by what became cyclic garbage within that many
-settled runs, and nothing stays frozen past the next full collection.
+freeze does too (unless busy, below): what can leak is bounded by what became cyclic garbage
+within that many settled runs, and nothing stays frozen past the next full collection.
 
 That full collection walks everything (150-360 ms at 15,000 workloads, measured in
 benchmarks/service_api.py), and the event loop answers nothing meanwhile. So while
@@ -37,13 +37,14 @@ class Freezer:
         self.full_every = max(1, full_every)
         self.busy_every = max(self.full_every, busy_every)
         self.count = 0
-        self._last_full: int | None = None
+        self._last_full = -self.full_every
+        """The run that last collected everything: the first run is due."""
 
     def settled(self, busy: bool = False) -> None:
         """The cycles settled: what lives now is the standing state; freeze it. ``busy``:
         submissions arrived during the run, so the full collection may wait."""
-        since = None if self._last_full is None else self.count - self._last_full
-        if since is None or since >= self.busy_every or (since >= self.full_every and not busy):
+        since = self.count - self._last_full
+        if since >= self.busy_every or (since >= self.full_every and not busy):
             gc.unfreeze()
             gc.collect()
             self._last_full = self.count
