@@ -97,8 +97,8 @@ SWITCH_INTERVAL = 0.001
 """The interpreter's switch interval while the loop runs (Python's default: 5 ms). The event
 loop gives up the interpreter lock at every socket write and SQLite statement, and while the
 engine thread decides, it waits up to this long to get it back, several times a request.
-Measured with benchmarks/service_api.py (docs/benchmarks.md, section 3): POST p99 287 ->
-164 ms, `GET workloads` p99 327 -> 182 ms, the same engine CPU per cycle."""
+With benchmarks/service_api.py, 5 -> 1 ms: POST and `GET workloads` p99 about 40% lower, the
+engine's CPU per cycle no higher (docs/benchmarks.md, section 3, "Fourth pass")."""
 LAUNCHES_AT_ONCE = 16
 """A cycle's starts are launched side by side, this many at a time: each waits on the
 backend (a process, the Kubernetes API) and, with job tokens, on the hub (about 50 ms)."""
