@@ -9,10 +9,13 @@ timer for min_runtime protections and max runtimes.
 
 Requests never wait for a cycle. The engine's pure work (building the session, deciding) runs
 on a worker thread of its own; the session is forked, and the decisions applied, on the event
-loop, which alone touches the lifecycle, the store and the backend. What changed while the
-engine worked is reconciled by ``scheduler/service/decisions.py``: a decision applies only to
-a workload still exactly as the session counted it (``Lifecycle.counted``), and a start only
-to GPUs still free.
+loop, which alone touches the lifecycle, the store and the backend. The decisions are applied
+in slices of a few milliseconds (``SLICE_SECONDS``), each committed before the loop answers
+what arrived meanwhile, so a request waits for one slice at most, never for a whole cycle's
+decisions. What changed while the engine worked, or between two slices, is reconciled by
+``scheduler/service/decisions.py``, decision by decision just before each is applied: a
+decision applies only to a workload still exactly as the session counted it
+(``Lifecycle.counted``), and a start only to GPUs still free.
 
 Arrivals do not wait for a cycle either (``arrive``). A new workload is decided at once with
 ``decide(settled.fork([arrival], now))`` on ``settled``, a session that holds at least every
@@ -20,8 +23,10 @@ GPU share held now (exits and cancels only free capacity, so it may hold more, n
 if the engine starts it there without touching anyone else, it starts now and the next full
 cycle confirms it. Whatever else the fork decides (evictions, a reservation, a wait) is left
 to the next cycle. The fork becomes the new ``settled``, so arrivals see each other.
-``settled`` is replaced by a cycle's session when the cycle's decisions are applied, with
-what the fast path started while that cycle decided taken in (``_absorb``).
+``settled`` is replaced by a cycle's session when the cycle comes back from the worker, with
+what the fast path started while that cycle decided taken in (``_absorb``), before its
+decisions are applied: it counts them all as done, so it holds more than is held until the
+last slice, never less, and arrivals between slices are decided on it.
 docs/service.md, "Cycles and arrivals", has the whole argument.
 
 The workloads' life (states, transitions, the snapshot, the decisions) is the lifecycle's
@@ -40,6 +45,7 @@ import contextlib
 import copy
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +81,7 @@ from scheduler.engine.lifecycle import (
     WorkloadState,
 )
 from scheduler.engine.model import held_milli
-from scheduler.service.decisions import current_decisions
+from scheduler.service.decisions import Reconciler
 from scheduler.service.heap import Freezer
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
@@ -83,6 +89,16 @@ from scheduler.service.store import Store
 from scheduler.service.sweeps import held_back
 
 MAX_CYCLES_PER_RUN = 100
+SLICE_SECONDS = 0.005
+"""A cycle's decisions are applied in slices of about this long on the event loop (at least
+one decision each), each committed, with the requests that arrived meanwhile answered between
+them."""
+SWITCH_INTERVAL = 0.001
+"""The interpreter's switch interval while the loop runs (Python's default: 5 ms). The event
+loop gives up the interpreter lock at every socket write and SQLite statement, and while the
+engine thread decides, it waits up to this long to get it back, several times a request.
+With benchmarks/service_api.py, 5 -> 1 ms: POST and `GET workloads` p99 about 40% lower, the
+engine's CPU per cycle no higher (docs/benchmarks.md, section 3, "Fourth pass")."""
 LAUNCHES_AT_ONCE = 16
 """A cycle's starts are launched side by side, this many at a time: each waits on the
 backend (a process, the Kubernetes API) and, with job tokens, on the hub (about 50 ms)."""
@@ -125,6 +141,13 @@ class SchedulingLoop:
         self.lifecycle = Lifecycle(grace_seconds=settings.grace_seconds)
         """The workloads' lives; ``records`` are their rows, kept in step with them."""
         self.records: dict[int, WorkloadRecord] = {}
+        self._holding: dict[int, WorkloadRecord] = {}
+        self._sweeps: dict[int, WorkloadRecord] = {}
+        self._allocations: dict[tuple[str, str | None], WorkloadRecord] = {}
+        """``records`` indexed (``_index``) for what a cycle or a request asks of them often:
+        the ones holding GPUs, the sweep members, the allocations by (user, server name).
+        Walking all of them costs milliseconds at 15,000 pending (their rows' attributes are
+        SQLAlchemy's), every cycle and every fast-path start."""
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
         self.pending: dict[int, Pending] = {}
@@ -154,8 +177,8 @@ class SchedulingLoop:
         self._waiting: set[str] = set()
         """Projects an arrival was left waiting in since the last cycle: later arrivals there
         queue behind it rather than jump it."""
-        self._newest = 0
-        """The highest workload id submitted so far."""
+        self._late: list[WorkloadRecord] = []
+        """Submitted since the running cycle's snapshot (``_rearrive``)."""
         self._submissions: list[
             tuple[
                 list[WorkloadRecord],
@@ -170,6 +193,9 @@ class SchedulingLoop:
         self._cycle_task: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []
         self._last_cycle_seconds = 0.0
+        self._switch_interval = sys.getswitchinterval()
+        self._busy = False
+        """Submissions arrived since the last settled run (``Freezer.settled``)."""
 
     # -- life -----------------------------------------------------------------------------
 
@@ -185,6 +211,7 @@ class SchedulingLoop:
         self.lifecycle.start_seq = self.store.max_start_seq()
         for record in self.store.active_workloads():
             self.records[record.id] = record
+            self._index(record)
             self.lifecycle.restore(record.as_life())
         effects: list[Effect] = []
         to_stop: list[WorkloadRecord] = []
@@ -212,6 +239,8 @@ class SchedulingLoop:
         )
 
     def start(self) -> None:
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.settings.poll_interval, self.poll)),
@@ -226,6 +255,7 @@ class SchedulingLoop:
             self._cycle_task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
+        sys.setswitchinterval(self._switch_interval)
         await self.backend.close()
 
     async def _every(self, seconds: float, action: Callable) -> None:
@@ -320,16 +350,19 @@ class SchedulingLoop:
         try:
             for record in records:
                 self.records[record.id] = record
+                self._index(record)
                 self._record(self.lifecycle.submit(record.as_life(new=True), now), now)
             self.store.commit()
         except Exception:
             for record in records:
+                self._unindex(record)
                 self.records.pop(record.id, None)
                 self.lifecycle.withdraw(str(record.id))
             raise
         for record in records:
             self.metrics.submitted(record.kind)
-            self._newest = max(self._newest, record.id)
+        self._late += records
+        self._busy = True
         try:
             self.arrive([record for record in records if record.sweep_id is None])
         except Exception:  # they are stored: the next cycle decides them instead
@@ -505,15 +538,19 @@ class SchedulingLoop:
                 self._cycle_requested = True
 
     def _reload(self) -> None:
-        """After a rollback: the lives as the store has them again."""
+        """After a rollback: the lives (and the indexes) as the store has them again."""
         self.settled = None
+        self._holding.clear()
+        self._sweeps.clear()
+        self._allocations.clear()
         for record in self.records.values():
+            self._index(record)
             self.lifecycle.restore(record.as_life())
 
     async def run_cycles(self) -> CycleResult:
         """Cycle until the engine decides nothing, applying each cycle's decisions. Each
         cycle decides on the worker thread; this coroutine, on the event loop, takes the
-        snapshot before and applies what still holds after (``current_decisions``)."""
+        snapshot before and applies what still holds after, in slices (``_apply``)."""
         began = time.perf_counter()
         inventory = self.backend.inventory()
         if inventory.nodes != self.inventory.nodes:
@@ -526,14 +563,14 @@ class SchedulingLoop:
         running = asyncio.get_running_loop()
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
-            newest, self._fast_log = self._newest, []
+            self._fast_log, self._late = [], []
             self._waiting.clear()
             forked = self.settled.policy.scorer if self.settled is not None else None
             which = 1 if forked is self._policies[0].scorer else 0
             # the lifecycle's standing state, brought up to date with what changed since the
             # last cycle (on this thread: it reads the lives); the fork it returns is the
             # cycle's own, which nothing here changes while the worker decides on it
-            self.held = held_back(self.records.values())
+            self.held = held_back(self._sweeps.values())
             hidden = [str(workload_id) for workload_id in self.held]
             session = self.lifecycle.session(
                 self.inventory.nodes, self.queues, now, self._policies[which], hidden=hidden
@@ -541,19 +578,16 @@ class SchedulingLoop:
             self._policies[which] = session.policy
             seen = self.lifecycle.counted()
             session, result = await running.run_in_executor(self._worker, self._decide, session)
-            taken = bool(self._fast_log)
-            result, stale = current_decisions(
-                result, seen, self.lifecycle.lives, self.inventory.nodes, capacity_taken=taken
-            )
+            # the cycle's outcome is ``settled`` before its decisions are applied: it counts
+            # them all as done, so while they are applied, slice by slice, it holds at least
+            # every share held (a decision not applied yet, or skipped, only makes it hold
+            # more), and the arrivals between slices are decided on it
+            self.settled = self._absorb(session, self._fast_log)
+            self._rearrive()
+            stale, stops, launches = await self._apply(result, seen, now, started)
             if stale:
                 self.log.info("%d decisions went stale while the cycle ran; skipped", stale)
                 self._cycle_requested = True
-            effects = self.lifecycle.apply(result, now)
-            started.update(int(e.name) for e in effects if isinstance(e, Started))
-            stops, launches = self._record(effects, now)
-            self.store.commit()
-            self.settled = self._absorb(session, self._fast_log)
-            self._rearrive(newest)
             if not result.decisions:
                 break
             await self._stop(stops)
@@ -567,10 +601,58 @@ class SchedulingLoop:
         self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
-        self.metrics.cycle(self._last_cycle_seconds, result, self.records.values())
-        self.freezer.settled()
+        self.metrics.cycle(self._last_cycle_seconds, result, self._counts())
+        self.freezer.settled(busy=self._busy)
+        self._busy = False
         self._notify()
         return result
+
+    async def _apply(
+        self, result: CycleResult, seen: dict[str, Workload], now: float, started: set[int]
+    ) -> tuple[int, list[tuple[WorkloadRecord, dict | None, float]], list[WorkloadRecord]]:
+        """Apply a cycle's decisions in slices of ``SLICE_SECONDS``, each written to the store
+        in one commit, answering what arrived meanwhile between slices. Each decision is
+        checked just before it is applied (``Reconciler``): requests between slices may have
+        cancelled its workload, or the fast path taken GPUs. Adds the workloads started to
+        ``started``; returns how many decisions were stale, the processes to stop and the
+        jobs to launch."""
+        check = Reconciler(seen, self.lifecycle.lives, self.inventory.nodes)
+        decisions = result.decisions
+        stops: list[tuple[WorkloadRecord, dict | None, float]] = []
+        launches: list[WorkloadRecord] = []
+        stale = heard = 0
+        done = 0
+        while done < len(decisions):
+            if done:
+                await self._between_slices()
+            if len(self._fast_log) > heard:  # the fast path started work since the snapshot
+                check.capacity_taken(self._fast_log[heard:])
+                heard = len(self._fast_log)
+            began = time.perf_counter()
+            effects: list[Effect] = []
+            while done < len(decisions):
+                decision = decisions[done]
+                done += 1
+                if check.holds(decision):
+                    effects += self.lifecycle.apply(replace(result, decisions=(decision,)), now)
+                    check.applied(decision)
+                else:
+                    stale += 1
+                if time.perf_counter() - began >= SLICE_SECONDS:
+                    break
+            started.update(int(e.name) for e in effects if isinstance(e, Started))
+            settled = self.settled
+            more_stops, more_launches = self._record(effects, now)
+            self.settled = settled  # it counted these starts already (``run_cycles``)
+            self.store.commit()
+            stops += more_stops
+            launches += more_launches
+        return stale, stops, launches
+
+    async def _between_slices(self) -> None:
+        """Let the event loop answer what arrived during a slice of a cycle's decisions
+        (``_apply``); tests/service/test_concurrent_cycles.py holds a cycle here."""
+        await asyncio.sleep(0)
 
     def _note_borrowed(self, started: set[int], now: float, *, log: bool = True) -> dict[int, str]:
         """The "borrowed" milestone of work that just started beyond its project's quota, in
@@ -608,18 +690,18 @@ class SchedulingLoop:
             session.start(workload, placement)
         return session
 
-    def _rearrive(self, newest: int) -> None:
+    def _rearrive(self) -> None:
         """Offer the fast path, on the new ``settled``, the arrivals the cycle's snapshot did
-        not hold and that still wait: without this a later arrival could start ahead of
-        them on a fork that never heard of them."""
-        if self.settled is None or self._newest <= newest:
+        not hold (``_late``) and that still wait: without this a later arrival could start
+        ahead of them on a fork that never heard of them."""
+        if self.settled is None or not self._late:
             return
         late = [
             record
-            for workload_id, record in self.records.items()
-            if workload_id > newest
-            and record.sweep_id is None
+            for record in self._late
+            if record.sweep_id is None
             and record.state == WorkloadState.PENDING
+            and record.id in self.records
         ]
         if late:
             self.arrive(sorted(late, key=lambda record: record.id), again=True)
@@ -628,7 +710,7 @@ class SchedulingLoop:
         """The engine's input: every active workload but the sweep members held back by
         their sweep's parallel limit (``scheduler/service/sweeps.py``)."""
         full = self.lifecycle.snapshot(self.inventory.nodes, self.queues)
-        self.held = held_back(self.records.values())
+        self.held = held_back(self._sweeps.values())
         if not self.held:
             return full
         kept = tuple(w for w in full.workloads if int(w.name) not in self.held)
@@ -648,7 +730,7 @@ class SchedulingLoop:
         if not over:
             return {}
         runs: dict[str, list[WorkloadRecord]] = {}
-        for record in self.records.values():
+        for record in self._holding.values():
             if (
                 record.project in over
                 and record.state == WorkloadState.RUNNING
@@ -765,9 +847,41 @@ class SchedulingLoop:
                 record.handle = None  # its attempt is over; a stop above kept the handle
             if life.state.final:
                 self.lifecycle.forget(name)
+                self._unindex(record)
                 self.records.pop(record.id, None)
                 self.pending.pop(record.id, None)
+            else:
+                self._index(record)
         return stops, launches
+
+    def _index(self, record: WorkloadRecord) -> None:
+        """Keep ``record`` (active, in ``records``) in the indexes as its state has it."""
+        if WorkloadState(record.state).holding:
+            self._holding[record.id] = record
+        else:
+            self._holding.pop(record.id, None)
+        if record.sweep_id is not None:
+            self._sweeps[record.id] = record
+        if record.is_allocation:
+            self._allocations[record.user, record.server_name] = record
+
+    def _unindex(self, record: WorkloadRecord) -> None:
+        """``record`` leaves ``records``."""
+        self._holding.pop(record.id, None)
+        self._sweeps.pop(record.id, None)
+        if self._allocations.get((record.user, record.server_name)) is record:
+            del self._allocations[record.user, record.server_name]
+
+    def allocation(self, user: str, server_name: str | None) -> WorkloadRecord | None:
+        """The active allocation of ``user``'s server ``server_name``, if there is one."""
+        return self._allocations.get((user, server_name))
+
+    def _counts(self) -> dict[str, int]:
+        """Active workloads by state: the ones holding GPUs, the rest pending."""
+        counts = {WorkloadState.PENDING.value: len(self.records) - len(self._holding)}
+        for record in self._holding.values():
+            counts[record.state] = counts.get(record.state, 0) + 1
+        return counts
 
     async def _stop(self, stops: list[tuple[WorkloadRecord, dict | None, float]]) -> None:
         for record, handle, grace in stops:

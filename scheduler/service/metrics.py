@@ -7,7 +7,7 @@ Each service instance has its own registry (tests start several in one process);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -107,7 +107,8 @@ class Metrics:
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(reason).inc()
 
-    def cycle(self, seconds: float, result: CycleResult, records: Iterable) -> None:
+    def cycle(self, seconds: float, result: CycleResult, counts: Mapping[str, int]) -> None:
+        """A cycle took ``seconds``; ``counts``: the active workloads by state after it."""
         self.cycle_seconds.observe(seconds)
         for name, status in result.queues.items():
             self.queue_pending.labels(name).set(status.pending)
@@ -115,11 +116,8 @@ class Metrics:
             self.allocated.labels(name).set(status.allocated_gpus)
             self.deserved.labels(name).set(status.deserved_gpus)
             self.fair_share.labels(name).set(status.fair_share_gpus)
-        counts: dict[str, int] = dict.fromkeys((state.value for state in ACTIVE_STATES), 0)
-        for record in records:
-            counts[record.state] = counts.get(record.state, 0) + 1
-        for state, count in counts.items():
-            self.workloads.labels(state).set(count)
+        for state in ACTIVE_STATES:
+            self.workloads.labels(state.value).set(counts.get(state.value, 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -185,3 +185,85 @@ def test_an_exit_during_the_cycle_makes_its_eviction_stale(
     kept = workload(alice, keep["id"])
     assert kept["state"] == "running" and kept["preemptions"] == 0
     assert_no_gpu_given_twice(admin)
+
+
+SLICES_HOOK = """
+import asyncio as _asyncio, os as _os
+from scheduler.service import loop as _loop
+
+_loop.SLICE_SECONDS = 0.0  # one decision a slice: a cycle of n decisions has n slices
+_between = _loop.SchedulingLoop._between_slices
+
+
+async def _held_between(self):
+    if _os.path.exists({hold!r}):
+        with open({decided!r}, "a") as marker:
+            marker.write("between slices\\n")
+        while _os.path.exists({hold!r}):
+            await _asyncio.sleep(0.02)  # the event loop answers requests meanwhile
+    await _between(self)
+
+
+_loop.SchedulingLoop._between_slices = _held_between
+"""
+
+
+@pytest.fixture(params=DATABASES)
+def sliced(tmp_path: Path, start_service, request) -> Held:
+    """A service on SQLite, then on PostgreSQL, whose cycles can be held between two slices
+    of their decisions (after the first decision is applied and committed)."""
+    held = Held(tmp_path)
+    hook = SLICES_HOOK.format(hold=str(held.hold), decided=str(held.decided))
+    start_service(
+        service_config(gpus=4, grace=1, extra=hook + database_config(request, request.param))
+    )
+    yield held
+    held.off()
+
+
+def test_requests_are_answered_between_two_slices_of_a_cycle_and_each_decision_is_rechecked(
+    sliced: Held, make_user, api
+) -> None:
+    alice = api(make_user(groups=["vision"])[1])
+    bob = api(make_user(groups=["nlp"])[1])
+    admin = api(make_user(admin=True)[1])
+    sliced.on()
+    # sweep members skip the fast path: one cycle decides all three starts (vision borrows
+    # two idle GPUs), applies the first, and waits before the second
+    sweep = submit(
+        alice,
+        command="sleep 120",
+        gpus=1,
+        sweep={"parameters": {"seed": ["1", "2", "3"]}, "parallel": 3},
+    )
+    members = [member["id"] for member in sweep["workloads"]]
+    sliced.wait_decided()
+
+    # between the slices: the first start is applied (and committed), the others are not
+    states = [workload(alice, member)["state"] for member in members]
+    assert sorted(states) == ["pending", "pending", "running"], states
+    applied = members[states.index("running")]
+    waiting = [member for member, state in zip(members, states, strict=True) if state == "pending"]
+    # a cancel is answered, and makes that member's start, decided already, stale
+    assert checked(alice.delete(f"workloads/{waiting[0]}")).json()["state"] == "cancelled"
+    # nlp's notebook is decided on the cycle's outcome, which counts the starts not applied
+    # yet: granted in its 201 on the one GPU the cycle left idle
+    notebook = checked(bob.post("allocations", json={"gpus": 1})).json()
+    assert notebook["state"] == "running", notebook
+    assert sliced.holding, "the cycle's apply finished before the requests were made"
+
+    sliced.off()
+    started = wait_state(alice, waiting[1], "running")
+    gone = workload(alice, waiting[0])
+    assert gone["state"] == "cancelled"
+    assert [event["type"] for event in gone["events"]] == ["submitted", "cancelled"]
+    assert workload(alice, applied)["state"] == "running"
+    assert workload(bob, notebook["id"])["state"] == "running"
+    used = {
+        (replica["node"], share["index"])
+        for item in (workload(alice, applied), started, workload(bob, notebook["id"]))
+        for replica in item["placement"]
+        for share in replica["gpus"]
+    }
+    assert len(used) == 3, used
+    assert_no_gpu_given_twice(admin)

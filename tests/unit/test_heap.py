@@ -31,3 +31,35 @@ def test_freezer_frees_frozen_cycles_every_nth_run() -> None:
         assert held() is None
     finally:
         gc.unfreeze()
+
+
+def test_while_busy_the_full_collection_waits_for_a_quiet_run_at_most_busy_every() -> None:
+    freezer = Freezer(full_every=2, busy_every=4)
+    try:
+        garbage = _Node()
+        gone = weakref.ref(garbage)
+        del garbage
+        freezer.settled(busy=True)  # the first run is due, but busy: it freezes the garbage
+        assert gone() is not None
+        freezer.settled(busy=False)  # the first quiet run collects everything
+        assert gone() is None
+        frozen = _Node()
+        held = weakref.ref(frozen)
+        freezer.settled(busy=True)  # freezes ``frozen``
+        del frozen
+        freezer.settled(busy=True)  # due (2 runs since), but busy: waits
+        assert held() is not None
+        freezer.settled(busy=False)  # the first quiet run collects
+        assert held() is None
+
+        frozen = _Node()
+        held = weakref.ref(frozen)
+        freezer.settled(busy=True)  # freezes it
+        del frozen
+        for _ in range(2):  # due after the first, but busy: the collection waits
+            freezer.settled(busy=True)
+            assert held() is not None
+        freezer.settled(busy=True)  # busy_every runs since the last one: collects anyway
+        assert held() is None
+    finally:
+        gc.unfreeze()

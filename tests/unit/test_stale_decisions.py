@@ -4,6 +4,8 @@ lifecycle changes as requests would change it, and the filter says what may be a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.engine import (
@@ -21,7 +23,7 @@ from scheduler.engine import (
     scorer_named,
 )
 from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
-from scheduler.service.decisions import current_decisions
+from scheduler.service.decisions import Reconciler, current_decisions
 
 pytestmark = pytest.mark.unit
 
@@ -101,3 +103,46 @@ def test_a_workload_started_twice_is_not() -> None:
     assert kept.decisions == () and dropped == 1
     assert lifecycle.apply(kept, 12.0) == []
     assert lifecycle["a"].state is WorkloadState.RUNNING and lifecycle["a"].restart_count == 0
+
+
+def test_applied_in_slices_each_decision_is_checked_when_it_is_applied() -> None:
+    """A cycle applied in slices (``SchedulingLoop._apply``): a decision checked again once
+    applied does not hold, and when the fast path gives the GPU of the cycle's second start
+    away between two slices, that start is skipped."""
+    lifecycle = Lifecycle(grace_seconds=1)
+    for seq, name in enumerate("ab", start=1):
+        lifecycle.submit(life(name, seq), 0.0)
+    result, seen = decided(lifecycle)
+    first, second = result.decisions
+    check = Reconciler(seen, lifecycle.lives, NODES)
+    assert check.holds(first)
+    lifecycle.apply(replace(result, decisions=(first,)), 10.0)
+    check.applied(first)
+    assert check.holds(first) is False  # applied once: its workload is no longer pending
+    # between the slices: the fast path starts c on the GPU planned for b
+    lifecycle.submit(life("c", 3), 11.0)
+    lifecycle.start("c", second.placement, 11.0)
+    check.capacity_taken([(lifecycle["c"].workload(), second.placement)])
+    assert check.holds(second) is False
+    # without hearing of c, the check would have put b on c's GPU
+    blind = Reconciler(seen, lifecycle.lives, NODES)
+    assert blind.holds(second)
+
+
+def test_the_ledger_hears_of_fast_path_starts_after_it_was_built() -> None:
+    """The fast path starts work twice during one apply: the ledger built at the first start
+    takes in the second one, and the cycle's start on that GPU is skipped."""
+    lifecycle = Lifecycle(grace_seconds=1)
+    lifecycle.submit(life("a", 1), 0.0)
+    result, seen = decided(lifecycle)
+    [start] = result.decisions
+    other = next(i for i in range(2) if i != start.placement[0].gpus[0].index)
+    check = Reconciler(seen, lifecycle.lives, NODES)
+    lifecycle.submit(life("c", 2), 11.0)
+    elsewhere = (ReplicaPlacement("n", (GpuShare(other, 1000),)),)
+    lifecycle.start("c", elsewhere, 11.0)
+    check.capacity_taken([(lifecycle["c"].workload(), elsewhere)])
+    lifecycle.submit(life("d", 3), 12.0)
+    lifecycle.start("d", start.placement, 12.0)
+    check.capacity_taken([(lifecycle["d"].workload(), start.placement)])
+    assert check.holds(start) is False

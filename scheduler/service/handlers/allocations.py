@@ -75,17 +75,13 @@ class AllocationListHandler(AllocationAccess):
         self.require(SUBMIT)
         request = parse_allocation(self.json_body())
         user = self.acting_for(request.user, "allocating")
-        for record in self.loop.records.values():
-            if (
-                record.is_allocation
-                and record.user == user
-                and record.server_name == request.server_name
-            ):
-                raise web.HTTPError(
-                    409,
-                    f"{user}'s server {request.server_name!r} already holds allocation "
-                    f"{record.id} ({record.state}); release it first",
-                )
+        record = self.loop.allocation(user, request.server_name)
+        if record is not None:
+            raise web.HTTPError(
+                409,
+                f"{user}'s server {request.server_name!r} already holds allocation "
+                f"{record.id} ({record.state}); release it first",
+            )
         project = await self.project_for(request.project, user)
         self.refuse_never_starting(never_starts, request, project)
         kind = Kind.INTERACTIVE
