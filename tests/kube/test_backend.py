@@ -239,6 +239,7 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
         try:
             handle = await made.start(make_job(5, [(node, [0], share)], command=command))
             await pods_of(cluster, 5)
+            await seen_running(made, 5, timeout=cluster.patience)  # the code comes from it
             began = asyncio.get_running_loop().time()
             await made.stop(5, handle, 3.0)
             job = cluster.jobs(f"{o.WORKLOAD}=5")[0]
@@ -272,6 +273,8 @@ def test_preempted_job_that_honours_sigterm_ends_early_and_restarts(
         try:
             handle = await made.start(make_job(6, [(node, [0], share)]))
             await pods_of(cluster, 6)
+            # the code comes from the pod watch: it must have shown the pod before its end
+            await seen_running(made, 6, timeout=cluster.patience)
             await made.stop(6, handle, 30.0)
             ends_early = cluster.patience if cluster.fake else 25  # well within the 30 s grace
             assert await exits_of(made, timeout=ends_early) == [Exit(6, 143, "stopped (code 143)")]
