@@ -21,7 +21,9 @@ What it serves (``/api/v1`` and ``/apis/<group>/<version>``):
   ``timeoutSeconds``; with ``allowWatchBookmarks``, ``BOOKMARK`` events carrying the current
   ``resourceVersion`` every ``bookmark_interval`` and 2 s before the timeout; a
   ``resourceVersion`` older than the retained history (see ``compact()``) gets an ``ERROR``
-  event with a 410 ``Expired`` status, as a real server.
+  event with a 410 ``Expired`` status, as a real server; each event reaches the watchers
+  ``watch_lag`` seconds after the change (a loaded server or client: a watch's cache shows
+  what a read through the API already shows only later).
 
 The simulation, run after every change:
 
@@ -614,7 +616,8 @@ def _allowed(
 class _Watcher:
     def __init__(self, plural: str, namespace: str | None, labels: str, fields: str) -> None:
         self.plural, self.namespace, self.labels, self.fields = plural, namespace, labels, fields
-        self.queue: asyncio.Queue[tuple[str, Obj] | None] = asyncio.Queue()
+        # (kind, object, when it changed), or None to end the watch
+        self.queue: asyncio.Queue[tuple[str, Obj, float] | None] = asyncio.Queue()
 
     def wants(self, plural: str, obj: Obj) -> bool:
         meta = obj["metadata"]
@@ -681,6 +684,9 @@ class FakeKube:
         self.pod_creation_delay = 0.0
         """Seconds the Job controller takes to create the pods of a Job once it runs (not
         suspended): a busy controller, so a client sees the Job well before its pods."""
+        self.watch_lag = 0.0
+        """Seconds each watch event is sent after the change (read when it is sent): a
+        loaded server or client, so a watch's cache lags what a read through the API shows."""
         self._admitted_at: dict[str, float] = {}  # job uid -> when it was first seen running
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
@@ -1003,7 +1009,7 @@ class FakeKube:
             self._oldest_rv = dropped[0] + 1
         for watcher in list(self._watchers):
             if watcher.wants(plural, snapshot):
-                watcher.queue.put_nowait((kind, snapshot))
+                watcher.queue.put_nowait((kind, snapshot, time.monotonic()))
         self._schedule_reconcile()
 
     def _put_namespace(self, name: str) -> None:
@@ -1993,11 +1999,11 @@ class _Handler(web.RequestHandler):
         if since in ("", "0"):
             for (p, _, _), obj in sorted(fake._objects.items()):
                 if watcher.wants(p, obj):
-                    watcher.queue.put_nowait(("ADDED", copy.deepcopy(obj)))
+                    watcher.queue.put_nowait(("ADDED", copy.deepcopy(obj), time.monotonic()))
         else:
             for rv, p, kind, obj in fake._history:
                 if rv > int(since) and watcher.wants(p, obj):
-                    watcher.queue.put_nowait((kind, obj))
+                    watcher.queue.put_nowait((kind, obj, time.monotonic()))
         fake._watchers.add(watcher)
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
@@ -2023,12 +2029,16 @@ class _Handler(web.RequestHandler):
                             "apiVersion": api_version,
                             "metadata": {"resourceVersion": str(fake._last_rv)},
                         },
+                        now,
                     )
                     next_bookmark = _next_bookmark(
                         time.monotonic(), deadline, fake.bookmark_interval
                     )
                 if item is None:
                     break
+                late = item[2] + fake.watch_lag - time.monotonic()
+                if late > 0 and item[0] != "BOOKMARK":
+                    await asyncio.sleep(late)
                 self.write(json.dumps({"type": item[0], "object": item[1]}) + "\n")
                 await self.flush()
         except Exception:  # the client went away

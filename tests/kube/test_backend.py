@@ -73,6 +73,26 @@ async def pods_of(cluster: Cluster, workload_id: int, count: int = 1) -> list[di
     )
 
 
+async def seen_running(
+    backend: KubernetesBackend, workload_id: int, count: int = 1, timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """Wait until the backend's own pod cache (its watch) shows ``count`` running pods of
+    the workload: what ``stop`` deletes and ``poll`` reads. The API server may show them
+    first; a loaded watch catches up later."""
+    assert backend.pods is not None
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = [
+            p
+            for p in backend.pods.objects.values()  # type: ignore[union-attr]
+            if (p["metadata"].get("labels") or {}).get(o.WORKLOAD) == str(workload_id)
+            and o.pod_phase(p) == "Running"
+        ]
+        return pods if len(pods) >= count else None
+
+    return await eventually(running, timeout, what=f"the backend's watch showing {workload_id}")
+
+
 async def exits_of(backend: KubernetesBackend, count: int = 1, timeout: float = 10.0) -> list[Exit]:
     exits: list[Exit] = []
 
@@ -144,7 +164,11 @@ def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
             assert reservation["metadata"]["name"] == "frachub-gpu-node-a-1"
             assert limits_of(reservation) == {o.GPU: "1"}
             uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
-            assert made.inventory().uuid("node-a", 1) == uuid
+            # the inventory reads the annotation from the backend's pod cache, not the API
+            await eventually(
+                lambda: made.inventory().uuid("node-a", 1) == uuid,
+                what="the reserved UUID in the backend's inventory",
+            )
 
             (pod,) = await pods_of(cluster, 1)
             env = env_of(pod)
@@ -210,12 +234,14 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
     command = cluster.ignoring_sigterm()
 
     async def scenario() -> None:
-        made = await backend(termination_grace_seconds=1)
+        # a grace of a few seconds: the poll below must come within it on a loaded machine
+        made = await backend(termination_grace_seconds=3)
         try:
             handle = await made.start(make_job(5, [(node, [0], share)], command=command))
             await pods_of(cluster, 5)
+            await seen_running(made, 5, timeout=cluster.patience)  # the code comes from it
             began = asyncio.get_running_loop().time()
-            await made.stop(5, handle, 1.0)
+            await made.stop(5, handle, 3.0)
             job = cluster.jobs(f"{o.WORKLOAD}=5")[0]
             assert job["spec"]["suspend"] is True
             assert o.STOPPED in job["metadata"]["annotations"]
@@ -228,7 +254,7 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
             assert await made.poll() == []  # still within its grace
             exits = await exits_of(made, timeout=cluster.patience)
             assert exits == [Exit(5, 137, "stopped (code 137)")]
-            assert asyncio.get_running_loop().time() - began >= 0.9
+            assert asyncio.get_running_loop().time() - began >= 2.9
             await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=5") == [], what="job deleted")
         finally:
             await made.close()
@@ -247,8 +273,10 @@ def test_preempted_job_that_honours_sigterm_ends_early_and_restarts(
         try:
             handle = await made.start(make_job(6, [(node, [0], share)]))
             await pods_of(cluster, 6)
+            # the code comes from the pod watch: it must have shown the pod before its end
+            await seen_running(made, 6, timeout=cluster.patience)
             await made.stop(6, handle, 30.0)
-            ends_early = 5 if cluster.fake else 25  # well within the 30 s grace
+            ends_early = cluster.patience if cluster.fake else 25  # well within the 30 s grace
             assert await exits_of(made, timeout=ends_early) == [Exit(6, 143, "stopped (code 143)")]
             # requeued by the service: the next attempt is a new Job with the restart count
             handle = await made.start(make_job(6, [(node, [0], share)], restart_count=1))
@@ -271,8 +299,11 @@ def test_a_shorter_grace_deletes_the_pods_with_it(cluster: Cluster, backend: Any
         try:
             handle = await made.start(make_job(7, [(node, [0], 1.0)], command=command))
             await pods_of(cluster, 7)
+            # stop deletes the pods its watch has shown: wait for that view, not the API's
+            await seen_running(made, 7, timeout=cluster.patience)
             await made.stop(7, handle, 0)  # node lost: no grace
-            (exit_,) = await exits_of(made, timeout=5 if cluster.fake else 25)
+            # well within the 30 s grace the suspension alone would give the pod
+            (exit_,) = await exits_of(made, timeout=cluster.patience if cluster.fake else 25)
             assert exit_.workload_id == 7
         finally:
             await made.close()
@@ -575,7 +606,9 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
             fake.compact()
             made.pods.resource_version = made.jobs.resource_version = "1"
             fake.drop_watches()
-            await eventually(lambda: made.jobs.relists >= 1, timeout=5, what="a relist")
+            await eventually(
+                lambda: made.jobs.relists >= 1, timeout=cluster.patience, what="a relist"
+            )
             fake.finish_pod("default", pod["metadata"]["name"], 0)
             assert await exits_of(made) == [Exit(19, 0, "exited with code 0")]
         finally:
@@ -608,7 +641,7 @@ def test_a_watch_resumes_from_its_bookmark_after_the_history_is_compacted(
             informers = (made.pods, made.jobs, made.nodes)
             await eventually(
                 lambda: all(int(i.resource_version) >= latest for i in informers),  # type: ignore[union-attr]
-                timeout=5,
+                timeout=cluster.patience,
                 what=f"bookmarks at version {latest}",
             )
             fake.compact()
@@ -665,6 +698,19 @@ def test_a_whole_gpu_job_releases_a_lingering_reservation(cluster: Cluster, back
             (pod,) = await pods_of(cluster, 21)
             fake.finish_pod("default", pod["metadata"]["name"], 0)
             await exits_of(made)
+            # the exit may come from the Job watch before the pod watch shows the pod ended;
+            # until it does, the start below counts the share as still in use
+            await eventually(
+                lambda: (
+                    not [
+                        p
+                        for p in made.pods.objects.values()  # type: ignore[union-attr]
+                        if (p["metadata"].get("labels") or {}).get(o.WORKLOAD) == "21"
+                        and o.pod_live(p)
+                    ]
+                ),
+                what="the backend's watch showing the pod of 21 ended",
+            )
             assert len(cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")) == 1  # lingering
             await made.start(make_job(22, [("node-b", [0, 1], 1.0)]))
             (whole,) = await pods_of(cluster, 22)
@@ -739,7 +785,7 @@ def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
         await asyncio.sleep(0.5)
         assert not waiting.done()
         await first.close()  # hands the lease back
-        await asyncio.wait_for(waiting, 3)
+        await asyncio.wait_for(waiting, cluster.patience)
         assert second.elector is not None and second.elector.is_leader
         await second.close()
 
@@ -863,6 +909,37 @@ def test_a_stop_whose_deleted_pods_fail_the_job_is_still_a_stop(
             [end] = await exits_of(made)
             assert end.exit_code != 0 and end.message.startswith("stopped"), end
         finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_stop_is_not_reported_before_the_watch_has_shown_the_attempt(
+    cluster: Cluster, backend: Any
+) -> None:
+    """A loaded watch shows the attempt's Job and pod seconds after the API does: a stop
+    right after the start (a cancel, a preemption) is reported once the pod is gone, not
+    while it still runs on its GPU because the caches do not show it (yet)."""
+    fake = cluster.require_fake("delays the watches")
+    fake.ignore_sigterm = True  # the pod runs through its grace
+
+    async def scenario() -> None:
+        made = await backend(termination_grace_seconds=5)
+        try:
+            fake.watch_lag = 3.0  # shorter than the grace: the caches catch up before its end
+            handle = await made.start(make_job(65, [("node-a", [0], 1.0)]))
+            (pod,) = await pods_of(cluster, 65)  # through the API, not the watch
+            began = asyncio.get_running_loop().time()
+            await made.stop(65, handle, 5.0)
+            assert await made.poll() == []  # neither cache has the Job nor its pod yet
+            current = fake.get("pods", cluster.namespace, pod["metadata"]["name"])
+            assert current is not None and o.pod_live(current)  # still on its GPU
+            [end] = await exits_of(made, timeout=cluster.patience)
+            assert end.workload_id == 65 and end.message.startswith("stopped"), end
+            # not while the caches, one catching up before the other, showed no live pod
+            assert asyncio.get_running_loop().time() - began >= 4.9
+        finally:
+            fake.watch_lag = 0.0
             await made.close()
 
     run(scenario)

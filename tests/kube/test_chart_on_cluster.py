@@ -329,7 +329,9 @@ def test_a_readwriteonce_home_is_refused_across_nodes(cluster: Cluster, backend:
             with pytest.raises(BackendError, match=f"{claim} is ReadWriteOnce.*node-a, node-b"):
                 await made.start(gang)
             assert cluster.jobs(f"{o.WORKLOAD}=8") == []
-            fake.pod_creation_delay = 1.0  # a busy Job controller: no pod of 9 for a second
+            # a busy Job controller: no pod of 9 for a few seconds (a loaded machine may take
+            # a second over the start and the check below)
+            fake.pod_creation_delay = 3.0
             await made.start(make_job(9, [("node-a", [0], 1.0)]))  # one node: fine
             # before any pod of 9 exists (two starts of one cycle): its attempt says where
             assert cluster.pods(f"{o.WORKLOAD}=9") == []
@@ -428,20 +430,45 @@ def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backen
     async def scenario() -> None:
         made = await backend(home_volumes=volumes, volume_attach_timeout=0.3)
         try:
-            fake.start_delay = 0.5  # the job's pod is still being created ...
+            # the job's pod is still being created ... (seconds: the notebook must run before
+            # it, and a loaded machine takes a while to see it bound)
+            fake.start_delay = 3.0
             await made.start(make_job(13, [("node-b", [0], 1.0)]))
             await eventually(
-                lambda: [p for p in cluster.pods(f"{o.WORKLOAD}=13") if p["spec"].get("nodeName")],
+                lambda: [
+                    p
+                    for p in fake.objects("pods", cluster.namespace, f"{o.WORKLOAD}=13")
+                    if p["spec"].get("nodeName")
+                ],
                 what="the job's pod bound to node-b",
             )
             fake.start_delay = 0.0  # ... when the notebook starts on node-a
             notebook = _notebook(fake, cluster.namespace, "node-a", claim)
+            await eventually(
+                lambda: (
+                    (fake.get("pods", cluster.namespace, notebook) or {})
+                    .get("status", {})
+                    .get("phase")
+                    == "Running"
+                ),
+                what="the notebook running",
+            )
+            pending = fake.objects("pods", cluster.namespace, f"{o.WORKLOAD}=13")
+            assert [o.pod_phase(p) for p in pending] == ["Pending"]  # the notebook came first
             [end] = await exits_of(made)
             assert end.workload_id == 13 and end.exit_code is None, end
             assert "Kubernetes could not attach a volume to its pod" in end.message
             assert "Multi-Attach error for volume" in end.message
             assert f"used by pod(s) {notebook}" in end.message and "ReadWriteMany" in end.message
             await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=13") == [], what="no Job left")
+            # the start reads the notebook from the backend's watch of foreign pods
+            await eventually(
+                lambda: any(
+                    p["metadata"]["name"] == notebook and p["spec"].get("nodeName")
+                    for p in made.foreign.objects.values()  # type: ignore[union-attr]
+                ),
+                what="the backend's watch showing the notebook",
+            )
             with pytest.raises(BackendError, match="pods on node-a use it"):
                 await made.start(make_job(13, [("node-b", [0], 1.0)], restart_count=1))
         finally:

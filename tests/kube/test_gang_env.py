@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduler.backends.kubernetes import objects as o
 
-from .conftest import Cluster, run
+from .conftest import Cluster, eventually, run
 from .test_backend import limits_of, make_job, pods_of
 
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -83,6 +83,17 @@ def test_a_fractional_gang_on_one_node_sees_each_its_own_share(
                 make_job(62, [("node-a", [2], 0.5), ("node-a", [1], 0.5)], command=["env"])
             )
             pods = await pods_of(cluster, 62, count=2)
+            # the inventory reads the reserved UUIDs from the backend's pod watch, which may
+            # show the reservation pods' annotations after the API does
+            await eventually(
+                lambda: (
+                    not any(
+                        made.inventory().uuid("node-a", i).startswith("GPU-unreserved-")
+                        for i in (1, 2)
+                    )
+                ),
+                what="both reserved UUIDs in the backend's inventory",
+            )
             uuid_of = made.inventory().uuid
             by_rank = {int(e["RANK"]): e for e in map(process_env, pods)}
             assert sorted(by_rank) == [0, 1]

@@ -352,7 +352,7 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
             workload(alice, job["id"])["placement"][0]["gpus"][0]["uuid"]
             == env_of(pod)["NVIDIA_VISIBLE_DEVICES"]
         ),
-        5,
+        20,
         "the reserved UUID in the placement",
     )
     assert gpu["share"] == 0.5 and env_of(pod)["FRACHUB_GPU_FRACTION"] == "0.5"
@@ -381,15 +381,35 @@ def test_job_logs_come_from_the_pods(client, fake) -> None:
         fake.write_log(
             NAMESPACE, pod["metadata"]["name"], f"rank {rank} epoch 1\nrank {rank} epoch 2"
         )
-    assert checked(alice.get(f"workloads/{job['id']}/logs")).text == (
-        "rank 0 epoch 1\nrank 0 epoch 2\n"
+    # the service picks the pod from its backend's watch, which may show the pods a moment
+    # after the API does: until then it has no log to give
+    wait_for(
+        lambda: (
+            checked(alice.get(f"workloads/{job['id']}/logs")).text
+            == "rank 0 epoch 1\nrank 0 epoch 2\n"
+        ),
+        20,
+        "rank 0's log through the service",
     )
-    assert checked(alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1")).text == (
-        "rank 1 epoch 2\n"
+    wait_for(
+        lambda: (
+            checked(alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1")).text
+            == "rank 1 epoch 2\n"
+        ),
+        20,
+        "rank 1's last line through the service",
     )
+    log_path = f"/api/v1/namespaces/{NAMESPACE}/pods/{by_rank[0]['metadata']['name']}/log"
+
+    def log_reads() -> int:
+        return sum(1 for method, path in list(fake.requests) if (method, path) == ("GET", log_path))
+
+    reads = log_reads()
 
     def later() -> None:  # the job prints while the client follows, then ends
-        time.sleep(1.0)
+        # once the follow has reached the API server (tail=0: a line printed before it
+        # would not be followed), however long the hub and service take on a loaded machine
+        wait_for(lambda: log_reads() > reads, 20, "the follow reaching the API server")
         fake.write_log(NAMESPACE, by_rank[0]["metadata"]["name"], "rank 0 epoch 3")
         time.sleep(0.5)
         finish(fake, by_rank[0], 0)

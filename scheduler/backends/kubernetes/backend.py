@@ -680,6 +680,8 @@ class KubernetesBackend(LoggingConfigurable):
             if outcome is None:
                 continue
             code, message, needs_stop = outcome
+            if attempt.stopping and not needs_stop and await self._pods_still_live(attempt):
+                continue
             if needs_stop:
                 self.log.info("Workload %s: %s; stopping the rest", attempt.workload_id, message)
                 with contextlib.suppress(KubeError):
@@ -698,6 +700,23 @@ class KubernetesBackend(LoggingConfigurable):
                     await self._delete_attempt(token, [], attempt.service)
         await self._collect_reservations()
         return exits
+
+    async def _pods_still_live(self, attempt: _Attempt) -> bool:
+        """Whether a pod of the stopped ``attempt`` still runs, read through the API: the
+        caches may not show its pods yet (a loaded watch, a stop right after the start), and
+        a stop reported while they run would give their GPUs to the next job. One list per
+        stopped attempt; when the API cannot answer, the caches' word stands."""
+        kube, _, _, _ = self._require()
+        try:
+            body = await kube.call(
+                kube.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=f"{o.MANAGED_SELECTOR},{o.ATTEMPT_NAME}={attempt.name}",
+            )
+        except KubeError as error:
+            self.log.warning("listing the pods of %s failed: %s", attempt.name, error)
+            return False
+        return any(o.pod_live(pod) for pod in body.get("items") or [])
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""
