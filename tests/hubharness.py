@@ -535,6 +535,17 @@ def running_hub(workdir: Path, extra_config: str = "") -> Iterator[Hub]:
         yield hub
 
 
+def _recovering(response: httpx.Response) -> bool:
+    """A Kubernetes replica that holds the Lease answers 503 "starting: ..." until it has
+    recovered its workloads (scheduler/service/app.py, ``Switchboard``)."""
+    if response.status_code != 503:
+        return False
+    try:
+        return str(response.json().get("message", "")).startswith("starting:")
+    except ValueError:
+        return False
+
+
 class ServiceProcess:
     """Our service, run by the test (external mode) against hub.
 
@@ -604,7 +615,8 @@ class ServiceProcess:
         return self
 
     def _wait_up(self) -> None:
-        """Until the API answers with any HTTP status."""
+        """Until the API answers with any HTTP status but the 503 of a replica still
+        recovering its workloads ("starting: ..."); a standby's 503 counts as up."""
         deadline = time.monotonic() + self.start_timeout
         with httpx.Client(timeout=2) as client:
             while True:
@@ -615,8 +627,8 @@ class ServiceProcess:
                         f"log {self.log_path}:\n{log_tail(self.log_path)}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    client.get(self.api_url)
-                    return
+                    if not _recovering(client.get(self.api_url)):
+                        return
                 if time.monotonic() > deadline:
                     raise HarnessError(
                         f"service did not answer {self.api_url} within "
