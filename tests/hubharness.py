@@ -535,17 +535,6 @@ def running_hub(workdir: Path, extra_config: str = "") -> Iterator[Hub]:
         yield hub
 
 
-def _recovering(response: httpx.Response) -> bool:
-    """A Kubernetes replica that holds the Lease answers 503 "starting: ..." until it has
-    recovered its workloads (scheduler/service/app.py, ``Switchboard``)."""
-    if response.status_code != 503:
-        return False
-    try:
-        return str(response.json().get("message", "")).startswith("starting:")
-    except ValueError:
-        return False
-
-
 class ServiceProcess:
     """Our service, run by the test (external mode) against hub.
 
@@ -615,8 +604,10 @@ class ServiceProcess:
         return self
 
     def _wait_up(self) -> None:
-        """Until the API answers with any HTTP status but the 503 of a replica still
-        recovering its workloads ("starting: ..."); a standby's 503 counts as up."""
+        """Until the API answers with any HTTP status but 503: a Kubernetes replica answers
+        503 while it waits for the leader Lease and then while it recovers its workloads
+        (scheduler/service/app.py, ``Switchboard``), and is ready only after both. (A test
+        that wants a standby reads the replica's own address; see test_failover.py.)"""
         deadline = time.monotonic() + self.start_timeout
         with httpx.Client(timeout=2) as client:
             while True:
@@ -627,7 +618,7 @@ class ServiceProcess:
                         f"log {self.log_path}:\n{log_tail(self.log_path)}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if not _recovering(client.get(self.api_url)):
+                    if client.get(self.api_url).status_code != 503:
                         return
                 if time.monotonic() > deadline:
                     raise HarnessError(

@@ -563,7 +563,7 @@ class FracHubService(Application):
         switch: Switchboard | None = None
         server: HTTPServer | None = None
         if connect is not None:  # Kubernetes: waits for the leader Lease, lists, starts watches
-            self._standby_reason = "standby: another scheduler replica holds the leader Lease"
+            self._standby_reason = "standby: waiting for the leader Lease"
             switch = Switchboard(self._standby_app())
             server = self._listen(switch)
             try:
