@@ -93,12 +93,12 @@ async def seen_running(
     """Wait until the backend's own pod cache (its watch) shows ``count`` running pods of
     the workload: what ``stop`` deletes and ``poll`` reads. The API server may show them
     first; a loaded watch catches up later."""
-    assert backend.pods is not None
+    assert backend.caches is not None
 
     def running() -> list[dict[str, Any]] | None:
         pods = [
             p
-            for p in backend.pods.objects.values()  # type: ignore[union-attr]
+            for p in backend.caches.pods.objects.values()  # type: ignore[union-attr]
             if (p["metadata"].get("labels") or {}).get(WORKLOAD) == str(workload_id)
             and pod_phase(p) == "Running"
         ]
@@ -606,11 +606,11 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
         try:
             await made.start(make_job(19, [("node-a", [0], 1.0)]))
             (pod,) = await pods_of(cluster, 19)
-            assert made.pods is not None and made.jobs is not None
+            assert made.caches is not None
             # the caches have seen the latest change of each (no event in flight to move
             # the versions set below)
             (job,) = cluster.jobs(f"{WORKLOAD}=19")
-            for cache, seen in ((made.jobs, job), (made.pods, pod)):
+            for cache, seen in ((made.caches.jobs, job), (made.caches.pods, pod)):
                 version = int(seen["metadata"]["resourceVersion"])
                 await eventually(
                     lambda c=cache, v=version: int(c.resource_version or 0) >= v,
@@ -618,10 +618,10 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
                 )
             # the watches resume from a version the server has forgotten (a long disconnect)
             fake.compact()
-            made.pods.resource_version = made.jobs.resource_version = "1"
+            made.caches.pods.resource_version = made.caches.jobs.resource_version = "1"
             fake.drop_watches()
             await eventually(
-                lambda: made.jobs.relists >= 1, timeout=cluster.patience, what="a relist"
+                lambda: made.caches.jobs.relists >= 1, timeout=cluster.patience, what="a relist"
             )
             fake.finish_pod("default", pod["metadata"]["name"], 0)
             assert await exits_of(made) == [Exit(19, 0, "exited with code 0")]
@@ -646,13 +646,13 @@ def test_a_watch_resumes_from_its_bookmark_after_the_history_is_compacted(
         try:
             await made.start(make_job(20, [("node-a", [0], 1.0)]))
             (pod,) = await pods_of(cluster, 20)
-            assert made.pods is not None and made.jobs is not None
+            assert made.caches is not None
             for number in range(5):  # the rest of the cluster changes
                 fake.call(
                     fake._create, "configmaps", "default", {"metadata": {"name": f"other-{number}"}}
                 )
             latest = fake.call(lambda: fake._last_rv)
-            informers = (made.pods, made.jobs, made.nodes)
+            informers = (made.caches.pods, made.caches.jobs, made.caches.nodes)
             await eventually(
                 lambda: all(int(i.resource_version) >= latest for i in informers),  # type: ignore[union-attr]
                 timeout=cluster.patience,
@@ -718,7 +718,7 @@ def test_a_whole_gpu_job_releases_a_lingering_reservation(cluster: Cluster, back
                 lambda: (
                     not [
                         p
-                        for p in made.pods.objects.values()  # type: ignore[union-attr]
+                        for p in made.caches.pods.objects.values()  # type: ignore[union-attr]
                         if (p["metadata"].get("labels") or {}).get(WORKLOAD) == "21" and pod_live(p)
                     ]
                 ),

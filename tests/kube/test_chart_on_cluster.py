@@ -412,7 +412,7 @@ def test_a_readwriteonce_home_held_by_a_pod_frachub_did_not_create_is_refused(
                         or any(
                             p["metadata"]["name"] == "jupyter-elsewhere-node-a"
                             and p["spec"].get("nodeName")
-                            for p in made.foreign.objects.values()
+                            for p in made.caches.foreign.objects.values()
                         )
                     )
                 )
@@ -474,7 +474,7 @@ def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backen
             await eventually(
                 lambda: any(
                     p["metadata"]["name"] == notebook and p["spec"].get("nodeName")
-                    for p in made.foreign.objects.values()  # type: ignore[union-attr]
+                    for p in made.caches.foreign.objects.values()  # type: ignore[union-attr]
                 ),
                 what="the backend's watch showing the notebook",
             )

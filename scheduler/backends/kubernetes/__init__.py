@@ -3,8 +3,9 @@ reservation pods or HAMi, leader election on a Lease. See docs/kubernetes.md.
 
 One module a job; where a change goes:
 
-- ``backend.py``      ``KubernetesBackend``: its settings (traits), ``connect()`` and the
-                      watch caches, and an attempt's life (the Backend protocol)
+- ``backend.py``      ``KubernetesBackend``: its settings (traits), ``connect()``, and an
+                      attempt's life (the Backend protocol)
+- ``caches.py``       the watch caches, and what the pod watch keeps of pods that leave them
 - ``attempts.py``     an attempt's record, its handle, and how it ends (read from the caches)
 - ``stuck.py``        ending an attempt whose pod cannot start (unschedulable, Multi-Attach)
 - ``jobs.py``         an attempt's Indexed Jobs, their environment, a gang's Service

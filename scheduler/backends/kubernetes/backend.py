@@ -40,12 +40,11 @@ from traitlets.config import LoggingConfigurable
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.kubernetes import credentials, logs, sharing, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
+from scheduler.backends.kubernetes.caches import Caches
 from scheduler.backends.kubernetes.client import (
-    Informer,
     Kube,
     KubeError,
     load_configuration,
-    namespaced_key,
 )
 from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
@@ -65,10 +64,8 @@ from scheduler.backends.kubernetes.jobs import (
 from scheduler.backends.kubernetes.labels import (
     ATTEMPT_NAME,
     COMPONENT,
-    GPU_UUID,
     MANAGED_SELECTOR,
     STOPPED,
-    TRACKED,
     TRAINING,
     WORKLOAD,
     attempt_name,
@@ -77,16 +74,11 @@ from scheduler.backends.kubernetes.labels import (
 from scheduler.backends.kubernetes.leader import LeaseElector
 from scheduler.backends.kubernetes.pods import (
     PodSettings,
-    condition,
     owner_job,
-    pod_exit_code,
     pod_live,
-    pod_phase,
 )
 from scheduler.backends.kubernetes.reservation import (
     RESERVATION_SCRIPT,
-    is_reservation,
-    report_uuid_when_printed,
     reserved_uuids,
 )
 from scheduler.backends.kubernetes.stuck import check_stuck
@@ -337,18 +329,11 @@ class KubernetesBackend(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kube: Kube | None = None
-        self.nodes: Informer | None = None
-        self.pods: Informer | None = None
-        self.jobs: Informer | None = None
-        self.foreign: Informer | None = None
+        self.caches: Caches | None = None
         self.elector: LeaseElector | None = None
         self.leadership_lost = asyncio.Event()
         self._attempts: dict[str, Attempt] = {}
         self._reservations = sharing.ReservationCollector()
-        self._exit_codes: dict[str, dict[str, int]] = {}
-        self._reporting: set[str] = set()
-        self._disrupted: dict[str, dict] = {}  # Job name -> a pod's DisruptionTarget condition
-        self._tasks: set[asyncio.Task] = set()
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -396,80 +381,10 @@ class KubernetesBackend(LoggingConfigurable):
             )
             await self.elector.acquire()
             self.elector.keep()
-        kube = self.kube
-        self.nodes = Informer(kube, kube.core.list_node, watch_timeout=self.watch_timeout)
-        self.pods = Informer(
-            kube,
-            kube.core.list_namespaced_pod,
-            self.namespace,
-            label_selector=MANAGED_SELECTOR,
-            watch_timeout=self.watch_timeout,
-            on_change=self._pod_changed,
+        self.caches = Caches(
+            self.kube, self.namespace, watch_timeout=self.watch_timeout, log=self.log
         )
-        self.jobs = Informer(
-            kube,
-            kube.batch.list_namespaced_job,
-            self.namespace,
-            label_selector=MANAGED_SELECTOR,
-            watch_timeout=self.watch_timeout,
-        )
-        for informer in (self.nodes, self.pods, self.jobs):
-            await informer.start()
-        if self.count_foreign_pods:
-            foreign = Informer(
-                kube,
-                kube.core.list_pod_for_all_namespaces,
-                label_selector=f"!{TRACKED}",
-                field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                watch_timeout=self.watch_timeout,
-                key=namespaced_key,
-            )
-            try:
-                await foreign.start()
-                self.foreign = foreign
-            except KubeError as error:
-                if error.status != 403:
-                    raise
-                self.log.warning(
-                    "cannot list pods in every namespace (%s): GPUs held by pods FracHub did "
-                    "not create are not subtracted from the inventory",
-                    error.message,
-                )
-        self._pod_changed("RELISTED", {})  # reservation pods still to report their UUID
-
-    def _pod_changed(self, kind: str, pod: dict) -> None:
-        """Keep exit codes of job pods (a deleted pod leaves the cache with its code), and
-        write the UUID a running reservation pod printed onto it (see reservation.py)."""
-        if not pod:
-            if kind == "RELISTED" and self.pods is not None:
-                for cached in list(self.pods.objects.values()):
-                    self._pod_changed("ADDED", cached)
-            return
-        meta = pod["metadata"]
-        if (
-            kind != "DELETED"
-            and is_reservation(pod)
-            and pod_phase(pod) == "Running"
-            and not (meta.get("annotations") or {}).get(GPU_UUID)
-            and meta["name"] not in self._reporting
-        ):
-            self._reporting.add(meta["name"])
-            task = asyncio.get_running_loop().create_task(self._report_uuid(pod))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        owner, code = owner_job(pod), pod_exit_code(pod)
-        disruption = condition(pod, "DisruptionTarget")
-        if owner is not None and disruption is not None:
-            self._disrupted[owner] = disruption
-        if owner is not None and code is not None:
-            self._exit_codes.setdefault(owner, {})[pod["metadata"]["name"]] = code
-
-    async def _report_uuid(self, pod: dict) -> None:
-        try:
-            if self.kube is not None:
-                await report_uuid_when_printed(self.kube, self.namespace, pod, self.log)
-        finally:
-            self._reporting.discard(pod["metadata"]["name"])
+        await self.caches.start(self.count_foreign_pods)
 
     def _lost_lease(self) -> None:
         self.leadership_lost.set()
@@ -477,27 +392,28 @@ class KubernetesBackend(LoggingConfigurable):
             self.log.critical("another scheduler holds the lease now: shutting down")
             os.kill(os.getpid(), signal.SIGTERM)
 
-    def _require(self) -> tuple[Kube, Informer, Informer, Informer]:
-        if self.kube is None or self.nodes is None or self.pods is None or self.jobs is None:
+    def _require(self) -> tuple[Kube, Caches]:
+        if self.kube is None or self.caches is None:
             raise RuntimeError("KubernetesBackend.connect() has not been awaited")
-        return self.kube, self.nodes, self.pods, self.jobs
+        return self.kube, self.caches
 
     # --- Backend protocol ---------------------------------------------------------------------
 
     def inventory(self) -> Inventory:
         """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods."""
-        _, nodes, pods, _ = self._require()
+        _, caches = self._require()
+        foreign = caches.foreign
         return inventory_from(
-            list(nodes.objects.values()),
-            reserved_uuids(pods.objects.values()),
+            list(caches.nodes.objects.values()),
+            reserved_uuids(caches.pods.objects.values()),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
-            held=foreign_gpus(list(self.foreign.objects.values())) if self.foreign else None,
+            held=foreign_gpus(list(foreign.objects.values())) if foreign else None,
             sharing=self.sharing_mode,
         )
 
     async def start(self, job: JobSpec) -> Handle:
-        kube, _, pods, _ = self._require()
+        kube, caches = self._require()
         if len(job.placement) != job.replicas or not job.placement:
             raise BackendError(
                 f"the placement has {len(job.placement)} replica(s) but the job asks for "
@@ -518,8 +434,8 @@ class KubernetesBackend(LoggingConfigurable):
             job,
             list(self.home_volumes),
             self._attempts.values(),
-            pods.objects.values(),
-            self.foreign,
+            caches.pods.objects.values(),
+            caches.foreign,
             self.log,
         )
         names = job_names(job.placement, base)
@@ -529,7 +445,7 @@ class KubernetesBackend(LoggingConfigurable):
             kube, settings, job, self.inventory, self.reservation_timeout
         )
         await sharing.unreserve_whole(
-            kube, settings, job, self._attempts.values(), pods.objects.values(), self.log
+            kube, settings, job, self._attempts.values(), caches.pods.objects.values(), self.log
         )
         job = sharing.hami_share(job, self.sharing_mode, self.inventory)
         envs = [
@@ -604,7 +520,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
         """Suspend the attempt's Jobs; a grace shorter than the pods' deletes them with it."""
-        kube, _, pods, _ = self._require()
+        kube, caches = self._require()
         attempt = self._attempts.get(str(handle.get("attempt"))) or Attempt.from_handle(
             workload_id, handle
         )
@@ -626,7 +542,7 @@ class KubernetesBackend(LoggingConfigurable):
                 if error.status not in (404, 422):
                     raise
         if grace_seconds < self.termination_grace_seconds:
-            for pod in list(pods.objects.values()):
+            for pod in list(caches.pods.objects.values()):
                 if owner_job(pod) in attempt.jobs and pod_live(pod):
                     with contextlib.suppress(KubeError):
                         await kube.call(
@@ -639,7 +555,8 @@ class KubernetesBackend(LoggingConfigurable):
     def adopt(self, workload_id: int, handle: Handle) -> bool:
         """Watch an attempt a previous incarnation started; False when none of its Jobs is
         left (their end, if any, was not seen: the service requeues it)."""
-        _, _, _, jobs = self._require()
+        _, caches = self._require()
+        jobs = caches.jobs
         token = str(handle.get("attempt"))
         if token in self._attempts:
             return True
@@ -660,13 +577,9 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def poll(self) -> list[Exit]:
         """Attempts that ended since the last call, each reported once (from the caches)."""
-        kube, _, pods, jobs = self._require()
+        kube, caches = self._require()
         exits: list[Exit] = []
-        by_job: dict[str, list[dict]] = {}
-        for pod in pods.objects.values():
-            owner = owner_job(pod)
-            if owner is not None:
-                by_job.setdefault(owner, []).append(pod)
+        by_job = caches.by_job()
         for token, attempt in list(self._attempts.items()):
             await check_stuck(
                 kube,
@@ -677,7 +590,9 @@ class KubernetesBackend(LoggingConfigurable):
                 volume_attach_timeout=self.volume_attach_timeout,
                 log=self.log,
             )
-            ended = outcome(attempt, jobs.objects, by_job, self._exit_codes, self._disrupted)
+            ended = outcome(
+                attempt, caches.jobs.objects, by_job, caches.exit_codes, caches.disrupted
+            )
             if ended is None:
                 continue
             code, message, needs_stop = ended
@@ -689,9 +604,7 @@ class KubernetesBackend(LoggingConfigurable):
                     await self.stop(attempt.workload_id, attempt.handle(self.namespace), 0)
                 continue
             del self._attempts[token]
-            for name in attempt.jobs:
-                self._exit_codes.pop(name, None)
-                self._disrupted.pop(name, None)
+            caches.forget(attempt.jobs)
             exits.append(Exit(attempt.workload_id, code, message))
             if attempt.stopping and (attempt.failure is None or attempt.stuck):
                 with contextlib.suppress(KubeError):
@@ -703,7 +616,7 @@ class KubernetesBackend(LoggingConfigurable):
             kube,
             self.namespace,
             self._attempts.values(),
-            pods.objects.values(),
+            caches.pods.objects.values(),
             self.reservation_linger_seconds,
             self.log,
         )
@@ -714,7 +627,7 @@ class KubernetesBackend(LoggingConfigurable):
         caches may not show its pods yet (a loaded watch, a stop right after the start), and
         a stop reported while they run would give their GPUs to the next job. One list per
         stopped attempt; when the API cannot answer, the caches' word stands."""
-        kube, _, _, _ = self._require()
+        kube, _ = self._require()
         try:
             body = await kube.call(
                 kube.core.list_namespaced_pod,
@@ -737,8 +650,8 @@ class KubernetesBackend(LoggingConfigurable):
         (pods/log): the last ``tail`` lines (all when negative), then, with ``follow``, what
         it prints until it ends. Nothing when no pod of it is left (finished Jobs keep
         theirs for ``ttl_seconds_after_finished``)."""
-        kube, _, pods, _ = self._require()
-        pod = logs.replica_pod(pods.objects.values(), workload_id, replica)
+        kube, caches = self._require()
+        pod = logs.replica_pod(caches.pods.objects.values(), workload_id, replica)
         if pod is None:
             return
         async for chunk in logs.read_log(
@@ -754,11 +667,8 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def close(self) -> None:
         """Stop watching and give the Lease back; running jobs go on."""
-        for task in list(self._tasks):
-            task.cancel()
-        for informer in (self.nodes, self.pods, self.jobs, self.foreign):
-            if informer is not None:
-                await informer.stop()
+        if self.caches is not None:
+            await self.caches.stop()
         if self.elector is not None:
             await self.elector.release()
         if self.kube is not None:
@@ -769,16 +679,16 @@ class KubernetesBackend(LoggingConfigurable):
 
     def attempts_in_cluster(self) -> dict[int, list[str]]:
         """Workload id -> names of its Jobs, from the cache (for operators and tests)."""
-        _, _, _, jobs = self._require()
+        _, caches = self._require()
         out: dict[int, list[str]] = {}
-        for name, job in sorted(jobs.objects.items()):
+        for name, job in sorted(caches.jobs.objects.items()):
             labels = job["metadata"].get("labels") or {}
             if labels.get(COMPONENT) == TRAINING:
                 out.setdefault(int(labels[WORKLOAD]), []).append(name)
         return out
 
     async def _existing(self, base: str) -> list[dict]:
-        kube, _, _, _ = self._require()
+        kube, _ = self._require()
         body = await kube.call(
             kube.batch.list_namespaced_job,
             self.namespace,
@@ -788,7 +698,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def _same_attempt(self, name: str, job: JobSpec) -> dict | None:
         """The existing Job ``name`` when it is a live Job of this workload, else None."""
-        kube, _, _, _ = self._require()
+        kube, _ = self._require()
         found = await kube.call(kube.batch.read_namespaced_job, name, self.namespace)
         labels = found["metadata"].get("labels") or {}
         if labels.get(WORKLOAD) == str(job.workload_id) and not job_dead(found):
@@ -796,7 +706,7 @@ class KubernetesBackend(LoggingConfigurable):
         return None
 
     async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
-        kube, _, _, _ = self._require()
+        kube, _ = self._require()
         for name in names:
             try:
                 await kube.call(
