@@ -21,7 +21,7 @@ KubeSpawner's pod alone):
   found (shared with the scheduler's backend, see scheduler/backends/kubernetes/reservation.py;
   only the verbs of z2jh's hub Role: the scheduler writes the UUID onto it), and the pod gets
   ``NVIDIA_VISIBLE_DEVICES`` of that UUID and no GPU request;
-- ``"hami"``: the resources of ``objects.gpu_resources`` (a fraction: ``nvidia.com/gpu: 1``
+- ``"hami"``: the resources of ``gpus.gpu_resources`` (a fraction: ``nvidia.com/gpu: 1``
   and ``nvidia.com/gpumem: <MiB>`` rounded down; whole GPUs: 100 % memory and cores),
   ``schedulerName`` HAMi's (``frachub_hami_scheduler_name``) and ``nvidia.com/use-gpuuuid``
   the allocation's GPUs, so HAMi places the notebook on the GPU the scheduler chose;
@@ -45,9 +45,25 @@ from kubernetes_asyncio.client.models import (
 from kubespawner import KubeSpawner
 from traitlets import CaselessStrEnum, Float, List, Unicode
 
-from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.client import Kube
-from scheduler.backends.kubernetes.reservation import ReservationTimeout, ensure_reservation
+from scheduler.backends.kubernetes.gpus import (
+    GPU,
+    GPUMEM,
+    HAMI_SCHEDULER,
+    SHARING_MODES,
+    gpu_resources,
+    hami_pod_fields,
+    is_fractional,
+    share_memory_mib,
+    shares_text,
+)
+from scheduler.backends.kubernetes.labels import SHARES, TRACKED, WORKLOAD
+from scheduler.backends.kubernetes.pods import PodSettings
+from scheduler.backends.kubernetes.reservation import (
+    RESERVATION_SCRIPT,
+    ReservationTimeout,
+    ensure_reservation,
+)
 from scheduler.contract import NVIDIA_VISIBLE_DEVICES
 from scheduler.engine.model import GpuShare, ReplicaPlacement
 from spawner.mixin import FracSpawnerMixin, notebook_contract
@@ -55,7 +71,7 @@ from spawner.mixin import FracSpawnerMixin, notebook_contract
 
 class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
     frachub_sharing_mode = CaselessStrEnum(
-        list(o.SHARING_MODES),
+        list(SHARING_MODES),
         default_value="reservation",
         config=True,
         help="""How a notebook holds a fraction of a GPU; must match the scheduler's
@@ -69,7 +85,7 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         kubernetes.io/hostname, where it equals the node name): a nodeSelector on it.""",
     )
     frachub_hami_scheduler_name = Unicode(
-        o.HAMI_SCHEDULER,
+        HAMI_SCHEDULER,
         config=True,
         help="""hami mode: HAMi's schedulerName (as KubernetesBackend.hami_scheduler_name),
         set on notebook pods with a GPU.""",
@@ -84,7 +100,7 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
     )
     frachub_reservation_command = List(
         Unicode(),
-        default_value=["/bin/sh", "-c", o.RESERVATION_SCRIPT],
+        default_value=["/bin/sh", "-c", RESERVATION_SCRIPT],
         config=True,
         help="Command of reservation pods (as KubernetesBackend.reservation_command).",
     )
@@ -129,42 +145,42 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         env.update(
             notebook_contract(self.allocation, self.frachub_checkpoint_dir, NVIDIA_VISIBLE_DEVICES)
         )
-        if o.is_fractional(replica) and self.frachub_sharing_mode == "reservation":
+        if is_fractional(replica) and self.frachub_sharing_mode == "reservation":
             uuid = self._frachub_reserved_uuid or ""
             env[NVIDIA_VISIBLE_DEVICES] = env["FRACHUB_GPU_UUIDS"] = uuid or "none"
             return env
         # the device plugin (whole GPUs) or HAMi sets the devices
         env.pop(NVIDIA_VISIBLE_DEVICES, None)
-        if o.is_fractional(replica) and self.frachub_sharing_mode == "hami":
+        if is_fractional(replica) and self.frachub_sharing_mode == "hami":
             # the GPU nvidia.com/use-gpuuuid names, and the nvidia.com/gpumem HAMi enforces
             gpu = self.allocation["placement"][0]["gpus"][0]
             memory = int(gpu.get("memory_mib") or 0)
-            env["FRACHUB_GPU_MEMORY_MIB"] = str(o.share_memory_mib(replica.gpus[0].milli, memory))
+            env["FRACHUB_GPU_MEMORY_MIB"] = str(share_memory_mib(replica.gpus[0].milli, memory))
         else:
             env.pop("FRACHUB_GPU_UUIDS", None)
         return env
 
     def frachub_placement(self, replica: ReplicaPlacement | None) -> None:
         """Node selector, GPU resources, priority class and labels for this allocation."""
-        limits = {k: v for k, v in self.extra_resource_limits.items() if k not in (o.GPU, o.GPUMEM)}
+        limits = {k: v for k, v in self.extra_resource_limits.items() if k not in (GPU, GPUMEM)}
         selector = dict(self.node_selector)
         if self.frachub_node_label:
             selector.pop(self.frachub_node_label, None)
         if replica is not None:
             assert self.allocation is not None
             gpu = self.allocation["placement"][0]["gpus"][0]
-            memory = o.share_memory_mib(replica.gpus[0].milli, int(gpu.get("memory_mib") or 0))
-            limits.update(o.gpu_resources(self.frachub_sharing_mode, replica, memory))
+            memory = share_memory_mib(replica.gpus[0].milli, int(gpu.get("memory_mib") or 0))
+            limits.update(gpu_resources(self.frachub_sharing_mode, replica, memory))
             if self.frachub_node_label:
                 selector[self.frachub_node_label] = replica.node
             self.extra_labels = {
                 **self.extra_labels,
-                o.TRACKED: "true",
-                o.WORKLOAD: str(self.allocation_id),
+                TRACKED: "true",
+                WORKLOAD: str(self.allocation_id),
             }
             self.extra_annotations = {
                 **self.extra_annotations,
-                o.SHARES: o.shares_text((replica,)),
+                SHARES: shares_text((replica,)),
             }
             if self.frachub_priority_class:
                 self.priority_class_name = self.frachub_priority_class
@@ -172,7 +188,7 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         self.node_selector = selector
 
     async def frachub_reserve(self, replica: ReplicaPlacement) -> str:
-        settings = o.PodSettings(
+        settings = PodSettings(
             namespace=self.namespace,
             image=self.frachub_reservation_image,
             node_label=self.frachub_node_label,
@@ -202,7 +218,7 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         self._frachub_reserved_uuid = None
         if (
             replica is not None
-            and o.is_fractional(replica)
+            and is_fractional(replica)
             and self.frachub_sharing_mode == "reservation"
         ):
             self._frachub_reserved_uuid = await self.frachub_reserve(replica)
@@ -216,20 +232,20 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         return pod
 
     def _frachub_hami(self, pod: Any, replica: ReplicaPlacement) -> None:
-        """HAMi's scheduler and the allocation's GPUs (``objects.hami_pod_fields``)."""
+        """HAMi's scheduler and the allocation's GPUs (``gpus.hami_pod_fields``)."""
         assert self.allocation is not None
         uuids = {
             (replica.node, gpu["index"]): gpu.get("uuid") or ""
             for gpu in self.allocation["placement"][0]["gpus"]
         }
-        settings = o.PodSettings(
+        settings = PodSettings(
             namespace=self.namespace,
             image="",
             sharing="hami",
             hami_scheduler_name=self.frachub_hami_scheduler_name,
         )
         try:
-            scheduler, annotations = o.hami_pod_fields(settings, [replica], uuids)
+            scheduler, annotations = hami_pod_fields(settings, [replica], uuids)
         except ValueError as error:
             raise SpawnException(str(error), reason="frachub-hami", status_code=503) from error
         pod.spec.scheduler_name = scheduler

@@ -34,8 +34,9 @@ import pytest
 from hubharness import Hub, running_hub
 
 from scheduler.backends.kubernetes import KubernetesBackend
-from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.client import Kube, load_configuration
+from scheduler.backends.kubernetes.labels import COMPONENT, MANAGED_SELECTOR, RESERVATION
+from scheduler.backends.kubernetes.reservation import UUID_LINE
 
 from .fakeapi import FakeKube
 
@@ -77,9 +78,9 @@ def report_reserved_gpu(fake: FakeKube, pod: dict[str, Any], devices: list[str])
     runs the real one): print the UUID of the GPU the device plugin gave it. Nothing writes
     the annotation but the scheduler's backend, which reads this through pods/log."""
     labels = pod["metadata"].get("labels") or {}
-    if labels.get(o.COMPONENT) == o.RESERVATION and devices:
+    if labels.get(COMPONENT) == RESERVATION and devices:
         fake.write_log(
-            pod["metadata"]["namespace"], pod["metadata"]["name"], f"{o.UUID_LINE}{devices[0]}"
+            pod["metadata"]["namespace"], pod["metadata"]["name"], f"{UUID_LINE}{devices[0]}"
         )
 
 
@@ -203,7 +204,7 @@ class Cluster:
 
         async def clean() -> None:
             kube = Kube(await load_configuration(self.kubeconfig), retries=2)
-            selector = o.MANAGED_SELECTOR
+            selector = MANAGED_SELECTOR
             try:
                 for delete in (
                     kube.batch.delete_collection_namespaced_job,

@@ -12,8 +12,22 @@ from typing import Any
 import pytest
 
 from scheduler.backends.base import BackendError, Exit, JobSpec
-from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.gpus import GPU, GPUMEM
+from scheduler.backends.kubernetes.jobs import POD_FAILURE_POLICY, admit_patch
+from scheduler.backends.kubernetes.labels import (
+    ATTEMPT_NAME,
+    COMPONENT,
+    GPU_UUID,
+    HOSTNAME,
+    PROJECT,
+    RESERVATION,
+    STOPPED,
+    USER,
+    WORKLOAD,
+    attempt_name,
+)
+from scheduler.backends.kubernetes.pods import pinned_node, pod_live, pod_phase, pod_rank
 from scheduler.engine.model import GpuShare, ReplicaPlacement
 
 from .conftest import Cluster, eventually, run
@@ -62,10 +76,10 @@ def limits_of(pod: dict[str, Any]) -> dict[str, str]:
 
 
 async def pods_of(cluster: Cluster, workload_id: int, count: int = 1) -> list[dict[str, Any]]:
-    selector = f"{o.WORKLOAD}={workload_id}"
+    selector = f"{WORKLOAD}={workload_id}"
 
     def running() -> list[dict[str, Any]] | None:
-        pods = [p for p in cluster.pods(selector) if o.pod_phase(p) == "Running"]
+        pods = [p for p in cluster.pods(selector) if pod_phase(p) == "Running"]
         return pods if len(pods) >= count else None
 
     return await eventually(
@@ -79,14 +93,14 @@ async def seen_running(
     """Wait until the backend's own pod cache (its watch) shows ``count`` running pods of
     the workload: what ``stop`` deletes and ``poll`` reads. The API server may show them
     first; a loaded watch catches up later."""
-    assert backend.pods is not None
+    assert backend.caches is not None
 
     def running() -> list[dict[str, Any]] | None:
         pods = [
             p
-            for p in backend.pods.objects.values()  # type: ignore[union-attr]
-            if (p["metadata"].get("labels") or {}).get(o.WORKLOAD) == str(workload_id)
-            and o.pod_phase(p) == "Running"
+            for p in backend.caches.pods.objects.values()  # type: ignore[union-attr]
+            if (p["metadata"].get("labels") or {}).get(WORKLOAD) == str(workload_id)
+            and pod_phase(p) == "Running"
         ]
         return pods if len(pods) >= count else None
 
@@ -152,18 +166,18 @@ def test_fraction_in_reservation_mode_gets_the_reserved_uuid(
         try:
             handle = await made.start(make_job(1, [("node-a", [1], 0.5)]))
             assert handle["jobs"] == ["frachub-1-0"]
-            job = cluster.jobs(f"{o.WORKLOAD}=1")[0]
+            job = cluster.jobs(f"{WORKLOAD}=1")[0]
             assert job["spec"]["suspend"] is False  # admitted
-            assert o.pinned_node(job["spec"]["template"]["spec"]) == "node-a"
+            assert pinned_node(job["spec"]["template"]["spec"]) == "node-a"
             assert job["spec"]["completionMode"] == "Indexed"
             labels = job["metadata"]["labels"]
-            assert labels[o.USER] == "alice-example.org" and labels[o.PROJECT] == "vision"
-            assert job["metadata"]["annotations"][o.USER] == "alice@example.org"
+            assert labels[USER] == "alice-example.org" and labels[PROJECT] == "vision"
+            assert job["metadata"]["annotations"][USER] == "alice@example.org"
 
-            reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
+            reservation = cluster.pods(f"{COMPONENT}={RESERVATION}")[0]
             assert reservation["metadata"]["name"] == "frachub-gpu-node-a-1"
-            assert limits_of(reservation) == {o.GPU: "1"}
-            uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
+            assert limits_of(reservation) == {GPU: "1"}
+            uuid = reservation["metadata"]["annotations"][GPU_UUID]
             # the inventory reads the annotation from the backend's pod cache, not the API
             await eventually(
                 lambda: made.inventory().uuid("node-a", 1) == uuid,
@@ -199,10 +213,10 @@ def test_whole_gpus_are_requested_from_the_device_plugin(cluster: Cluster, backe
         try:
             await made.start(make_job(3, [(node, [0, 1], 1.0)]))
             (pod,) = await pods_of(cluster, 3)
-            assert limits_of(pod) == {o.GPU: "2"}
+            assert limits_of(pod) == {GPU: "2"}
             assert pod["spec"]["nodeName"] == node
             assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod)
-            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+            assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []
         finally:
             await made.close()
 
@@ -242,12 +256,12 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
             await seen_running(made, 5, timeout=cluster.patience)  # the code comes from it
             began = asyncio.get_running_loop().time()
             await made.stop(5, handle, 3.0)
-            job = cluster.jobs(f"{o.WORKLOAD}=5")[0]
+            job = cluster.jobs(f"{WORKLOAD}=5")[0]
             assert job["spec"]["suspend"] is True
-            assert o.STOPPED in job["metadata"]["annotations"]
+            assert STOPPED in job["metadata"]["annotations"]
             await eventually(
                 lambda: all(
-                    p["metadata"].get("deletionTimestamp") for p in cluster.pods(f"{o.WORKLOAD}=5")
+                    p["metadata"].get("deletionTimestamp") for p in cluster.pods(f"{WORKLOAD}=5")
                 ),
                 what="SIGTERM (deletionTimestamp)",
             )
@@ -255,7 +269,7 @@ def test_preemption_suspends_and_kills_after_the_grace(cluster: Cluster, backend
             exits = await exits_of(made, timeout=cluster.patience)
             assert exits == [Exit(5, 137, "stopped (code 137)")]
             assert asyncio.get_running_loop().time() - began >= 2.9
-            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=5") == [], what="job deleted")
+            await eventually(lambda: cluster.jobs(f"{WORKLOAD}=5") == [], what="job deleted")
         finally:
             await made.close()
 
@@ -324,11 +338,11 @@ def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backen
             job = make_job(8, [(node, [0], 1.0), (node, [1], 1.0)], command=ends)
             handle = await made.start(job)
             assert handle["jobs"] == ["frachub-8-0"] and handle["service"] == "frachub-8-0"
-            job = cluster.jobs(f"{o.WORKLOAD}=8")[0]
+            job = cluster.jobs(f"{WORKLOAD}=8")[0]
             assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
-            (service,) = cluster.services(f"{o.ATTEMPT_NAME}=frachub-8-0")
+            (service,) = cluster.services(f"{ATTEMPT_NAME}=frachub-8-0")
             assert service["spec"]["clusterIP"] == "None"
-            assert service["spec"]["selector"][o.ATTEMPT_NAME] == "frachub-8-0"
+            assert service["spec"]["selector"][ATTEMPT_NAME] == "frachub-8-0"
             pods = sorted(await pods_of(cluster, 8, 2), key=lambda p: p["spec"]["hostname"])
             assert [p["spec"]["hostname"] for p in pods] == ["frachub-8-0-0", "frachub-8-0-1"]
             assert {p["spec"]["subdomain"] for p in pods} == {"frachub-8-0"}
@@ -350,7 +364,7 @@ def test_gang_is_an_indexed_job_with_a_headless_service(cluster: Cluster, backen
             exits = await exits_of(made, timeout=cluster.patience)
             assert exits == [Exit(8, 0, "exited with code 0")]
             await eventually(
-                lambda: cluster.services(f"{o.ATTEMPT_NAME}=frachub-8-0") == [],
+                lambda: cluster.services(f"{ATTEMPT_NAME}=frachub-8-0") == [],
                 what="service deleted",
             )
         finally:
@@ -370,9 +384,9 @@ def test_gang_across_nodes_is_one_indexed_job_per_node(cluster: Cluster, backend
             placement = [(first, [0], 1.0), (second, [0], 1.0), (first, [1], 1.0)]
             handle = await made.start(make_job(9, placement))
             assert handle["jobs"] == ["frachub-9-0-g0", "frachub-9-0-g1"]
-            jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{o.WORKLOAD}=9")}
+            jobs = {j["metadata"]["name"]: j for j in cluster.jobs(f"{WORKLOAD}=9")}
             assert jobs["frachub-9-0-g0"]["spec"]["completions"] == 2
-            assert o.pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == second
+            assert pinned_node(jobs["frachub-9-0-g1"]["spec"]["template"]["spec"]) == second
             pods = await pods_of(cluster, 9, 3)
             assert {p["spec"]["nodeName"] for p in pods} == {first, second}
             on_b = next(p for p in pods if p["spec"]["nodeName"] == second)
@@ -397,7 +411,7 @@ def test_gang_with_a_failing_replica_stops_the_rest(cluster: Cluster, backend: A
             (exit_,) = await exits_of(made)
             assert exit_.workload_id == 10 and exit_.exit_code == 2
             assert "exited with code 2" in exit_.message
-            assert not [p for p in cluster.pods(f"{o.WORKLOAD}=10") if o.pod_live(p)]
+            assert not [p for p in cluster.pods(f"{WORKLOAD}=10") if pod_live(p)]
         finally:
             await made.close()
 
@@ -419,11 +433,11 @@ def test_a_failed_gang_ends_with_the_code_once_its_other_pods_are_gone(
             await made.start(make_job(14, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
             pods = await pods_of(cluster, 14, 2)
             fake.fail_next("DELETE", r"/pods/", 409, times=10)
-            failing = next(p for p in pods if o.pod_rank(p) == 1)
+            failing = next(p for p in pods if pod_rank(p) == 1)
             fake.finish_pod("default", failing["metadata"]["name"], 2)
             (exit_,) = await exits_of(made)
             assert exit_ == Exit(14, 2, "replica of frachub-14-0 index 1 exited with code 2")
-            assert not [p for p in cluster.pods(f"{o.WORKLOAD}=14") if o.pod_live(p)]
+            assert not [p for p in cluster.pods(f"{WORKLOAD}=14") if pod_live(p)]
         finally:
             await made.close()
 
@@ -479,7 +493,7 @@ def test_a_retried_start_takes_over_its_job_instead_of_doubling_it(
             # the service died before recording the handle, and starts the same attempt again
             again = await made.start(job)
             assert again["jobs"] == first["jobs"]
-            assert len(cluster.jobs(f"{o.WORKLOAD}=14")) == 1
+            assert len(cluster.jobs(f"{WORKLOAD}=14")) == 1
             assert len(await pods_of(cluster, 14, 2)) == 2
         finally:
             await made.close()
@@ -561,8 +575,8 @@ def test_a_half_created_gang_is_cleaned_up(cluster: Cluster, backend: Any) -> No
             fake.fail_next("POST", r"/services$", 403, reason="Forbidden")
             with pytest.raises(BackendError, match="refused"):
                 await made.start(make_job(17, [("node-a", [0], 1.0), ("node-a", [1], 1.0)]))
-            assert cluster.jobs(f"{o.WORKLOAD}=17") == []
-            assert cluster.pods(f"{o.WORKLOAD}=17") == []
+            assert cluster.jobs(f"{WORKLOAD}=17") == []
+            assert cluster.pods(f"{WORKLOAD}=17") == []
         finally:
             await made.close()
 
@@ -592,11 +606,11 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
         try:
             await made.start(make_job(19, [("node-a", [0], 1.0)]))
             (pod,) = await pods_of(cluster, 19)
-            assert made.pods is not None and made.jobs is not None
+            assert made.caches is not None
             # the caches have seen the latest change of each (no event in flight to move
             # the versions set below)
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=19")
-            for cache, seen in ((made.jobs, job), (made.pods, pod)):
+            (job,) = cluster.jobs(f"{WORKLOAD}=19")
+            for cache, seen in ((made.caches.jobs, job), (made.caches.pods, pod)):
                 version = int(seen["metadata"]["resourceVersion"])
                 await eventually(
                     lambda c=cache, v=version: int(c.resource_version or 0) >= v,
@@ -604,10 +618,10 @@ def test_a_watch_that_gets_410_gone_lists_again(cluster: Cluster, backend: Any) 
                 )
             # the watches resume from a version the server has forgotten (a long disconnect)
             fake.compact()
-            made.pods.resource_version = made.jobs.resource_version = "1"
+            made.caches.pods.resource_version = made.caches.jobs.resource_version = "1"
             fake.drop_watches()
             await eventually(
-                lambda: made.jobs.relists >= 1, timeout=cluster.patience, what="a relist"
+                lambda: made.caches.jobs.relists >= 1, timeout=cluster.patience, what="a relist"
             )
             fake.finish_pod("default", pod["metadata"]["name"], 0)
             assert await exits_of(made) == [Exit(19, 0, "exited with code 0")]
@@ -632,13 +646,13 @@ def test_a_watch_resumes_from_its_bookmark_after_the_history_is_compacted(
         try:
             await made.start(make_job(20, [("node-a", [0], 1.0)]))
             (pod,) = await pods_of(cluster, 20)
-            assert made.pods is not None and made.jobs is not None
+            assert made.caches is not None
             for number in range(5):  # the rest of the cluster changes
                 fake.call(
                     fake._create, "configmaps", "default", {"metadata": {"name": f"other-{number}"}}
                 )
             latest = fake.call(lambda: fake._last_rv)
-            informers = (made.pods, made.jobs, made.nodes)
+            informers = (made.caches.pods, made.caches.jobs, made.caches.nodes)
             await eventually(
                 lambda: all(int(i.resource_version) >= latest for i in informers),  # type: ignore[union-attr]
                 timeout=cluster.patience,
@@ -668,14 +682,14 @@ def test_unused_reservations_are_released(cluster: Cluster, backend: Any) -> Non
             (pod,) = await pods_of(cluster, 20)
             await asyncio.sleep(0.3)
             await made.poll()
-            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") != []  # still in use
+            assert cluster.pods(f"{COMPONENT}={RESERVATION}") != []  # still in use
             fake.finish_pod("default", pod["metadata"]["name"], 0)
             await exits_of(made)
 
             async def released() -> bool:
-                made._last_gc = 0.0
+                made._reservations.last_gc = 0.0
                 await made.poll()
-                return cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+                return cluster.pods(f"{COMPONENT}={RESERVATION}") == []
 
             await eventually(released, what="the reservation released")
         finally:
@@ -704,18 +718,17 @@ def test_a_whole_gpu_job_releases_a_lingering_reservation(cluster: Cluster, back
                 lambda: (
                     not [
                         p
-                        for p in made.pods.objects.values()  # type: ignore[union-attr]
-                        if (p["metadata"].get("labels") or {}).get(o.WORKLOAD) == "21"
-                        and o.pod_live(p)
+                        for p in made.caches.pods.objects.values()  # type: ignore[union-attr]
+                        if (p["metadata"].get("labels") or {}).get(WORKLOAD) == "21" and pod_live(p)
                     ]
                 ),
                 what="the backend's watch showing the pod of 21 ended",
             )
-            assert len(cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")) == 1  # lingering
+            assert len(cluster.pods(f"{COMPONENT}={RESERVATION}")) == 1  # lingering
             await made.start(make_job(22, [("node-b", [0, 1], 1.0)]))
             (whole,) = await pods_of(cluster, 22)
-            assert limits_of(whole) == {o.GPU: "2"}
-            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+            assert limits_of(whole) == {GPU: "2"}
+            assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []
         finally:
             await made.close()
 
@@ -809,8 +822,8 @@ def test_gpus_held_by_pods_frachub_did_not_create_are_left_out(
                 {
                     "metadata": {"name": "their-training"},
                     "spec": {
-                        "nodeSelector": {o.HOSTNAME: "node-a"},
-                        "containers": [{"name": "main", "resources": {"limits": {o.GPU: "3"}}}],
+                        "nodeSelector": {HOSTNAME: "node-a"},
+                        "containers": [{"name": "main", "resources": {"limits": {GPU: "3"}}}],
                     },
                 },
             )
@@ -848,19 +861,19 @@ def test_pods_are_pinned_by_node_name_where_the_hostname_label_differs(
             for workload_id in (51, 52):
                 (pod,) = await pods_of(cluster, workload_id)
                 assert pod["spec"]["nodeName"] == "gpu-1.cluster.internal"
-            reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
-            assert o.pinned_node(reservation["spec"]) == "gpu-1.cluster.internal"
+            reservation = cluster.pods(f"{COMPONENT}={RESERVATION}")[0]
+            assert pinned_node(reservation["spec"]) == "gpu-1.cluster.internal"
         finally:
             await made.close()
-        labelled = await backend(node_label=o.HOSTNAME)  # the old way: pinned by the label
+        labelled = await backend(node_label=HOSTNAME)  # the old way: pinned by the label
         try:
             await labelled.start(make_job(53, [("gpu-1.cluster.internal", [1], 1.0)]))
             await asyncio.sleep(0.5)
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=53")
+            (job,) = cluster.jobs(f"{WORKLOAD}=53")
             assert job["spec"]["template"]["spec"]["nodeSelector"] == {
-                o.HOSTNAME: "gpu-1.cluster.internal"
+                HOSTNAME: "gpu-1.cluster.internal"
             }
-            assert all(o.pod_phase(p) == "Pending" for p in cluster.pods(f"{o.WORKLOAD}=53"))
+            assert all(pod_phase(p) == "Pending" for p in cluster.pods(f"{WORKLOAD}=53"))
         finally:
             await labelled.close()
 
@@ -933,7 +946,7 @@ def test_a_stop_is_not_reported_before_the_watch_has_shown_the_attempt(
             await made.stop(65, handle, 5.0)
             assert await made.poll() == []  # neither cache has the Job nor its pod yet
             current = fake.get("pods", cluster.namespace, pod["metadata"]["name"])
-            assert current is not None and o.pod_live(current)  # still on its GPU
+            assert current is not None and pod_live(current)  # still on its GPU
             [end] = await exits_of(made, timeout=cluster.patience)
             assert end.workload_id == 65 and end.message.startswith("stopped"), end
             # not while the caches, one catching up before the other, showed no live pod
@@ -959,25 +972,25 @@ def test_a_retried_start_leaves_a_started_jobs_template_alone(
             job = make_job(15, [("node-a", [0], 1.0)])
             await made.start(job)
             await pods_of(cluster, 15)
-            name = o.attempt_name(15, 0)
+            name = attempt_name(15, 0)
             current = fake.get("jobs", cluster.namespace, name)
             assert current is not None
             template = current["spec"]["template"]["spec"]
             template.pop("affinity")
-            template["nodeSelector"] = {o.HOSTNAME: "node-a"}
+            template["nodeSelector"] = {HOSTNAME: "node-a"}
             fake.call(fake._update, "jobs", current)  # as an older FracHub admitted it
             with pytest.raises(Exception, match=r"422.*immutable"):
                 await made.kube.call(  # type: ignore[union-attr]
                     made.kube.batch.patch_namespaced_job,  # type: ignore[union-attr]
                     name,
                     cluster.namespace,
-                    o.admit_patch("node-a", made.settings),
+                    admit_patch("node-a", made.settings),
                     _content_type="application/merge-patch+json",
                 )
             again = await made.start(job)
             assert again["jobs"] == [name]
             assert len(await pods_of(cluster, 15)) == 1
-            assert len(cluster.jobs(f"{o.WORKLOAD}=15")) == 1
+            assert len(cluster.jobs(f"{WORKLOAD}=15")) == 1
         finally:
             await made.close()
 
@@ -999,7 +1012,7 @@ def test_the_interim_condition_ends_the_attempt(cluster: Cluster, backend: Any, 
             (pod,) = await pods_of(cluster, 63)
             fake.finish_pod(cluster.namespace, pod["metadata"]["name"], code)
             assert await exits_of(made) == [Exit(63, code, f"exited with code {code}")]
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=63")
+            (job,) = cluster.jobs(f"{WORKLOAD}=63")
             kinds = [c["type"] for c in job["status"]["conditions"]]
             assert kinds == ["SuccessCriteriaMet" if code == 0 else "FailureTarget"]
         finally:
@@ -1022,8 +1035,8 @@ def test_a_restarted_scheduler_reads_how_a_job_failed_from_its_condition(
         first = await backend()
         handle = await first.start(make_job(64, [("node-a", [0], 1.0)]))
         (pod,) = await pods_of(cluster, 64)
-        (job,) = cluster.jobs(f"{o.WORKLOAD}=64")
-        assert job["spec"]["podFailurePolicy"] == o.POD_FAILURE_POLICY
+        (job,) = cluster.jobs(f"{WORKLOAD}=64")
+        assert job["spec"]["podFailurePolicy"] == POD_FAILURE_POLICY
         await first.close()
         name = pod["metadata"]["name"]
         if how == "exit":
@@ -1032,7 +1045,7 @@ def test_a_restarted_scheduler_reads_how_a_job_failed_from_its_condition(
             fake.evict(cluster.namespace, name)
 
         def failed() -> bool:
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=64")
+            (job,) = cluster.jobs(f"{WORKLOAD}=64")
             return any(c["type"] == "Failed" for c in job["status"].get("conditions", []))
 
         await eventually(failed, what="the Job failed")
@@ -1089,12 +1102,12 @@ def test_hami_shares_by_memory_and_a_share_that_does_not_fit_is_requeued(
                         "metadata": {"name": f"theirs-{number}"},
                         "spec": {
                             "schedulerName": "hami-scheduler",
-                            "nodeSelector": {o.HOSTNAME: "node-h"},
+                            "nodeSelector": {HOSTNAME: "node-h"},
                             "containers": [
                                 {
                                     "name": "main",
                                     "image": "theirs",
-                                    "resources": {"limits": {o.GPU: "1", o.GPUMEM: "20480"}},
+                                    "resources": {"limits": {GPU: "1", GPUMEM: "20480"}},
                                 }
                             ],
                         },
@@ -1106,7 +1119,7 @@ def test_hami_shares_by_memory_and_a_share_that_does_not_fit_is_requeued(
             assert "Kubernetes found no node for its pod frachub-73-" in end.message
             assert "for 0.3 s: " in end.message
             assert "node node-h: CardInsufficientMemory" in end.message
-            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=73") == [], what="no Job left")
+            await eventually(lambda: cluster.jobs(f"{WORKLOAD}=73") == [], what="no Job left")
         finally:
             await made.close()
 

@@ -20,8 +20,17 @@ from kubernetes_asyncio.config import kube_config
 from traitlets.config import Config
 
 from scheduler.backends.base import BackendError, Exit
-from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.backend import KubernetesBackend
+from scheduler.backends.kubernetes.labels import (
+    COMPONENT,
+    GPU_UUID,
+    HOSTNAME,
+    RESERVATION,
+    WORKLOAD,
+)
+from scheduler.backends.kubernetes.pods import pod_phase
+from scheduler.backends.kubernetes.reservation import reported_uuid, reservation_manifest
+from scheduler.backends.kubernetes.volumes import format_template, user_fields
 from spawner.kube import FracKubeSpawner
 
 from .conftest import Cluster, connected, eventually, run
@@ -138,11 +147,11 @@ def test_the_scheduler_runs_on_what_the_chart_grants(cluster: Cluster, tmp_path:
             lease = fake.get("leases", RELEASE_NAMESPACE, "frachub-scheduler")
             assert lease and lease["spec"]["holderIdentity"] == "scheduler-0"
             await backend.start(make_job(1, [("node-a", [1], 0.5)]))
-            (reservation,) = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
+            (reservation,) = cluster.pods(f"{COMPONENT}={RESERVATION}")
             assert reservation["spec"]["automountServiceAccountToken"] is False
             assert "serviceAccountName" not in reservation["spec"]
             assert reservation["spec"]["priorityClassName"] == "frachub-notebook"
-            uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
+            uuid = reservation["metadata"]["annotations"][GPU_UUID]
             assert uuid == fake.devices(reservation["metadata"]["uid"])[0]
             (pod,) = await pods_of(cluster, 1)
             env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
@@ -207,8 +216,8 @@ def test_two_fractional_notebooks_share_a_gpu_under_z2jhs_hub_role(
         async with connected(chart_backend(cluster, documents, tmp_path)):
             first = await create(spawner_for(cluster, allocation(0.25), "ada"))
             second = await create(spawner_for(cluster, {**allocation(0.5), "id": 42}, "bo"))
-            (reservation,) = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
-            uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
+            (reservation,) = cluster.pods(f"{COMPONENT}={RESERVATION}")
+            uuid = reservation["metadata"]["annotations"][GPU_UUID]
             for body in (first, second):
                 env = {e["name"]: e.get("value") for e in body["spec"]["containers"][0]["env"]}
                 assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
@@ -227,7 +236,7 @@ def test_the_hub_token_is_refused_a_patch(cluster: Cluster, hub_kubeconfig: str)
     cluster.require_fake("grants RBAC per token")
     with pytest.raises(SpawnException, match=r"did not report a GPU.*is it running"):
         run(scenario)
-    (reservation,) = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
+    (reservation,) = cluster.pods(f"{COMPONENT}={RESERVATION}")
 
     async def patch() -> None:
         spawner = spawner_for(cluster, allocation(0.25), "ada")
@@ -261,7 +270,7 @@ def test_the_reservation_program_prints_the_device_plugins_gpu(tmp_path: Path) -
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert o.reported_uuid(line) == "GPU-6f2a"
+        assert reported_uuid(line) == "GPU-6f2a"
         assert process.poll() is None  # it keeps holding the GPU
     finally:
         process.kill()
@@ -317,7 +326,7 @@ def _claim(fake: FakeKube, namespace: str, name: str, mode: str) -> None:
 
 def test_a_readwriteonce_home_is_refused_across_nodes(cluster: Cluster, backend: Any) -> None:
     fake = cluster.require_fake("creates claims")
-    claim = o.format_template("claim-{username}", **o.user_fields("alice@example.org"))
+    claim = format_template("claim-{username}", **user_fields("alice@example.org"))
     _claim(fake, cluster.namespace, claim, "ReadWriteOnce")
     _claim(fake, cluster.namespace, "shared", "ReadWriteMany")
     volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
@@ -328,20 +337,20 @@ def test_a_readwriteonce_home_is_refused_across_nodes(cluster: Cluster, backend:
             gang = make_job(8, [("node-a", [0], 1.0), ("node-b", [0], 1.0)])
             with pytest.raises(BackendError, match=f"{claim} is ReadWriteOnce.*node-a, node-b"):
                 await made.start(gang)
-            assert cluster.jobs(f"{o.WORKLOAD}=8") == []
+            assert cluster.jobs(f"{WORKLOAD}=8") == []
             # a busy Job controller: no pod of 9 for a few seconds (a loaded machine may take
             # a second over the start and the check below)
             fake.pod_creation_delay = 3.0
             await made.start(make_job(9, [("node-a", [0], 1.0)]))  # one node: fine
             # before any pod of 9 exists (two starts of one cycle): its attempt says where
-            assert cluster.pods(f"{o.WORKLOAD}=9") == []
+            assert cluster.pods(f"{WORKLOAD}=9") == []
             with pytest.raises(BackendError, match="pods on node-a use it"):
                 await made.start(make_job(10, [("node-b", [1], 1.0)]))
             fake.pod_creation_delay = 0.0
             await pods_of(cluster, 9)
             with pytest.raises(BackendError, match="pods on node-a use it"):
                 await made.start(make_job(10, [("node-b", [1], 1.0)]))
-            assert cluster.jobs(f"{o.WORKLOAD}=10") == []
+            assert cluster.jobs(f"{WORKLOAD}=10") == []
         finally:
             await made.close()
         shared = await backend(
@@ -360,7 +369,7 @@ def _notebook(fake: FakeKube, namespace: str, node: str, claim: str) -> str:
     body = {
         "metadata": {"name": f"jupyter-elsewhere-{node}", "labels": {"component": "singleuser"}},
         "spec": {
-            "nodeSelector": {o.HOSTNAME: node},
+            "nodeSelector": {HOSTNAME: node},
             "containers": [
                 {
                     "name": "notebook",
@@ -381,7 +390,7 @@ def test_a_readwriteonce_home_held_by_a_pod_frachub_did_not_create_is_refused(
     """The start-time check counts every pod of the namespace with the claim mounted, not
     only FracHub's: a notebook another spawner started holds it as well."""
     fake = cluster.require_fake("creates claims and a notebook pod")
-    claim = o.format_template("claim-{username}", **o.user_fields("alice@example.org"))
+    claim = format_template("claim-{username}", **user_fields("alice@example.org"))
     _claim(fake, cluster.namespace, claim, "ReadWriteOnce")
     _notebook(fake, cluster.namespace, "node-a", claim)
     volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
@@ -403,14 +412,14 @@ def test_a_readwriteonce_home_held_by_a_pod_frachub_did_not_create_is_refused(
                         or any(
                             p["metadata"]["name"] == "jupyter-elsewhere-node-a"
                             and p["spec"].get("nodeName")
-                            for p in made.foreign.objects.values()
+                            for p in made.caches.foreign.objects.values()
                         )
                     )
                 )
             )
             with pytest.raises(BackendError, match="pods on node-a use it"):
                 await made.start(make_job(12, [("node-b", [0], 1.0)]))
-            assert cluster.jobs(f"{o.WORKLOAD}=12") == []
+            assert cluster.jobs(f"{WORKLOAD}=12") == []
         finally:
             await made.close()
 
@@ -423,7 +432,7 @@ def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backen
     ContainerCreating with a Multi-Attach error: the attempt ends with those words (the
     service requeues it) instead of waiting forever, and the next start is refused."""
     fake = cluster.require_fake("starts a notebook between the check and the job's pod")
-    claim = o.format_template("claim-{username}", **o.user_fields("alice@example.org"))
+    claim = format_template("claim-{username}", **user_fields("alice@example.org"))
     _claim(fake, cluster.namespace, claim, "ReadWriteOnce")
     volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}]
 
@@ -437,7 +446,7 @@ def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backen
             await eventually(
                 lambda: [
                     p
-                    for p in fake.objects("pods", cluster.namespace, f"{o.WORKLOAD}=13")
+                    for p in fake.objects("pods", cluster.namespace, f"{WORKLOAD}=13")
                     if p["spec"].get("nodeName")
                 ],
                 what="the job's pod bound to node-b",
@@ -453,19 +462,19 @@ def test_a_multi_attach_error_ends_the_attempt_in_words(cluster: Cluster, backen
                 ),
                 what="the notebook running",
             )
-            pending = fake.objects("pods", cluster.namespace, f"{o.WORKLOAD}=13")
-            assert [o.pod_phase(p) for p in pending] == ["Pending"]  # the notebook came first
+            pending = fake.objects("pods", cluster.namespace, f"{WORKLOAD}=13")
+            assert [pod_phase(p) for p in pending] == ["Pending"]  # the notebook came first
             [end] = await exits_of(made)
             assert end.workload_id == 13 and end.exit_code is None, end
             assert "Kubernetes could not attach a volume to its pod" in end.message
             assert "Multi-Attach error for volume" in end.message
             assert f"used by pod(s) {notebook}" in end.message and "ReadWriteMany" in end.message
-            await eventually(lambda: cluster.jobs(f"{o.WORKLOAD}=13") == [], what="no Job left")
+            await eventually(lambda: cluster.jobs(f"{WORKLOAD}=13") == [], what="no Job left")
             # the start reads the notebook from the backend's watch of foreign pods
             await eventually(
                 lambda: any(
                     p["metadata"]["name"] == notebook and p["spec"].get("nodeName")
-                    for p in made.foreign.objects.values()  # type: ignore[union-attr]
+                    for p in made.caches.foreign.objects.values()  # type: ignore[union-attr]
                 ),
                 what="the backend's watch showing the notebook",
             )
@@ -497,15 +506,15 @@ def test_fractional_jobs_reach_tainted_gpu_nodes_with_the_toleration(
             await eventually(
                 lambda: [
                     p
-                    for p in cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")
-                    if o.pod_phase(p) == "Running"
+                    for p in cluster.pods(f"{COMPONENT}={RESERVATION}")
+                    if pod_phase(p) == "Running"
                 ],
                 what="the reservation running on the tainted node",
             )
 
             # ... but the fractional pod asks nothing and stays Pending
             def refused() -> bool:
-                pods = cluster.pods(f"{o.WORKLOAD}=21")
+                pods = cluster.pods(f"{WORKLOAD}=21")
                 conditions = pods[0]["status"].get("conditions") or [] if pods else []
                 return any("untolerated taint" in (c.get("message") or "") for c in conditions)
 
@@ -529,7 +538,7 @@ def test_fractional_jobs_reach_tainted_gpu_nodes_with_the_toleration(
 def _handle(backend: KubernetesBackend, workload_id: int) -> dict[str, Any]:
     for attempt in backend._attempts.values():
         if attempt.workload_id == workload_id:
-            return backend._handle(attempt)
+            return attempt.handle(backend.namespace)
     raise AssertionError(f"no attempt of {workload_id}")
 
 
@@ -546,7 +555,7 @@ def test_the_fake_refuses_objects_a_real_server_refuses(cluster: Cluster, backen
         kube = made.kube
         assert kube is not None
         try:
-            pod = o.reservation_manifest("node-a", 0, made.settings, "2026-01-01T00:00:00.0Z")
+            pod = reservation_manifest("node-a", 0, made.settings, "2026-01-01T00:00:00.0Z")
             pod["spec"]["tolerance"] = []  # a typo of tolerations
             with pytest.raises(Exception, match=r"422.*tolerance"):
                 await kube.call(kube.core.create_namespaced_pod, cluster.namespace, pod)

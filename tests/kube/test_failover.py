@@ -24,7 +24,8 @@ from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, free_port
 from postgres import PostgresServer
 from service_client import checked, wait_for
 
-from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.labels import MANAGED_SELECTOR, WORKLOAD
+from scheduler.backends.kubernetes.pods import pod_phase
 
 from .conftest import SERVICE_CONFIG, started_fake
 from .fakeapi import FakeKube
@@ -136,8 +137,8 @@ def test_the_standby_takes_over_from_a_killed_leader(
         [survivor_pod] = wait_for(
             lambda: [
                 p
-                for p in fake.objects("pods", NAMESPACE, f"{o.WORKLOAD}={survivor['id']}")
-                if o.pod_phase(p) == "Running"
+                for p in fake.objects("pods", NAMESPACE, f"{WORKLOAD}={survivor['id']}")
+                if pod_phase(p) == "Running"
             ],
             10,
             "the survivor's pod running",
@@ -188,12 +189,12 @@ def test_the_standby_takes_over_from_a_killed_leader(
         kept = checked(call("GET", f"workloads/{survivor['id']}")).json()
         assert kept["state"] == "running" and kept["restart_count"] == 0
         assert [e["type"] for e in kept["events"]] == ["submitted", "started"]
-        jobs = fake.objects("jobs", NAMESPACE, o.MANAGED_SELECTOR)
+        jobs = fake.objects("jobs", NAMESPACE, MANAGED_SELECTOR)
         per_workload: dict[str, int] = {}
         for job in jobs:
-            key = job["metadata"]["labels"][o.WORKLOAD]
+            key = job["metadata"]["labels"][WORKLOAD]
             per_workload[key] = per_workload.get(key, 0) + 1
-        [pod] = fake.objects("pods", NAMESPACE, f"{o.WORKLOAD}={survivor['id']}")
+        [pod] = fake.objects("pods", NAMESPACE, f"{WORKLOAD}={survivor['id']}")
         running = [item for item in listed if item["state"] == "running"]
         print(
             f"\nfailover: the standby held the Lease {leased[0] if leased else takeover:.2f} s "

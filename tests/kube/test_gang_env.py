@@ -1,8 +1,8 @@
 """What each process of a gang on Kubernetes sees: every pod is its own torchrun "node".
 
 The device plugin (and HAMi) show a pod only the GPUs it was given, so two replicas on one
-node each see theirs as ``cuda:0``; the contract (scheduler/backends/kubernetes/backend.py,
-``_environment``) is then ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, with the gang's own
+node each see theirs as ``cuda:0``; the contract (scheduler/backends/kubernetes/jobs.py,
+``job_environment``) is then ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, with the gang's own
 ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, and a distinct physical GPU
 per pod. The tests run each pod's real command line (the Job's shell prelude that turns
 ``JOB_COMPLETION_INDEX`` into ``RANK``) under ``/bin/sh`` with the pod's environment, so the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.gpus import GPU
 
 from .conftest import Cluster, eventually, run
 from .test_backend import limits_of, make_job, pods_of
@@ -46,7 +46,7 @@ def test_whole_gpu_gang_pods_are_each_a_torchrun_node(cluster: Cluster, backend:
             for pod in pods:
                 env = process_env(pod)
                 seen[int(env["RANK"])] = (pod["spec"]["nodeName"], {k: env[k] for k in TORCHRUN})
-                assert limits_of(pod) == {o.GPU: "1"}
+                assert limits_of(pod) == {GPU: "1"}
             assert sorted(seen) == [0, 1, 2]
             for rank, (_node, env) in seen.items():
                 assert env == {

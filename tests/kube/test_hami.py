@@ -17,7 +17,17 @@ from typing import Any
 import pytest
 
 from scheduler.backends.base import BackendError
-from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.gpus import (
+    GPU,
+    GPUCORES,
+    GPUMEM,
+    GPUMEM_PERCENTAGE,
+    HAMI_REGISTER,
+    HAMI_SCHEDULER,
+    HAMI_USE_UUID,
+)
+from scheduler.backends.kubernetes.inventory import HamiDevice, hami_devices
+from scheduler.backends.kubernetes.labels import COMPONENT, RESERVATION, WORKLOAD
 
 from .conftest import Cluster, connected, eventually, run
 from .fakeapi import FakeKube
@@ -56,24 +66,24 @@ def register(
                 for i, u in enumerate(uuids)
             ]
         )
-    fake.patch_object("nodes", "", node, {"metadata": {"annotations": {o.HAMI_REGISTER: text}}})
+    fake.patch_object("nodes", "", node, {"metadata": {"annotations": {HAMI_REGISTER: text}}})
     return uuids
 
 
 def node_with(gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"metadata": {"name": "n", "annotations": {o.HAMI_REGISTER: json.dumps(gpus)}}}
+    return {"metadata": {"name": "n", "annotations": {HAMI_REGISTER: json.dumps(gpus)}}}
 
 
 def test_hamis_registration_is_read_in_both_formats() -> None:
     device = {"id": "GPU-b", "index": 1, "devmem": 100, "type": "T4", "health": True}
     unordered = node_with([device, {**device, "id": "GPU-a", "index": 0, "health": False}])
     # in index order; an unhealthy device stays, so no index shifts under running work
-    assert [d.uuid for d in o.hami_devices(unordered)] == ["GPU-a", "GPU-b"]
-    legacy = {"metadata": {"annotations": {o.HAMI_REGISTER: "GPU-x,10,15360,100,T4,0,true:"}}}
-    assert o.hami_devices(legacy) == [o.HamiDevice("GPU-x", 15360, "T4")]
+    assert [d.uuid for d in hami_devices(unordered)] == ["GPU-a", "GPU-b"]
+    legacy = {"metadata": {"annotations": {HAMI_REGISTER: "GPU-x,10,15360,100,T4,0,true:"}}}
+    assert hami_devices(legacy) == [HamiDevice("GPU-x", 15360, "T4")]
     for broken in ("GPU-x,10,15360:", "[{}]", '[{"id": "not-a-uuid"}]', "{", ""):
-        node = {"metadata": {"annotations": {o.HAMI_REGISTER: broken}}}
-        assert o.hami_devices(node) == [], broken
+        node = {"metadata": {"annotations": {HAMI_REGISTER: broken}}}
+        assert hami_devices(node) == [], broken
 
 
 def test_hami_inventory_is_the_registered_gpus_not_the_slots(
@@ -118,14 +128,14 @@ def test_a_hami_share_is_pinned_to_the_chosen_gpu_on_hamis_scheduler(
             pods = [(await pods_of(cluster, w))[0] for w in (2, 3)]
             for pod in pods:
                 # rounded down from HAMi's count: 2 x 40779 fits in 81559, 2 x 40780 would not
-                assert limits_of(pod) == {o.GPU: "1", o.GPUMEM: "40779"}
-                assert pod["spec"]["schedulerName"] == o.HAMI_SCHEDULER
-                assert pod["metadata"]["annotations"][o.HAMI_USE_UUID] == uuids[1]
+                assert limits_of(pod) == {GPU: "1", GPUMEM: "40779"}
+                assert pod["spec"]["schedulerName"] == HAMI_SCHEDULER
+                assert pod["metadata"]["annotations"][HAMI_USE_UUID] == uuids[1]
                 env = env_of(pod)
                 assert env["FRACHUB_GPU_MEMORY_MIB"] == "40779"
                 assert env["FRACHUB_GPU_UUIDS"] == uuids[1]
                 assert "NVIDIA_VISIBLE_DEVICES" not in env  # HAMi's device plugin sets it
-            assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+            assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []
         finally:
             await made.close()
 
@@ -141,20 +151,18 @@ def test_hami_whole_gpus_are_exclusive_and_pinned_per_group(cluster: Cluster, ba
         made = await backend(sharing_mode="hami", hami_scheduler_name="vgpu-scheduler")
         try:
             await made.start(make_job(5, [("node-a", [3], 1.0), ("node-a", [0], 1.0)]))
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=5")
+            (job,) = cluster.jobs(f"{WORKLOAD}=5")
             template = job["spec"]["template"]
             # one template for both pods: HAMi gives each a free one of the two
-            assert template["metadata"]["annotations"][o.HAMI_USE_UUID] == (
-                f"{uuids[3]},{uuids[0]}"
-            )
+            assert template["metadata"]["annotations"][HAMI_USE_UUID] == (f"{uuids[3]},{uuids[0]}")
             assert template["spec"]["schedulerName"] == "vgpu-scheduler"
             for pod in await pods_of(cluster, 5, 2):
-                assert limits_of(pod) == {o.GPU: "1", o.GPUMEM_PERCENTAGE: "100", o.GPUCORES: "100"}
+                assert limits_of(pod) == {GPU: "1", GPUMEM_PERCENTAGE: "100", GPUCORES: "100"}
                 assert "FRACHUB_GPU_UUIDS" not in env_of(pod)  # which of the two: HAMi's pick
             await made.start(make_job(6, [("node-a", [1, 2], 1.0)]))
             (pod,) = await pods_of(cluster, 6)
-            assert pod["metadata"]["annotations"][o.HAMI_USE_UUID] == f"{uuids[1]},{uuids[2]}"
-            assert limits_of(pod)[o.GPU] == "2"
+            assert pod["metadata"]["annotations"][HAMI_USE_UUID] == f"{uuids[1]},{uuids[2]}"
+            assert limits_of(pod)[GPU] == "2"
         finally:
             await made.close()
 
@@ -170,10 +178,10 @@ def test_hami_pods_without_a_gpu_keep_the_configured_scheduler(
         made = await backend(sharing_mode="hami", scheduler_name="batch-scheduler")
         try:
             await made.start(make_job(7, [(node, [], 0.0)]))
-            (job,) = cluster.jobs(f"{o.WORKLOAD}=7")
+            (job,) = cluster.jobs(f"{WORKLOAD}=7")
             template = job["spec"]["template"]
             assert template["spec"]["schedulerName"] == "batch-scheduler"
-            assert o.HAMI_USE_UUID not in template["metadata"]["annotations"]
+            assert HAMI_USE_UUID not in template["metadata"]["annotations"]
             assert limits_of(template) == {}
         finally:
             await made.close()
@@ -191,7 +199,7 @@ def test_a_gpu_hami_has_not_registered_is_refused_with_nothing_created(
         try:
             with pytest.raises(BackendError, match=f"HAMi has not registered GPU 0 on {node}"):
                 await made.start(make_job(8, [(node, [0], 0.25)]))
-            assert cluster.jobs(f"{o.WORKLOAD}=8") == []
+            assert cluster.jobs(f"{WORKLOAD}=8") == []
         finally:
             await made.close()
 
@@ -220,7 +228,7 @@ def test_the_charts_hami_settings_reach_the_pods(
             await made.start(make_job(9, [("node-a", [2], 0.5)]))
             (pod,) = await pods_of(cluster, 9)
             assert pod["spec"]["schedulerName"] == "vgpu-scheduler"
-            assert pod["metadata"]["annotations"][o.HAMI_USE_UUID] == uuids[2]
+            assert pod["metadata"]["annotations"][HAMI_USE_UUID] == uuids[2]
         alloc = allocation(0.5, (2,))
         alloc["placement"][0]["gpus"][0]["uuid"] = uuids[2]
         spawner = make_spawner(
@@ -231,6 +239,6 @@ def test_the_charts_hami_settings_reach_the_pods(
         )
         body = await create(spawner)
         assert body["spec"]["schedulerName"] == "vgpu-scheduler"
-        assert body["metadata"]["annotations"][o.HAMI_USE_UUID] == uuids[2]
+        assert body["metadata"]["annotations"][HAMI_USE_UUID] == uuids[2]
 
     run(scenario)

@@ -27,7 +27,14 @@ from hubharness import API_PATH, Hub, ServiceProcess
 from service_client import checked, submit, wait_for, wait_state, wait_token_refused, workload
 
 from hub_ext.client import checkpointed
-from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.labels import (
+    COMPONENT,
+    MANAGED_SELECTOR,
+    TRAINING,
+    WORKLOAD,
+    attempt_name,
+)
+from scheduler.backends.kubernetes.pods import condition, pod_live, pod_phase, pod_rank
 
 from .conftest import SERVICE_CONFIG, started_fake
 from .fakeapi import FakeKube
@@ -110,18 +117,16 @@ def nothing_left_behind(fake: FakeKube, service: ServiceProcess) -> Iterator[Non
     their pods' logs), stopped ones are deleted."""
     yield
     fake.ignore_sigterm = False
-    wait_for(
-        lambda: not [p for p in training(fake, "pods") if o.pod_live(p)], 20, "no live pod left"
-    )
+    wait_for(lambda: not [p for p in training(fake, "pods") if pod_live(p)], 20, "no live pod left")
 
 
 # --- reading the cluster ------------------------------------------------------------------------
 
 
 def training(fake: FakeKube, plural: str, workload_id: int | None = None) -> list[dict[str, Any]]:
-    selector = f"{o.COMPONENT}={o.TRAINING}"
+    selector = f"{COMPONENT}={TRAINING}"
     if workload_id is not None:
-        selector += f",{o.WORKLOAD}={workload_id}"
+        selector += f",{WORKLOAD}={workload_id}"
     return fake.objects(plural, NAMESPACE, selector)
 
 
@@ -130,7 +135,7 @@ def running_pods(fake: FakeKube, workload_id: int, count: int = 1) -> list[dict[
         pods = [
             pod
             for pod in training(fake, "pods", workload_id)
-            if o.pod_phase(pod) == "Running" and not pod["metadata"].get("deletionTimestamp")
+            if pod_phase(pod) == "Running" and not pod["metadata"].get("deletionTimestamp")
         ]
         return pods if len(pods) == count else None
 
@@ -138,8 +143,8 @@ def running_pods(fake: FakeKube, workload_id: int, count: int = 1) -> list[dict[
         return wait_for(found, 20, f"{count} running pod(s) of workload {workload_id}")
     except AssertionError as error:
         seen = [
-            (p["metadata"]["name"], o.pod_phase(p), p["spec"].get("nodeName"))
-            for p in fake.objects("pods", NAMESPACE, o.MANAGED_SELECTOR)
+            (p["metadata"]["name"], pod_phase(p), p["spec"].get("nodeName"))
+            for p in fake.objects("pods", NAMESPACE, MANAGED_SELECTOR)
         ]
         raise AssertionError(f"{error}; FracHub's pods: {seen}") from None
 
@@ -211,7 +216,7 @@ def test_over_quota_training_is_suspended_requeued_and_restarted(client, fake) -
     wait_state(alice, second["id"], "running")
     [pod] = running_pods(fake, second["id"])
     [job] = training(fake, "jobs", second["id"])
-    assert job["metadata"]["name"] == o.attempt_name(second["id"], 0)
+    assert job["metadata"]["name"] == attempt_name(second["id"], 0)
     assert job["spec"]["suspend"] is False  # admitted
     assert pod["spec"]["nodeName"] == NODE
     assert env_of(pod)["FRACHUB_RESTART_COUNT"] == "0"
@@ -271,7 +276,7 @@ def test_over_quota_training_is_suspended_requeued_and_restarted(client, fake) -
     assert restarted["restart_count"] == 1 and restarted["preemptions"] == 1
     [new_pod] = running_pods(fake, second["id"])
     [new_job] = training(fake, "jobs", second["id"])
-    assert new_job["metadata"]["name"] == o.attempt_name(second["id"], 1)
+    assert new_job["metadata"]["name"] == attempt_name(second["id"], 1)
     assert env_of(new_pod)["FRACHUB_RESTART_COUNT"] == "1"
     assert env_of(new_pod)["FRACHUB_WORKLOAD_ID"] == str(second["id"])
     assert event_types(alice, second["id"]) == [
@@ -365,7 +370,7 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
     after = workload(alice, job["id"])
     assert [e["type"] for e in after["events"]] == ["submitted", "started", "failed"]
     assert after["restart_count"] == 0 and after["exit_code"] == 3
-    assert fake.get("jobs", NAMESPACE, o.attempt_name(job["id"], 1)) is None
+    assert fake.get("jobs", NAMESPACE, attempt_name(job["id"], 1)) is None
     assert len(training(fake, "pods", job["id"])) == 1
 
 
@@ -376,7 +381,7 @@ def test_job_logs_come_from_the_pods(client, fake) -> None:
     job = submit(alice, command="python train.py", gpus=0.5, replicas=2)
     wait_state(alice, job["id"], "running")
     pods = running_pods(fake, job["id"], count=2)
-    by_rank = {o.pod_rank(pod): pod for pod in pods}
+    by_rank = {pod_rank(pod): pod for pod in pods}
     for rank, pod in by_rank.items():
         fake.write_log(
             NAMESPACE, pod["metadata"]["name"], f"rank {rank} epoch 1\nrank {rank} epoch 2"
@@ -474,7 +479,7 @@ def test_a_job_checkpoints_with_the_token_from_its_secret(hub, client, fake) -> 
         },
     }
     token = env["JUPYTERHUB_API_TOKEN"]
-    assert token not in json.dumps(fake.get("jobs", NAMESPACE, o.attempt_name(job["id"], 0)))
+    assert token not in json.dumps(fake.get("jobs", NAMESPACE, attempt_name(job["id"], 0)))
     checkpointed(environ=env)
     assert workload(alice, job["id"])["checkpointed_at"] is not None
     finish(fake, pod, 0)
@@ -510,9 +515,7 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     service.kill(signal.SIGKILL)
     finish(fake, finisher_pod, 7)  # ends while nobody watches
     wait_for(
-        lambda: o.job_condition(
-            fake.get("jobs", NAMESPACE, o.attempt_name(finisher["id"], 0)), "Failed"
-        ),
+        lambda: condition(fake.get("jobs", NAMESPACE, attempt_name(finisher["id"], 0)), "Failed"),
         5,
         "the finisher's Job failed",
     )
@@ -532,7 +535,7 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     types = [e["type"] for e in kept["events"] if e["type"] != "borrowed"]
     assert types == ["submitted", "started"], kept["events"]
     [job] = training(fake, "jobs", survivor["id"])
-    assert job["metadata"]["name"] == o.attempt_name(survivor["id"], 0)
+    assert job["metadata"]["name"] == attempt_name(survivor["id"], 0)
     [pod] = training(fake, "pods", survivor["id"])
     assert pod["metadata"]["uid"] == survivor_pod["metadata"]["uid"]
     after = [workload(alice, w["id"]) for w in waiting]

@@ -13,7 +13,24 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client import ApiClient
 
-from scheduler.backends.kubernetes import objects as o
+from scheduler.backends.kubernetes.gpus import (
+    GPU,
+    GPUCORES,
+    GPUMEM,
+    GPUMEM_PERCENTAGE,
+    HAMI_SCHEDULER,
+    HAMI_USE_UUID,
+)
+from scheduler.backends.kubernetes.labels import (
+    COMPONENT,
+    GPU_UUID,
+    HOSTNAME,
+    RESERVATION,
+    SHARES,
+    TRACKED,
+    WORKLOAD,
+)
+from scheduler.backends.kubernetes.pods import pinned_node
 from spawner.kube import FracKubeSpawner
 
 from .conftest import Cluster, eventually, run
@@ -78,20 +95,20 @@ def test_fractional_notebook_is_placed_on_the_reserved_gpu(
         spawner = make_spawner(cluster, allocation(0.25))
         body = await create(spawner)
         spec = body["spec"]
-        assert o.pinned_node(spec) == "node-a" and o.HOSTNAME not in spec.get("nodeSelector", {})
+        assert pinned_node(spec) == "node-a" and HOSTNAME not in spec.get("nodeSelector", {})
         assert spec["priorityClassName"] == "frachub-interactive"
         container = spec["containers"][0]
-        assert o.GPU not in ((container.get("resources") or {}).get("limits") or {})
+        assert GPU not in ((container.get("resources") or {}).get("limits") or {})
         env = {e["name"]: e.get("value") for e in container["env"]}
-        reservation = cluster.pods(f"{o.COMPONENT}={o.RESERVATION}")[0]
-        uuid = reservation["metadata"]["annotations"][o.GPU_UUID]
+        reservation = cluster.pods(f"{COMPONENT}={RESERVATION}")[0]
+        uuid = reservation["metadata"]["annotations"][GPU_UUID]
         assert reservation["metadata"]["name"] == "frachub-gpu-node-a-1"
         assert env["NVIDIA_VISIBLE_DEVICES"] == uuid and uuid.startswith("GPU-node-a-")
         assert env["FRACHUB_GPU_FRACTION"] == "0.25" and env["FRACHUB_GPU_MEMORY_MIB"] == "20480"
         assert "CUDA_VISIBLE_DEVICES" not in env
         labels = body["metadata"]["labels"]
-        assert labels[o.TRACKED] == "true" and labels[o.WORKLOAD] == "41"
-        assert body["metadata"]["annotations"][o.SHARES] == "node-a:1:250"
+        assert labels[TRACKED] == "true" and labels[WORKLOAD] == "41"
+        assert body["metadata"]["annotations"][SHARES] == "node-a:1:250"
 
         def running() -> bool:
             pod = cluster.fake.get("pods", cluster.namespace, spawner.pod_name)  # type: ignore[union-attr]
@@ -109,9 +126,9 @@ def test_fractional_notebook_is_placed_on_the_reserved_gpu(
 @pytest.mark.parametrize(
     "mode, share, gpus, limits",
     [
-        ("hami", 0.5, (1,), {o.GPU: "1", o.GPUMEM: "40960"}),
-        ("reservation", 1.0, (0, 1), {o.GPU: "2"}),
-        ("hami", 1.0, (2,), {o.GPU: "1", o.GPUMEM_PERCENTAGE: "100", o.GPUCORES: "100"}),
+        ("hami", 0.5, (1,), {GPU: "1", GPUMEM: "40960"}),
+        ("reservation", 1.0, (0, 1), {GPU: "2"}),
+        ("hami", 1.0, (2,), {GPU: "1", GPUMEM_PERCENTAGE: "100", GPUCORES: "100"}),
     ],
     ids=["hami-fraction", "reservation-whole", "hami-whole"],
 )
@@ -131,18 +148,18 @@ def test_gpu_resources_per_sharing_mode(
         assert {k: v for k, v in got.items() if k.startswith("nvidia.com/")} == limits
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin or HAMi sets it
-        assert cluster.pods(f"{o.COMPONENT}={o.RESERVATION}") == []
+        assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []
         annotations = body["metadata"].get("annotations") or {}
         if mode == "hami":  # HAMi's scheduler, on the GPU the allocation names
-            assert body["spec"]["schedulerName"] == o.HAMI_SCHEDULER
+            assert body["spec"]["schedulerName"] == HAMI_SCHEDULER
             uuids = ",".join(f"GPU-from-inventory-{i}" for i in gpus)
-            assert annotations[o.HAMI_USE_UUID] == uuids
+            assert annotations[HAMI_USE_UUID] == uuids
             if share < 1:  # the one GPU named, the memory HAMi enforces
                 assert env["FRACHUB_GPU_UUIDS"] == uuids
-                assert env["FRACHUB_GPU_MEMORY_MIB"] == limits[o.GPUMEM]
+                assert env["FRACHUB_GPU_MEMORY_MIB"] == limits[GPUMEM]
         else:
             assert body["spec"].get("schedulerName") in (None, "default-scheduler")
-            assert o.HAMI_USE_UUID not in annotations
+            assert HAMI_USE_UUID not in annotations
 
     run(scenario)
 
@@ -187,7 +204,7 @@ def test_notebooks_are_pinned_by_node_name_where_the_hostname_label_differs(
         name = {"key": "metadata.name", "operator": "In", "values": ["gpu-1.cluster.internal"]}
         assert [t["matchFields"] for t in terms] == [[name], [name]]
         assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
-        assert o.HOSTNAME not in (body["spec"].get("nodeSelector") or {})
+        assert HOSTNAME not in (body["spec"].get("nodeSelector") or {})
 
         def running() -> bool:
             pod = fake.get("pods", cluster.namespace, spawner.pod_name)
@@ -201,11 +218,11 @@ def test_notebooks_are_pinned_by_node_name_where_the_hostname_label_differs(
         labelled = make_spawner(
             cluster,
             allocation(1.0, (1,), node="gpu-1.cluster.internal"),
-            frachub_node_label=o.HOSTNAME,
+            frachub_node_label=HOSTNAME,
         )
         labelled.pod_name = "jupyter-labelled"
         body = await create(labelled)
-        assert body["spec"]["nodeSelector"][o.HOSTNAME] == "gpu-1.cluster.internal"
+        assert body["spec"]["nodeSelector"][HOSTNAME] == "gpu-1.cluster.internal"
         assert "affinity" not in body["spec"] or not body["spec"]["affinity"]
         await asyncio.sleep(0.3)
         stuck = fake.get("pods", cluster.namespace, "jupyter-labelled")
@@ -223,7 +240,7 @@ def test_cpu_only_notebook_sees_no_gpu(cluster: Cluster, kube_default: None) -> 
         container = body["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["NVIDIA_VISIBLE_DEVICES"] == "none"
-        assert o.HOSTNAME not in (body["spec"].get("nodeSelector") or {})
+        assert HOSTNAME not in (body["spec"].get("nodeSelector") or {})
 
     run(scenario)
 

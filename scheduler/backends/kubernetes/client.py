@@ -27,7 +27,8 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client, config, watch
 
-Obj = dict[str, Any]
+from scheduler.backends.kubernetes.pods import Obj
+
 RETRIED_STATUS = (429, 500, 502, 503, 504)
 
 

@@ -6,20 +6,20 @@ Jobs in the namespace reads: each variable is an ``env`` entry with a ``secretKe
 the Secret ``<attempt>-credentials``. The Jobs are created suspended, so their pods do not
 exist before the Secret does; it lists the Jobs as its owners, so the garbage collector
 deletes it with the last of them (the Jobs of a finished attempt are deleted after
-``ttlSecondsAfterFinished``, or at once when FracHub stops them). Pure functions: the backend
-does the calls.
+``ttlSecondsAfterFinished``, or at once when FracHub stops them). The backend puts the Secret
+(``put_secret``) between creating the suspended Jobs and resuming them.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from scheduler.backends.kubernetes.objects import ATTEMPT_NAME, COMPONENT, MANAGED, MANAGED_BY
-from scheduler.backends.kubernetes.objects import WORKLOAD as WORKLOAD_LABEL
-
-Obj = dict[str, Any]
+from scheduler.backends.base import JobSpec
+from scheduler.backends.kubernetes.client import Kube, KubeError
+from scheduler.backends.kubernetes.labels import ATTEMPT_NAME, COMPONENT, MANAGED, MANAGED_BY
+from scheduler.backends.kubernetes.labels import WORKLOAD as WORKLOAD_LABEL
+from scheduler.backends.kubernetes.pods import Obj
 
 CREDENTIALS = "job-credentials"  # the Secret's component label
 
@@ -71,3 +71,24 @@ def secret_manifest(
             key: base64.b64encode(value.encode()).decode() for key, value in credentials.items()
         },
     }
+
+
+async def put_secret(
+    kube: Kube, namespace: str, name: str, job: JobSpec, base: str, owners: list[Obj]
+) -> None:
+    """The attempt's Secret, before any of its pods exists; a retried start replaces the
+    one its first try made (that try's token was never recorded)."""
+    manifest = secret_manifest(name, job.workload_id, base, job.credentials, owners)
+    try:
+        await kube.call(kube.core.create_namespaced_secret, namespace, manifest)
+    except KubeError as error:
+        if error.status != 409:
+            raise
+        patch = {"metadata": {"ownerReferences": manifest["metadata"]["ownerReferences"]}}
+        await kube.call(
+            kube.core.patch_namespaced_secret,
+            name,
+            namespace,
+            {**patch, "data": manifest["data"]},
+            _content_type="application/merge-patch+json",
+        )
