@@ -38,6 +38,7 @@ from tornado.httpclient import HTTPClientError
 
 from scheduler.engine import reasons
 from scheduler.engine.lifecycle import WorkloadState
+from scheduler.service.effects import held_gpus
 from scheduler.service.hubapi import HubApi
 from scheduler.service.idle_policy import (
     DEFAULT_WARNING_FRACTION,
@@ -46,7 +47,7 @@ from scheduler.service.idle_policy import (
     judge,
     warning_text,
 )
-from scheduler.service.loop import SchedulingLoop, held_gpus
+from scheduler.service.loop import SchedulingLoop
 from scheduler.service.orm import WorkloadRecord
 
 PAGINATION = "application/jupyterhub-pagination+json"

@@ -17,25 +17,23 @@ decisions. What changed while the engine worked, or between two slices, is recon
 decision applies only to a workload still exactly as the session counted it
 (``Lifecycle.counted``), and a start only to GPUs still free.
 
-Arrivals do not wait for a cycle either (``arrive``). A new workload is decided at once with
-``decide(settled.fork([arrival], now))`` on ``settled``, a session that holds at least every
-GPU share held now (exits and cancels only free capacity, so it may hold more, never less):
-if the engine starts it there without touching anyone else, it starts now and the next full
-cycle confirms it. Whatever else the fork decides (evictions, a reservation, a wait) is left
-to the next cycle. The fork becomes the new ``settled``, so arrivals see each other.
-``settled`` is replaced by a cycle's session when the cycle comes back from the worker, with
-what the fast path started while that cycle decided taken in (``_absorb``), before its
+Arrivals do not wait for a cycle either (``arrive``, ``scheduler/service/arrivals.py``): a
+new workload the engine starts at once on a fork of ``settled`` without touching anyone else
+starts now. ``settled`` is replaced by a cycle's session when the cycle comes back from the
+worker, with what the fast path started while that cycle decided taken in, before its
 decisions are applied: it counts them all as done, so it holds more than is held until the
 last slice, never less, and arrivals between slices are decided on it.
 docs/service.md, "Cycles and arrivals", has the whole argument.
 
 The workloads' life (states, transitions, the snapshot, the decisions) is the lifecycle's
 (``scheduler.engine.lifecycle``), shared with the scenario runner and the fleet simulator; the
-loop carries out its effects. Write first, act second: a start is committed before the
-process is launched, so a crash in between leaves a running workload without a handle, which
-``recover`` requeues. Evicted work holds its GPUs (preempting) until the backend reports its
-exit, so the engine never hands a GPU to two workloads at once (the policy is built with
+loop carries out its effects (``scheduler/service/effects.py``: the store first, the backend
+second). Evicted work holds its GPUs (preempting) until the backend reports its exit, so the
+engine never hands a GPU to two workloads at once (the policy is built with
 ``immediate_evictions=False``).
+
+Its neighbours: ``roster`` (the active rows and their indexes), ``submissions`` (the group
+commit), ``joblog`` (milestones in a job's own log), ``borrowed`` (work beyond its quota).
 """
 
 from __future__ import annotations
@@ -44,48 +42,44 @@ import asyncio
 import contextlib
 import copy
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from scheduler.backends.base import Backend, BackendError, Checkpoint, Inventory, JobSpec
-from scheduler.display import describe_placement, event_line, gpus
+from scheduler.backends.base import Backend, Checkpoint, Inventory
+from scheduler.display import event_line
 from scheduler.engine import (
-    MILLI,
     CycleResult,
     Pending,
-    Placement,
     Policy,
     Queue,
     QueueStatus,
     Session,
     Snapshot,
-    Start,
     Workload,
     decide,
 )
 from scheduler.engine.lifecycle import (
     Effect,
-    Evicted,
-    Freed,
-    Launch,
     Lifecycle,
     LifecycleError,
     Milestone,
-    Note,
     Started,
-    Stop,
     WorkloadState,
 )
-from scheduler.engine.model import held_milli
+from scheduler.service.arrivals import FastPath
+from scheduler.service.borrowed import borrowed
 from scheduler.service.decisions import Reconciler
+from scheduler.service.effects import Effects, Stops
 from scheduler.service.heap import Freezer
+from scheduler.service.joblog import write_milestone
 from scheduler.service.metrics import Metrics
 from scheduler.service.orm import WorkloadRecord
+from scheduler.service.roster import Roster
 from scheduler.service.store import Store
+from scheduler.service.submissions import BeforeCommit, GroupCommit
 from scheduler.service.sweeps import held_back
 
 MAX_CYCLES_PER_RUN = 100
@@ -99,9 +93,6 @@ loop gives up the interpreter lock at every socket write and SQLite statement, a
 engine thread decides, it waits up to this long to get it back, several times a request.
 With benchmarks/service_api.py, 5 -> 1 ms: POST and `GET workloads` p99 about 40% lower, the
 engine's CPU per cycle no higher (docs/benchmarks.md, section 3, "Fourth pass")."""
-LAUNCHES_AT_ONCE = 16
-"""A cycle's starts are launched side by side, this many at a time: each waits on the
-backend (a process, the Kubernetes API) and, with job tokens, on the hub (about 50 ms)."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +102,6 @@ class Settings:
     grace_seconds: float = 30.0
     cycle_interval: float = 5.0
     poll_interval: float = 0.5
-
-
-def held_gpus(placement: Placement) -> float:
-    return held_milli(placement) / MILLI
 
 
 class SchedulingLoop:
@@ -139,18 +126,14 @@ class SchedulingLoop:
         self.clock = clock
         self.log = log or logging.getLogger("frachub")
         self.lifecycle = Lifecycle(grace_seconds=settings.grace_seconds)
-        """The workloads' lives; ``records`` are their rows, kept in step with them."""
-        self.records: dict[int, WorkloadRecord] = {}
-        self._holding: dict[int, WorkloadRecord] = {}
-        self._sweeps: dict[int, WorkloadRecord] = {}
-        self._allocations: dict[tuple[str, str | None], WorkloadRecord] = {}
-        """``records`` indexed (``_index``) for what a cycle or a request asks of them often:
-        the ones holding GPUs, the sweep members, the allocations by (user, server name).
-        Walking all of them costs milliseconds at 15,000 pending (their rows' attributes are
-        SQLAlchemy's), every cycle and every fast-path start."""
+        """The workloads' lives; the roster's rows are kept in step with them."""
+        self.roster = Roster()
+        self.records: dict[int, WorkloadRecord] = self.roster.records
+        """The active workloads' rows, by id (the roster's)."""
+        self.pending: dict[int, Pending] = self.roster.pending
+        """Why each pending workload waits (the roster's)."""
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
-        self.pending: dict[int, Pending] = {}
         self.held: dict[int, str] = {}
         """Sweep members the last snapshot held back, with why."""
         self.queue_status: dict[str, QueueStatus] = {}
@@ -160,32 +143,26 @@ class SchedulingLoop:
         self.next_wakeup: float | None = None
         self.freezer = Freezer()
         """Freezes the long-lived state after each settled run of cycles (``heap``)."""
-        self.settled: Session | None = None
-        """A session holding at least every GPU share held now (it may still count work that
-        has exited since), forked to decide arrivals in milliseconds (``arrive``,
-        ``dry_run``); None while nothing guarantees that (see the module's docstring)."""
+        self.fast = FastPath(metrics, self.log)
+        """The fast arrival path and the ``settled`` session it decides on."""
+        self.effects = Effects(
+            self.lifecycle,
+            self.roster,
+            store,
+            backend,
+            metrics,
+            grace_seconds=settings.grace_seconds,
+            nodes=lambda: self.inventory.nodes,
+            unsettle=self.fast.unsettle,
+            log=self.log,
+        )
+        self._group = GroupCommit(self.add_all, self.log)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="frachub-engine")
         """Where cycles decide: one thread, so cycles never overlap."""
         self._policies = [replace(self.policy, scorer=copy.deepcopy(policy.scorer)) for _ in "ab"]
         """The cycles' policies, each with a scorer of its own: scorers keep memos that two
         threads must not change at once, and the event loop forks ``settled`` (whose policy
         is one of these) while a cycle decides, so a cycle takes the other one."""
-        self._fast_log: list[tuple[Workload, Placement]] = []
-        """What the fast path started since the running cycle's snapshot (as pending, and
-        where): that cycle checks its starts against the GPUs held now, and its session
-        takes these in before it becomes ``settled``."""
-        self._waiting: set[str] = set()
-        """Projects an arrival was left waiting in since the last cycle: later arrivals there
-        queue behind it rather than jump it."""
-        self._late: list[WorkloadRecord] = []
-        """Submitted since the running cycle's snapshot (``_rearrive``)."""
-        self._submissions: list[
-            tuple[
-                list[WorkloadRecord],
-                Callable[[list[WorkloadRecord]], None] | None,
-                asyncio.Future,
-            ]
-        ] = []
         self.version = 0
         """Bumped whenever something a waiting client may care about changed."""
         self._changed = asyncio.Event()
@@ -210,8 +187,7 @@ class SchedulingLoop:
         self.load_queues()
         self.lifecycle.start_seq = self.store.max_start_seq()
         for record in self.store.active_workloads():
-            self.records[record.id] = record
-            self._index(record)
+            self.roster.add(record)
             self.lifecycle.restore(record.as_life())
         effects: list[Effect] = []
         to_stop: list[WorkloadRecord] = []
@@ -226,7 +202,7 @@ class SchedulingLoop:
                 effects += self.lifecycle.exited(life.name, now, None, gone)
             elif life.state.releasing:
                 to_stop.append(record)
-        self._record(effects, now)
+        self.effects.record(effects, now)
         self.store.commit()
         for record in to_stop:
             await self.backend.stop(record.id, record.handle or {}, self.settings.grace_seconds)
@@ -276,61 +252,15 @@ class SchedulingLoop:
         return added
 
     async def submit(
-        self,
-        records: list[WorkloadRecord],
-        *,
-        before_commit: Callable[[list[WorkloadRecord]], None] | None = None,
+        self, records: list[WorkloadRecord], *, before_commit: BeforeCommit | None = None
     ) -> list[WorkloadRecord]:
         """``add_all``, committed together with the submissions that arrive alongside (a
-        group commit): the first one of a burst schedules the commit for the end of this turn
-        of the event loop, and every caller is answered once the one transaction holding
-        its workloads has committed, so a 201 still means stored. Should the shared
-        transaction fail, each submission is tried again in a transaction of its own, so one
-        cannot fail another."""
-        running = asyncio.get_running_loop()
-        future = running.create_future()
-        self._submissions.append((records, before_commit, future))
-        if len(self._submissions) == 1:
-            running.call_soon(self._commit_submissions)
-        return await future
-
-    def _commit_submissions(self) -> None:
-        batch, self._submissions = self._submissions, []
-        if len(batch) > 1:
-            everything = [record for records, _, _ in batch for record in records]
-            names = [record.name for record in everything]
-            hooks = [(records, before) for records, before, _ in batch if before is not None]
-
-            def before_commit(_: list[WorkloadRecord]) -> None:
-                for records, before in hooks:
-                    before(records)
-
-            try:
-                self.add_all(everything, before_commit=before_commit)
-            except Exception:
-                self.log.warning("a group commit of %d submissions failed; one by one", len(batch))
-                for record, name in zip(everything, names, strict=True):
-                    record.id, record.name = None, name
-            else:
-                for records, _, future in batch:
-                    if not future.done():
-                        future.set_result(records)
-                return
-        for records, before, future in batch:
-            try:
-                self.add_all(records, before_commit=before)
-            except Exception as error:
-                if not future.done():
-                    future.set_exception(error)
-            else:
-                if not future.done():
-                    future.set_result(records)
+        group commit, ``scheduler/service/submissions.py``): a 201 still means stored, and
+        one submission cannot fail another."""
+        return await self._group.submit(records, before_commit)
 
     def add_all(
-        self,
-        records: list[WorkloadRecord],
-        *,
-        before_commit: Callable[[list[WorkloadRecord]], None] | None = None,
+        self, records: list[WorkloadRecord], *, before_commit: BeforeCommit | None = None
     ) -> list[WorkloadRecord]:
         """Store new workloads in ONE transaction, each at the back of its queue, and schedule:
         a sweep's members are all stored or none is, and nothing of a failed submission stays
@@ -349,19 +279,17 @@ class SchedulingLoop:
                 record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
         try:
             for record in records:
-                self.records[record.id] = record
-                self._index(record)
-                self._record(self.lifecycle.submit(record.as_life(new=True), now), now)
+                self.roster.add(record)
+                self.effects.record(self.lifecycle.submit(record.as_life(new=True), now), now)
             self.store.commit()
         except Exception:
             for record in records:
-                self._unindex(record)
-                self.records.pop(record.id, None)
+                self.roster.remove(record)
                 self.lifecycle.withdraw(str(record.id))
             raise
         for record in records:
             self.metrics.submitted(record.kind)
-        self._late += records
+        self.fast.late += records
         self._busy = True
         try:
             self.arrive([record for record in records if record.sweep_id is None])
@@ -372,113 +300,9 @@ class SchedulingLoop:
         self.request_cycle()
         return records
 
-    # -- the fast arrival path ----------------------------------------------------------------
-
-    def arrive(self, records: list[WorkloadRecord], *, again: bool = False) -> None:
-        """Decide new pending workloads at once on a fork of ``settled``; start those the
-        engine starts there without evicting, moving or reserving anything. The rest wait
-        for the next cycle (which ``add_all`` has asked for). ``again``: they were offered
-        before, and are not counted again in the metrics."""
-        now = self.clock()
-
-        def count(outcome: str, n: int = 1) -> None:
-            if not again:
-                self.metrics.arrived(outcome, n)
-
-        arrivals: list[Workload] = []
-        for record in records:
-            life = self.lifecycle.get(str(record.id))
-            if life is None or life.state is not WorkloadState.PENDING:
-                continue
-            arrival = life.workload()
-            if self.settled is None:
-                count("unsettled")
-            elif not self._may_start_now(self.settled, arrival):
-                count("deferred")
-            else:
-                arrivals.append(arrival)
-                continue
-            self._waiting.add(arrival.queue)
-        if not arrivals or self.settled is None:
-            return
-        names = {arrival.name for arrival in arrivals}
-        try:
-            fork = self.settled.fork(arrivals, now)
-            # Only the arrivals are decided. The work already waiting in ``settled`` waited
-            # there on the same capacity (or more: it still counts exited work); an arrival
-            # adds demand, which raises no other queue's share, so none of it would start
-            # now, and deciding it again costs as much as a cycle. (The claims held for
-            # reserved claimants stay taken on the fork's ledger.)
-            fork.pending = {name: w for name, w in fork.pending.items() if name in names}
-            result = decide(fork)
-        except Exception:  # the full cycle decides them anyway, and says what went wrong
-            self.log.exception("the fast path failed for %d arrivals", len(arrivals))
-            self.settled = None
-            return
-        clean = not fork.reserved and all(
-            isinstance(d, Start) and d.workload in names for d in result.decisions
-        )
-        if not clean:  # it needs room made: the next cycle decides that, with evictions
-            self.settled = self.settled.fork(arrivals, now)
-            count("waited", len(arrivals))
-            self._waiting.update(arrival.queue for arrival in arrivals)
-            return
-        started = {d.workload for d in result.decisions}
-        self._waiting.update(a.queue for a in arrivals if a.name not in started)
-        count("started", len(started))
-        count("waited", len(arrivals) - len(started))
-        if not started:
-            self.settled = fork
-            return
-        effects = self.lifecycle.apply(result, now)
-        _, launches = self._record(effects, now)  # starts stop nothing
-        self.store.commit()
-        self.settled = fork  # after _record, which forgets a session that missed a start
-        self._fast_log += [
-            (arrival, d.placement)
-            for d in result.decisions
-            for arrival in arrivals
-            if arrival.name == d.workload
-        ]
-        for name in started:
-            self.pending.pop(int(name), None)
-        # the fork's queue status is the one that counts these starts: a start beyond its
-        # project's quota is noted as borrowed now, before anything can reclaim it
-        self.queue_status = dict(result.queues)
-        self.borrowed = self._borrowed()
-        noted = self._note_borrowed({int(name) for name in started}, now, log=False)
-        self._notify()
-        if launches:
-            self._spawn(self._launch_all(launches, now, noted))
-
-    def _may_start_now(self, settled: Session, arrival: Workload) -> bool:
-        """Whether an arrival is worth a fork at all: there are idle GPUs enough for it, and
-        nothing waits in its project ahead of it (it would queue behind that). Cheap, so a
-        burst of submissions into full queues costs no engine time on the event loop."""
-        if arrival.queue in self._waiting:
-            return False
-        status = self.queue_status.get(arrival.queue)
-        if status is not None and status.pending:
-            return False
-        return settled.ledger.total_free >= settled.request_size(arrival)
-
-    def _spawn(self, coroutine) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.append(task)
-        task.add_done_callback(self._tasks.remove)
-
-    async def _launch_all(
-        self, launches: list[WorkloadRecord], now: float, borrowed: dict[int, str]
-    ) -> None:
-        """Launch fast-path starts; the borrowed note goes into a job's log once it has one."""
-        try:
-            await self._launch_many(launches, now)
-            for record in launches:
-                if record.id in borrowed:
-                    self._log_line(record, now, borrowed[record.id])
-        except Exception:
-            self.store.rollback()
-            self.log.exception("launching fast-path starts failed")
+    def allocation(self, user: str, server_name: str | None) -> WorkloadRecord | None:
+        """The active allocation of ``user``'s server ``server_name``, if there is one."""
+        return self.roster.allocation(user, server_name)
 
     async def cancel(self, record: WorkloadRecord, by: str = "its owner") -> None:
         """Cancel a job or release an allocation; a running job gets its grace period. ``by``
@@ -488,9 +312,9 @@ class SchedulingLoop:
             effects = self.lifecycle.cancel(str(record.id), now, by)
         except LifecycleError:
             return  # it ended or is already stopping meanwhile; the handlers said so
-        stops, _ = self._record(effects, now)
+        stops, _ = self.effects.record(effects, now)
         self.store.commit()
-        await self._stop(stops)
+        await self.effects.stop(stops)
         self._notify()
         self.request_cycle()
 
@@ -508,10 +332,88 @@ class SchedulingLoop:
         return True
 
     def queues_changed(self) -> None:
-        self.settled = None
-        self._waiting.clear()
+        self.fast.unsettle()
+        self.fast.waiting.clear()
         self.load_queues()
         self.request_cycle()
+
+    # -- the fast arrival path ----------------------------------------------------------------
+
+    def arrive(self, records: list[WorkloadRecord], *, again: bool = False) -> None:
+        """Decide new pending workloads at once (``FastPath.decide``) and start those the
+        engine starts without evicting, moving or reserving anything. The rest wait for the
+        next cycle (which ``add_all`` has asked for). ``again``: they were offered before,
+        and are not counted again in the metrics."""
+        now = self.clock()
+        arrivals: list[Workload] = []
+        for record in records:
+            life = self.lifecycle.get(str(record.id))
+            if life is not None and life.state is WorkloadState.PENDING:
+                arrivals.append(life.workload())
+        decided = self.fast.decide(arrivals, self.queue_status, now, again=again)
+        if decided is None:
+            return
+        result, fork, offered = decided
+        started = {d.workload for d in result.decisions}
+        effects = self.lifecycle.apply(result, now)
+        _, launches = self.effects.record(effects, now)  # starts stop nothing
+        self.store.commit()
+        self.fast.took(fork, result, offered)  # after recording, which unsettled the fast path
+        for name in started:
+            self.pending.pop(int(name), None)
+        # the fork's queue status is the one that counts these starts: a start beyond its
+        # project's quota is noted as borrowed now, before anything can reclaim it
+        self.queue_status = dict(result.queues)
+        self.borrowed = borrowed(self.queues, self.queue_status, self.roster.holding.values())
+        noted = self._note_borrowed({int(name) for name in started}, now, log=False)
+        self._notify()
+        if launches:
+            self._spawn(self._launch_all(launches, now, noted))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def _launch_all(
+        self, launches: list[WorkloadRecord], now: float, noted: dict[int, str]
+    ) -> None:
+        """Launch fast-path starts; the borrowed note goes into a job's log once it has one."""
+        try:
+            await self.effects.launch_many(launches, now)
+            for record in launches:
+                if record.id in noted:
+                    write_milestone(self.backend, record, now, noted[record.id])
+        except Exception:
+            self.store.rollback()
+            self.log.exception("launching fast-path starts failed")
+
+    def _rearrive(self) -> None:
+        """Offer the fast path, on the new ``settled``, the arrivals the cycle's snapshot did
+        not hold (``FastPath.late``) and that still wait: without this a later arrival could
+        start ahead of them on a fork that never heard of them."""
+        if self.fast.settled is None or not self.fast.late:
+            return
+        late = [
+            record
+            for record in self.fast.late
+            if record.sweep_id is None
+            and record.state == WorkloadState.PENDING
+            and record.id in self.records
+        ]
+        if late:
+            self.arrive(sorted(late, key=lambda record: record.id), again=True)
+
+    def standing(self) -> Session:
+        """A session of the state the scheduler stands in now, to fork for a dry run:
+        ``settled`` (the last cycle's outcome and the arrivals since), or, when there is none
+        (before the first cycle, after a queue edit), a fresh one, decided so that it
+        describes where the next cycle will leave things."""
+        if self.fast.settled is not None:
+            return self.fast.settled
+        session = Session(self.snapshot(), self.clock(), self.policy)
+        decide(session)
+        return session
 
     # -- the cycle ------------------------------------------------------------------------
 
@@ -539,12 +441,9 @@ class SchedulingLoop:
 
     def _reload(self) -> None:
         """After a rollback: the lives (and the indexes) as the store has them again."""
-        self.settled = None
-        self._holding.clear()
-        self._sweeps.clear()
-        self._allocations.clear()
+        self.fast.unsettle()
+        self.roster.reindex()
         for record in self.records.values():
-            self._index(record)
             self.lifecycle.restore(record.as_life())
 
     async def run_cycles(self) -> CycleResult:
@@ -554,7 +453,7 @@ class SchedulingLoop:
         began = time.perf_counter()
         inventory = self.backend.inventory()
         if inventory.nodes != self.inventory.nodes:
-            self.settled = None
+            self.fast.unsettle()
         self.inventory = inventory
         result = None
         started: set[int] = set()
@@ -563,14 +462,13 @@ class SchedulingLoop:
         running = asyncio.get_running_loop()
         for _ in range(MAX_CYCLES_PER_RUN):
             now = self.clock()
-            self._fast_log, self._late = [], []
-            self._waiting.clear()
-            forked = self.settled.policy.scorer if self.settled is not None else None
+            self.fast.cycle_began()
+            forked = self.fast.settled.policy.scorer if self.fast.settled is not None else None
             which = 1 if forked is self._policies[0].scorer else 0
             # the lifecycle's standing state, brought up to date with what changed since the
             # last cycle (on this thread: it reads the lives); the fork it returns is the
             # cycle's own, which nothing here changes while the worker decides on it
-            self.held = held_back(self._sweeps.values())
+            self.held = held_back(self.roster.sweeps.values())
             hidden = [str(workload_id) for workload_id in self.held]
             session = self.lifecycle.session(
                 self.inventory.nodes, self.queues, now, self._policies[which], hidden=hidden
@@ -582,7 +480,7 @@ class SchedulingLoop:
             # them all as done, so while they are applied, slice by slice, it holds at least
             # every share held (a decision not applied yet, or skipped, only makes it hold
             # more), and the arrivals between slices are decided on it
-            self.settled = self._absorb(session, self._fast_log)
+            self.fast.settle(session)
             self._rearrive()
             stale, stops, launches = await self._apply(result, seen, now, started)
             if stale:
@@ -590,18 +488,19 @@ class SchedulingLoop:
                 self._cycle_requested = True
             if not result.decisions:
                 break
-            await self._stop(stops)
-            await self._launch_many(launches, now)
+            await self.effects.stop(stops)
+            await self.effects.launch_many(launches, now)
         else:
             self.log.error("the engine did not settle in %d cycles", MAX_CYCLES_PER_RUN)
         assert result is not None
-        self.pending = {int(name): info for name, info in result.pending.items()}
+        self.pending.clear()
+        self.pending.update((int(name), info) for name, info in result.pending.items())
         self.queue_status = dict(result.queues)
-        self.borrowed = self._borrowed()
+        self.borrowed = borrowed(self.queues, self.queue_status, self.roster.holding.values())
         self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
-        self.metrics.cycle(self._last_cycle_seconds, result, self._counts())
+        self.metrics.cycle(self._last_cycle_seconds, result, self.roster.counts())
         self.freezer.settled(busy=self._busy)
         self._busy = False
         self._notify()
@@ -609,7 +508,7 @@ class SchedulingLoop:
 
     async def _apply(
         self, result: CycleResult, seen: dict[str, Workload], now: float, started: set[int]
-    ) -> tuple[int, list[tuple[WorkloadRecord, dict | None, float]], list[WorkloadRecord]]:
+    ) -> tuple[int, Stops, list[WorkloadRecord]]:
         """Apply a cycle's decisions in slices of ``SLICE_SECONDS``, each written to the store
         in one commit, answering what arrived meanwhile between slices. Each decision is
         checked just before it is applied (``Reconciler``): requests between slices may have
@@ -618,16 +517,16 @@ class SchedulingLoop:
         jobs to launch."""
         check = Reconciler(seen, self.lifecycle.lives, self.inventory.nodes)
         decisions = result.decisions
-        stops: list[tuple[WorkloadRecord, dict | None, float]] = []
+        stops: Stops = []
         launches: list[WorkloadRecord] = []
         stale = heard = 0
         done = 0
         while done < len(decisions):
             if done:
                 await self._between_slices()
-            if len(self._fast_log) > heard:  # the fast path started work since the snapshot
-                check.capacity_taken(self._fast_log[heard:])
-                heard = len(self._fast_log)
+            if len(self.fast.started) > heard:  # the fast path started work since the snapshot
+                check.capacity_taken(self.fast.started[heard:])
+                heard = len(self.fast.started)
             began = time.perf_counter()
             effects: list[Effect] = []
             while done < len(decisions):
@@ -641,9 +540,9 @@ class SchedulingLoop:
                 if time.perf_counter() - began >= SLICE_SECONDS:
                     break
             started.update(int(e.name) for e in effects if isinstance(e, Started))
-            settled = self.settled
-            more_stops, more_launches = self._record(effects, now)
-            self.settled = settled  # it counted these starts already (``run_cycles``)
+            settled = self.fast.settled
+            more_stops, more_launches = self.effects.record(effects, now)
+            self.fast.settled = settled  # it counted these starts already (``run_cycles``)
             self.store.commit()
             stops += more_stops
             launches += more_launches
@@ -665,7 +564,7 @@ class SchedulingLoop:
             self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
             noted[workload_id] = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
             if log:
-                self._log_line(record, now, noted[workload_id])
+                write_milestone(self.backend, record, now, noted[workload_id])
         if noted:
             self.store.commit()
         return noted
@@ -679,265 +578,15 @@ class SchedulingLoop:
         self.metrics.engine_cpu.inc(time.thread_time() - began)
         return session, result
 
-    def _absorb(self, session: Session, started: list[tuple[Workload, Placement]]) -> Session:
-        """The cycle's outcome plus what the fast path started while it decided, so that it
-        holds every share held now: each one is taken on its ledger where it runs and
-        accounted as started. A share the cycle also planned (that start was skipped) is
-        then counted twice, which only makes the session hold more than is held."""
-        for workload, placement in started:
-            request = workload.request
-            session.ledger.take(placement, request.cpu_milli, request.memory_mib)
-            session.start(workload, placement)
-        return session
-
-    def _rearrive(self) -> None:
-        """Offer the fast path, on the new ``settled``, the arrivals the cycle's snapshot did
-        not hold (``_late``) and that still wait: without this a later arrival could start
-        ahead of them on a fork that never heard of them."""
-        if self.settled is None or not self._late:
-            return
-        late = [
-            record
-            for record in self._late
-            if record.sweep_id is None
-            and record.state == WorkloadState.PENDING
-            and record.id in self.records
-        ]
-        if late:
-            self.arrive(sorted(late, key=lambda record: record.id), again=True)
-
     def snapshot(self) -> Snapshot:
         """The engine's input: every active workload but the sweep members held back by
         their sweep's parallel limit (``scheduler/service/sweeps.py``)."""
         full = self.lifecycle.snapshot(self.inventory.nodes, self.queues)
-        self.held = held_back(self._sweeps.values())
+        self.held = held_back(self.roster.sweeps.values())
         if not self.held:
             return full
         kept = tuple(w for w in full.workloads if int(w.name) not in self.held)
         return replace(full, workloads=kept)
-
-    def _borrowed(self) -> dict[int, str]:
-        """Running preemptible work beyond its project's quota, in the order it started (the
-        latest started is the first reclaimed), each with who may take the GPUs back."""
-        parents = {queue.parent for queue in self.queues}
-        projects = [queue.name for queue in self.queues if queue.name not in parents]
-        over = {
-            name
-            for name in projects
-            if (status := self.queue_status.get(name)) is not None
-            and status.allocated_gpus > status.deserved_gpus + 1e-9
-        }
-        if not over:
-            return {}
-        runs: dict[str, list[WorkloadRecord]] = {}
-        for record in self._holding.values():
-            if (
-                record.project in over
-                and record.state == WorkloadState.RUNNING
-                and record.preemptible
-            ):
-                runs.setdefault(record.project, []).append(record)
-        borrowed: dict[int, str] = {}
-        for project in sorted(over):
-            status = self.queue_status[project]
-            running = sorted(runs.get(project, ()), key=lambda record: record.start_seq)
-            held = status.allocated_gpus - sum(held_gpus(r.placement) for r in running)
-            lenders = [
-                name
-                for name in projects
-                if name != project
-                and (other := self.queue_status.get(name)) is not None
-                and other.deserved_gpus > other.allocated_gpus + 1e-9
-            ]
-            if lenders:
-                who = " or ".join(lenders)
-                needs = "needs its" if len(lenders) == 1 else "need their"
-                when = f"may be preempted when {who} {needs} GPUs"
-            else:
-                when = "may be preempted when another project needs its quota"
-            words = (
-                f"{project} is using {gpus(status.allocated_gpus)}, beyond its "
-                f"{gpus(status.deserved_gpus)} quota; {when}"
-            )
-            for record in running:
-                held += held_gpus(record.placement)
-                if held > status.deserved_gpus + 1e-9:
-                    borrowed[record.id] = words
-        return borrowed
-
-    def _log_line(self, record: WorkloadRecord, now: float, text: str) -> None:
-        """A milestone of a job in its own log, between its output, where its owner reads it
-        (every replica's log that exists; a backend whose logs live elsewhere has none)."""
-        if record.is_allocation:
-            return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))
-        line = f"=== frachub {stamp}: {text} ===\n".encode()
-        for replica in range(record.replicas):
-            path = self.backend.log_path(record.id, replica)
-            if not path:
-                continue
-            try:
-                # never created here, never through a symlink a job may have put in its place
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-            except OSError:
-                continue
-            try:
-                os.write(fd, line)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-    def standing(self) -> Session:
-        """A session of the state the scheduler stands in now, to fork for a dry run:
-        ``settled`` (the last cycle's outcome and the arrivals since), or, when there is none
-        (before the first cycle, after a queue edit), a fresh one, decided so that it
-        describes where the next cycle will leave things."""
-        if self.settled is not None:
-            return self.settled
-        session = Session(self.snapshot(), self.clock(), self.policy)
-        decide(session)
-        return session
-
-    # -- carrying out the lifecycle's effects: the store first, the backend second ---------
-
-    def _record(
-        self, effects: list[Effect], now: float
-    ) -> tuple[list[tuple[WorkloadRecord, dict | None, float]], list[WorkloadRecord]]:
-        """Write the effects to the store (not committed) and the records; return the
-        processes to stop (with the handle they had) and the jobs to launch."""
-        stops: list[tuple[WorkloadRecord, dict | None, float]] = []
-        launches: list[WorkloadRecord] = []
-        touched: dict[str, WorkloadRecord] = {}
-        if any(isinstance(effect, Started) for effect in effects):
-            self.settled = None  # it holds less than is held now; its maker sets the next
-        for effect in effects:
-            record = self.records[int(effect.name)]
-            touched[effect.name] = record
-            if isinstance(effect, Note):
-                self.store.event(record, now, effect.type.value, effect.message)
-                if effect.type is not Milestone.SUBMITTED:
-                    self._log_line(record, now, event_line(effect.type.value, effect.message))
-            elif isinstance(effect, Started):
-                record.handle = None
-                attempt = self.lifecycle[effect.name].restart_count + 1
-                where = describe_placement(effect.placement) or "no GPU"
-                if record.is_allocation:
-                    self.store.event(record, now, Milestone.ALLOCATED.value, where)
-                elif attempt > 1:
-                    words = f"attempt {attempt} on {where}"
-                    self.store.event(record, now, Milestone.RESTARTED.value, words)
-                else:
-                    self.store.event(record, now, Milestone.STARTED.value, f"on {where}")
-                self.store.open_usage(record, held_gpus(effect.placement), now)
-                self.metrics.started(record.kind, now - record.submitted_at)
-            elif isinstance(effect, Launch):
-                launches.append(record)
-            elif isinstance(effect, Evicted):
-                self.metrics.preempted(effect.reason.value)
-                self.log.info("workload %s (%s): %s", record.id, record.name, effect.message)
-            elif isinstance(effect, Stop):
-                stops.append((record, record.handle, effect.grace))
-            elif isinstance(effect, Freed):
-                self.store.close_usage(record, now)
-        for name, record in touched.items():
-            life = self.lifecycle[name]
-            record.keep(life)
-            if not life.state.holding:
-                record.handle = None  # its attempt is over; a stop above kept the handle
-            if life.state.final:
-                self.lifecycle.forget(name)
-                self._unindex(record)
-                self.records.pop(record.id, None)
-                self.pending.pop(record.id, None)
-            else:
-                self._index(record)
-        return stops, launches
-
-    def _index(self, record: WorkloadRecord) -> None:
-        """Keep ``record`` (active, in ``records``) in the indexes as its state has it."""
-        if WorkloadState(record.state).holding:
-            self._holding[record.id] = record
-        else:
-            self._holding.pop(record.id, None)
-        if record.sweep_id is not None:
-            self._sweeps[record.id] = record
-        if record.is_allocation:
-            self._allocations[record.user, record.server_name] = record
-
-    def _unindex(self, record: WorkloadRecord) -> None:
-        """``record`` leaves ``records``."""
-        self._holding.pop(record.id, None)
-        self._sweeps.pop(record.id, None)
-        if self._allocations.get((record.user, record.server_name)) is record:
-            del self._allocations[record.user, record.server_name]
-
-    def allocation(self, user: str, server_name: str | None) -> WorkloadRecord | None:
-        """The active allocation of ``user``'s server ``server_name``, if there is one."""
-        return self._allocations.get((user, server_name))
-
-    def _counts(self) -> dict[str, int]:
-        """Active workloads by state: the ones holding GPUs, the rest pending."""
-        counts = {WorkloadState.PENDING.value: len(self.records) - len(self._holding)}
-        for record in self._holding.values():
-            counts[record.state] = counts.get(record.state, 0) + 1
-        return counts
-
-    async def _stop(self, stops: list[tuple[WorkloadRecord, dict | None, float]]) -> None:
-        for record, handle, grace in stops:
-            if handle is not None:  # else it is being launched: _launch stops it
-                await self.backend.stop(record.id, handle, grace)
-
-    async def _launch_many(self, launches: list[WorkloadRecord], now: float) -> None:
-        """Launch starts side by side (``LAUNCHES_AT_ONCE``); each commits what it changed
-        before its next await, so a failed request's rollback stays its own."""
-        at_once = asyncio.Semaphore(LAUNCHES_AT_ONCE)
-
-        async def launch(record: WorkloadRecord) -> None:
-            async with at_once:
-                await self._launch(record, now)
-                self.store.commit()
-
-        await asyncio.gather(*(launch(record) for record in launches))
-
-    async def _launch(self, record: WorkloadRecord, now: float) -> None:
-        node_memory = {node.name: node.gpu_memory_mib for node in self.inventory.nodes}
-        first = record.placement[0]
-        fraction = first.gpus[0].milli / MILLI if first.gpus else 0.0
-        memory = round(fraction * node_memory.get(first.node, 0))
-        job = JobSpec(
-            workload_id=record.id,
-            name=record.name,
-            user=record.user,
-            project=record.project,
-            command=record.command,
-            working_dir=record.working_dir,
-            env=dict(record.env or {}),
-            placement=record.placement,
-            gpu_fraction=fraction,
-            gpu_memory_mib=memory,
-            restart_count=record.restart_count,
-            replicas=record.replicas,
-        )
-        try:
-            record.handle = await self.backend.start(job)
-            self.store.commit()  # nothing of a cycle stays uncommitted across an await
-            life = self.lifecycle.get(str(record.id))
-            if life is not None and life.state.releasing:
-                # cancelled, evicted or overdue while the backend was starting it: stop it now
-                # that there is a handle to stop (the stop sent meanwhile had none)
-                await self.backend.stop(record.id, record.handle, self.settings.grace_seconds)
-        except BackendError as error:
-            self._launch_failed(record, now, str(error))
-        except Exception as error:
-            self.log.exception("starting workload %d failed", record.id)
-            self._launch_failed(record, now, f"could not start: {error}")
-
-    def _launch_failed(self, record: WorkloadRecord, now: float, message: str) -> None:
-        try:
-            self._record(self.lifecycle.launch_failed(str(record.id), now, message), now)
-        except LifecycleError:
-            self.log.warning("workload %d ended while it was launched: %s", record.id, message)
 
     # -- reality ----------------------------------------------------------------------------
 
@@ -963,7 +612,7 @@ class SchedulingLoop:
             if life is None or not life.state.holding:
                 continue  # an attempt already accounted for (requeued at once, or cancelled)
             effects += self.lifecycle.exited(life.name, now, exit_.exit_code, exit_.message)
-        self._record(effects, now)
+        self.effects.record(effects, now)
         self.store.commit()
         self._notify()
         self.request_cycle()
@@ -973,9 +622,9 @@ class SchedulingLoop:
         now = self.clock()
         effects = self.lifecycle.stop_overdue(now)
         if effects:
-            stops, _ = self._record(effects, now)
+            stops, _ = self.effects.record(effects, now)
             self.store.commit()
-            await self._stop(stops)
+            await self.effects.stop(stops)
         self.request_cycle()
 
     # -- bookkeeping ------------------------------------------------------------------------
