@@ -33,7 +33,8 @@ engine never hands a GPU to two workloads at once (the policy is built with
 ``immediate_evictions=False``).
 
 Its neighbours: ``roster`` (the active rows and their indexes), ``submissions`` (the group
-commit), ``joblog`` (milestones in a job's own log), ``borrowed`` (work beyond its quota).
+commit), ``joblog`` (milestones in a job's own log). Work beyond its project's quota
+("borrowed") is the engine's to say, with each cycle's result.
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ from scheduler.engine.lifecycle import (
     WorkloadState,
 )
 from scheduler.service.arrivals import FastPath
-from scheduler.service.borrowed import borrowed
 from scheduler.service.decisions import Reconciler
 from scheduler.service.effects import Effects, Stops
 from scheduler.service.heap import Freezer
@@ -364,7 +364,7 @@ class SchedulingLoop:
         # the fork's queue status is the one that counts these starts: a start beyond its
         # project's quota is noted as borrowed now, before anything can reclaim it
         self.queue_status = dict(result.queues)
-        self.borrowed = borrowed(self.queues, self.queue_status, self.roster.holding.values())
+        self.borrowed = {int(name): words for name, words in result.borrowed.items()}
         noted = self._note_borrowed({int(name) for name in started}, now, log=False)
         self._notify()
         if launches:
@@ -496,7 +496,7 @@ class SchedulingLoop:
         self.pending.clear()
         self.pending.update((int(name), info) for name, info in result.pending.items())
         self.queue_status = dict(result.queues)
-        self.borrowed = borrowed(self.queues, self.queue_status, self.roster.holding.values())
+        self.borrowed = {int(name): words for name, words in result.borrowed.items()}
         self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
