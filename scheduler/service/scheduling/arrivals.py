@@ -8,8 +8,8 @@ else, it starts now and the next full cycle confirms it. Whatever else the fork 
 ``settled``, so arrivals see each other. ``settled`` is replaced by a cycle's session when
 the cycle comes back from its worker, with what the fast path started while that cycle
 decided taken in (``FastPath.settle``). docs/service.md, "Cycles and arrivals", has the
-whole argument; the scheduling loop (``scheduler/service/loop.py``) writes and launches the
-starts decided here.
+whole argument; the scheduling loop (``loop.py``, next door) writes and launches the starts
+decided here.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 
 from scheduler.engine import CycleResult, Placement, QueueStatus, Session, Start, Workload, decide
-from scheduler.service.metrics import Metrics
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.runtime.metrics import Metrics
 
 
 class FastPath:

@@ -13,11 +13,11 @@ loop, which alone touches the lifecycle, the store and the backend. The decision
 in slices of a few milliseconds (``SLICE_SECONDS``), each committed before the loop answers
 what arrived meanwhile, so a request waits for one slice at most, never for a whole cycle's
 decisions. What changed while the engine worked, or between two slices, is reconciled by
-``scheduler/service/decisions.py``, decision by decision just before each is applied: a
+``scheduler/service/policies/decisions.py``, decision by decision just before each is applied: a
 decision applies only to a workload still exactly as the session counted it
 (``Lifecycle.counted``), and a start only to GPUs still free.
 
-Arrivals do not wait for a cycle either (``arrive``, ``scheduler/service/arrivals.py``): a
+Arrivals do not wait for a cycle either (``arrive``, ``arrivals.py`` next door): a
 new workload the engine starts at once on a fork of ``settled`` without touching anyone else
 starts now. ``settled`` is replaced by a cycle's session when the cycle comes back from the
 worker, with what the fast path started while that cycle decided taken in, before its
@@ -27,7 +27,7 @@ docs/service.md, "Cycles and arrivals", has the whole argument.
 
 The workloads' life (states, transitions, the snapshot, the decisions) is the lifecycle's
 (``scheduler.engine.lifecycle``), shared with the scenario runner and the fleet simulator; the
-loop carries out its effects (``scheduler/service/effects.py``: the store first, the backend
+loop carries out its effects (``effects.py`` next door: the store first, the backend
 second). Evicted work holds its GPUs (preempting) until the backend reports its exit, so the
 engine never hands a GPU to two workloads at once (the policy is built with
 ``immediate_evictions=False``).
@@ -70,17 +70,17 @@ from scheduler.engine.lifecycle import (
     Started,
     WorkloadState,
 )
-from scheduler.service.arrivals import FastPath
-from scheduler.service.decisions import Reconciler
-from scheduler.service.effects import Effects, Stops
-from scheduler.service.heap import Freezer
-from scheduler.service.joblog import write_milestone
-from scheduler.service.metrics import Metrics
-from scheduler.service.orm import WorkloadRecord
-from scheduler.service.roster import Roster
-from scheduler.service.store import Store
-from scheduler.service.submissions import BeforeCommit, GroupCommit
-from scheduler.service.sweeps import held_back
+from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.persistence.store import Store
+from scheduler.service.policies.decisions import Reconciler
+from scheduler.service.policies.sweeps import held_back
+from scheduler.service.runtime.heap import Freezer
+from scheduler.service.runtime.metrics import Metrics
+from scheduler.service.scheduling.arrivals import FastPath
+from scheduler.service.scheduling.effects import Effects, Stops
+from scheduler.service.scheduling.joblog import write_milestone
+from scheduler.service.scheduling.roster import Roster
+from scheduler.service.scheduling.submissions import BeforeCommit, GroupCommit
 
 MAX_CYCLES_PER_RUN = 100
 SLICE_SECONDS = 0.005
@@ -255,8 +255,8 @@ class SchedulingLoop:
         self, records: list[WorkloadRecord], *, before_commit: BeforeCommit | None = None
     ) -> list[WorkloadRecord]:
         """``add_all``, committed together with the submissions that arrive alongside (a
-        group commit, ``scheduler/service/submissions.py``): a 201 still means stored, and
-        one submission cannot fail another."""
+        group commit, ``submissions.py`` next door): a 201 still means stored, and one
+        submission cannot fail another."""
         return await self._group.submit(records, before_commit)
 
     def add_all(
@@ -580,7 +580,7 @@ class SchedulingLoop:
 
     def snapshot(self) -> Snapshot:
         """The engine's input: every active workload but the sweep members held back by
-        their sweep's parallel limit (``scheduler/service/sweeps.py``)."""
+        their sweep's parallel limit (``scheduler/service/policies/sweeps.py``)."""
         full = self.lifecycle.snapshot(self.inventory.nodes, self.queues)
         self.held = held_back(self.roster.sweeps.values())
         if not self.held:

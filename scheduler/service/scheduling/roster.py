@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from scheduler.engine import Pending
 from scheduler.engine.lifecycle import WorkloadState
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 
 
 class Roster:

@@ -29,11 +29,11 @@ from scheduler.engine.lifecycle import (
     Stop,
 )
 from scheduler.engine.model import held_milli
-from scheduler.service.joblog import write_milestone
-from scheduler.service.metrics import Metrics
-from scheduler.service.orm import WorkloadRecord
-from scheduler.service.roster import Roster
-from scheduler.service.store import Store
+from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.persistence.store import Store
+from scheduler.service.runtime.metrics import Metrics
+from scheduler.service.scheduling.joblog import write_milestone
+from scheduler.service.scheduling.roster import Roster
 
 LAUNCHES_AT_ONCE = 16
 """A cycle's starts are launched side by side, this many at a time: each waits on the

@@ -6,7 +6,7 @@ import os
 import time
 
 from scheduler.backends.base import Backend
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 
 
 def write_milestone(backend: Backend, record: WorkloadRecord, now: float, text: str) -> None:

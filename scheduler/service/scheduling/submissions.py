@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 
 BeforeCommit = Callable[[list[WorkloadRecord]], None]
 """Sees a submission's rows with their ids, before they are committed."""
