@@ -92,7 +92,7 @@ SWITCH_INTERVAL = 0.001
 loop gives up the interpreter lock at every socket write and SQLite statement, and while the
 engine thread decides, it waits up to this long to get it back, several times a request.
 With benchmarks/service_api.py, 5 -> 1 ms: POST and `GET workloads` p99 about 40% lower, the
-engine's CPU per cycle no higher (docs/benchmarks.md, section 3, "Fourth pass")."""
+engine's CPU per cycle no higher (docs/benchmarks.md, section 3, "What stands in the way")."""
 
 
 @dataclass(frozen=True)
