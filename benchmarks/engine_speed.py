@@ -77,7 +77,7 @@ from scheduler.engine import (
 )
 from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
 from scheduler.engine.session import Session
-from scheduler.service.heap import Freezer
+from scheduler.service.runtime.heap import Freezer
 
 NOW = 1_000_000.0
 GPU_MEMORY_MIB = 80 * 1024
@@ -773,7 +773,7 @@ def measure_lifecycle_path(snapshot: Snapshot, base: Policy, reps: int) -> dict:
     out["cold"], _ = _time(cold, 1)
     out["cycle"], result = _time(lambda: decide(lifecycle.session(nodes, queues, NOW, base)), reps)
     out["cycle_decisions"] = summarize_decisions(result, snapshot)  # type: ignore[arg-type]
-    # The service freezes its heap after each settled run (scheduler/service/heap.py): the
+    # The service freezes its heap after each settled run (scheduler/service/runtime/heap.py): the
     # same cycle, each followed by that freeze, the first after the full collection it starts with
     freezer = Freezer()
     freezer.settled()

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from scheduler.service.orm import UsageSampleRecord
-from scheduler.service.sampler import CLUSTER
-from scheduler.service.store import open_store
+from scheduler.service.persistence.orm import UsageSampleRecord
+from scheduler.service.persistence.store import open_store
+from scheduler.service.runtime.sampler import CLUSTER
 
 DAY = 86400.0
 

@@ -3,7 +3,7 @@ own token").
 
 Every attempt of a training job waits, before it starts, for the service to issue its hub
 token, and every end is followed by a revocation. This measures both through the service's
-own code (``scheduler.service.jobtokens.HubTokens``) against a real JupyterHub (SQLite, as
+own code (``scheduler.service.hub.jobtokens.HubTokens``) against a real JupyterHub (SQLite, as
 ``frachub up`` runs it) with the ``frachub`` service's role: ``--count`` tokens issued one
 after another for ``--users`` users, then revoked one after another. The latency of an issue
 is what each launch adds.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from hubharness import Hub  # noqa: E402
 
-from scheduler.service.jobtokens import HubTokens  # noqa: E402
+from scheduler.service.hub.jobtokens import HubTokens  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

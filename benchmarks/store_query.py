@@ -50,14 +50,14 @@ sys.path.insert(0, str(REPO))
 
 from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
 
-from scheduler.service.orm import (  # noqa: E402
+from scheduler.service.persistence.orm import (  # noqa: E402
     ACTIVE_STATES,
     FINAL_STATES,
     EventRecord,
     UsageRecord,
     WorkloadRecord,
 )
-from scheduler.service.store import (  # noqa: E402
+from scheduler.service.persistence.store import (  # noqa: E402
     Store,
     _alembic_config,
     _sqlite_pragmas,

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from scheduler import __version__
-from scheduler.service import datalock
+from scheduler.service.persistence import datalock
 
 DATABASES = ("jupyterhub.sqlite", "frachub.sqlite")
 SECRETS = (

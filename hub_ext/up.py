@@ -48,7 +48,7 @@ from typing import Any
 
 from hub_ext.paths import ROOT
 from hub_ext.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
-from scheduler.service import datalock
+from scheduler.service.persistence import datalock
 
 # httpx, yaml, NVML and the client are imported where they are used: `scripts/up.sh --help`
 # runs this module's argument parser with the system's Python before anything is installed

@@ -15,7 +15,7 @@ and a notebook on the same share see the same variables (docs/service.md, "Envir
 - ``prepend_path(...)`` puts a directory (the start-up hook) in front of a ``PYTHONPATH``.
 
 A job's credentials (``FRACHUB_URL`` and its own hub token in ``JUPYTERHUB_API_TOKEN``, issued
-by the service per attempt: ``scheduler/service/jobtokens.py``) are not part of this table:
+by the service per attempt: ``scheduler/service/hub/jobtokens.py``) are not part of this table:
 they come in ``JobSpec.credentials`` and each backend puts them above the contract where
 they stay secret (the local backend in the process's environment, the Kubernetes backend in
 a Secret the pod reads).

@@ -74,7 +74,7 @@ class JobSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
     credentials: Mapping[str, str] = field(default_factory=dict)
     """Variables that let the job reach the service as itself (``FRACHUB_URL`` and the job's
-    own hub token in ``JUPYTERHUB_API_TOKEN``; ``scheduler/service/jobtokens.py``): above
+    own hub token in ``JUPYTERHUB_API_TOKEN``; ``scheduler/service/hub/jobtokens.py``): above
     the contract, and kept out of anything stored or shown (on Kubernetes, a Secret)."""
 
 

@@ -23,6 +23,7 @@ from scheduler.engine.actions import (
     reclaim,
     try_start,
 )
+from scheduler.engine.borrowing import borrowed
 from scheduler.engine.fairshare import subtree_totals
 from scheduler.engine.model import (
     MILLI,
@@ -143,6 +144,7 @@ def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
         pending=pending,
         queues=queues,
         next_wakeup=session.next_wakeup(),
+        borrowed=borrowed(session, queues),
     )
 
 

@@ -267,3 +267,6 @@ class CycleResult:
     queues: Mapping[str, QueueStatus]
     next_wakeup: float | None
     """The earliest instant a min_runtime protection ends; the driver should run a cycle then."""
+    borrowed: Mapping[str, str] = field(default_factory=dict)
+    """Running work beyond its project's quota -> who may take its GPUs back, in words
+    (``scheduler.engine.borrowing``)."""

@@ -7,7 +7,7 @@ JupyterHub roles; the admin scope implies the others):
 - ``custom:frachub:submit`` submit and cancel one's own workloads, hold notebook allocations
 - ``custom:frachub:admin``  see and change everything, act for other users, edit queues
 - ``custom:frachub:job``    see and checkpoint the one job the token was issued to: the
-  service gives each job such a token (``scheduler/service/jobtokens.py``) and knows it by
+  service gives each job such a token (``scheduler/service/hub/jobtokens.py``) and knows it by
   the token's id, which the hub reports with its owner
 
 Every token must also carry ``access:services!service=frachub`` (checked by ``HubAuth``).

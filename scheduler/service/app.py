@@ -44,18 +44,18 @@ from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
-from scheduler.service import datalock
-from scheduler.service.directory import HubDirectory
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
-from scheduler.service.idle import HubServers, IdlePoller, IdleSettings
-from scheduler.service.jobtokens import CredentialedBackend, HubTokens
-from scheduler.service.loop import SchedulingLoop, Settings
-from scheduler.service.metrics import Metrics
-from scheduler.service.orm import QueueRecord
-from scheduler.service.retention import Retention, purge
-from scheduler.service.sampler import sample_every
-from scheduler.service.store import Store, StoreError, open_store
+from scheduler.service.hub.directory import HubDirectory
+from scheduler.service.hub.idle import HubServers, IdlePoller, IdleSettings
+from scheduler.service.hub.jobtokens import CredentialedBackend, HubTokens
+from scheduler.service.persistence import datalock
+from scheduler.service.persistence.orm import QueueRecord
+from scheduler.service.persistence.retention import Retention, purge
+from scheduler.service.persistence.store import Store, StoreError, open_store
+from scheduler.service.runtime.metrics import Metrics
+from scheduler.service.runtime.sampler import sample_every
+from scheduler.service.scheduling.loop import SchedulingLoop, Settings
 
 LOCK_FILE = datalock.SERVICE_LOCK_FILE
 API_MODULES = (workloads, allocations, dryrun, queues, info, history)  # what openapi.json describes

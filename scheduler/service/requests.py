@@ -48,7 +48,7 @@ from scheduler.fields import (
     priority_field,
     shown,
 )
-from scheduler.service.sweeps import Sweep, parse_sweep
+from scheduler.service.policies.sweeps import Sweep, parse_sweep
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -129,7 +129,7 @@ class Submission:
     checkpoint_interval: float | None = None
     """Seconds between its checkpoints, if it declares them (``checkpoint_interval_seconds``)."""
     sweep: Sweep | None = None
-    """One job per combination of the sweep's parameters (``scheduler/service/sweeps.py``)."""
+    """One job per combination of the sweep's parameters (``service/policies/sweeps.py``)."""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from scheduler.backends.base import Inventory
 from scheduler.display import event_line, pending_headline
 from scheduler.engine import MILLI, Placement, QueueStatus
 from scheduler.engine.lifecycle import WorkloadState
-from scheduler.service.loop import SchedulingLoop
-from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.scheduling.loop import SchedulingLoop
 
 
 def iso(seconds: float | None) -> str | None:

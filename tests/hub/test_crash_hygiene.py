@@ -13,7 +13,7 @@ import pytest
 from hubharness import _start_time, descendants, identify
 
 from hub.upharness import SERVICE_API, Up
-from scheduler.service import datalock
+from scheduler.service.persistence import datalock
 
 
 def alive(processes: dict[int, int]) -> dict[int, int]:

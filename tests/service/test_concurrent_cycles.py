@@ -1,7 +1,7 @@
 """Requests during a scheduling cycle, through the real service over HTTP.
 
-The cycle decides on a worker thread while the event loop answers requests; whatever
-changed meanwhile must not be undone by the cycle's decisions (scheduler/service/decisions.py).
+The cycle decides on a worker thread while the event loop answers requests; whatever changed
+meanwhile must not be undone by the cycle's decisions (scheduler/service/policies/decisions.py).
 To catch a cycle in the middle, the service's config file (Python, run by the service) wraps
 the loop's ``_decide``: once the real engine has decided something, the worker waits while a
 "hold" file exists, after writing a "decided" file. The engine itself is not touched.
@@ -20,7 +20,7 @@ from .conftest import DATABASES, database_config
 
 HOOK = """
 import os as _os, time as _time
-from scheduler.service import loop as _loop
+from scheduler.service.scheduling import loop as _loop
 
 _decide = _loop.SchedulingLoop._decide
 
@@ -189,7 +189,7 @@ def test_an_exit_during_the_cycle_makes_its_eviction_stale(
 
 SLICES_HOOK = """
 import asyncio as _asyncio, os as _os
-from scheduler.service import loop as _loop
+from scheduler.service.scheduling import loop as _loop
 
 _loop.SLICE_SECONDS = 0.0  # one decision a slice: a cycle of n decisions has n slices
 _between = _loop.SchedulingLoop._between_slices

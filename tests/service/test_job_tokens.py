@@ -33,7 +33,7 @@ from hub_ext.scopes import JOB_TOKEN_SCOPES
 from scheduler.backends.base import Exit, JobSpec
 from scheduler.backends.local import LocalBackend
 from scheduler.engine.model import GpuShare, ReplicaPlacement
-from scheduler.service.jobtokens import TOKEN_KEY, CredentialedBackend, HubTokens, token_id_of
+from scheduler.service.hub.jobtokens import TOKEN_KEY, CredentialedBackend, HubTokens, token_id_of
 
 ONE_LINER = (
     f"{shlex.quote(sys.executable)} -c 'from hub_ext.client import checkpointed; checkpointed()'"

@@ -19,7 +19,7 @@ from hubharness import ServiceProcess
 from service_client import checked, service_config, submit, wait_for, wait_state, workload
 from sqlalchemy import create_engine
 
-from scheduler.service.store import engine_url
+from scheduler.service.persistence.store import engine_url
 
 from .conftest import DATABASES, database_config
 

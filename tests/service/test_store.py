@@ -11,8 +11,14 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, insert, inspect
 
-from scheduler.service.orm import Base, EventRecord, UsageRecord, WorkloadRecord
-from scheduler.service.store import MIGRATIONS, StoreError, _alembic_config, engine_url, open_store
+from scheduler.service.persistence.orm import Base, EventRecord, UsageRecord, WorkloadRecord
+from scheduler.service.persistence.store import (
+    MIGRATIONS,
+    StoreError,
+    _alembic_config,
+    engine_url,
+    open_store,
+)
 
 from .conftest import DATABASES
 

@@ -359,3 +359,44 @@ def test_a_borrower_does_not_evict_work_over_the_loss_bound_but_a_notebook_does(
     owed = run_cycle(Snapshot(nodes, queues, (*halves, notebook)), 10000.0, policy)
     assert [type(d) for d in owed.decisions] == [Evict, Start]
     assert owed.decisions[0].lost_gpu_seconds == 5000.0
+
+
+def test_the_result_names_the_work_beyond_its_projects_quota_latest_started_first() -> None:
+    snapshot = Snapshot(
+        (Node("ws", 4),),
+        (Queue("a", deserved_gpus=1), Queue("b", deserved_gpus=2), Queue("c", deserved_gpus=1)),
+        (
+            running("early", "ws", [(0, 1000)], queue="a", start_seq=1),
+            running("late", "ws", [(1, 1000)], queue="a", start_seq=3),
+            running("kept", "ws", [(2, 1000)], queue="a", start_seq=2, preemptible=False),
+            running("mine", "ws", [(3, 1000)], queue="b", start_seq=4),
+        ),
+    )
+    result = run_cycle(snapshot, 0.0, PACK)
+    # a holds 3 GPUs on a 1-GPU quota; its non-preemptible work is never reclaimed, so of its
+    # preemptible work, everything from the start that passes the quota on borrows
+    words = (
+        "a is using 3 GPUs, beyond its 1 GPU quota; may be preempted when b or c need their GPUs"
+    )
+    assert result.borrowed == {"early": words, "late": words}
+
+
+def test_nothing_borrows_within_quota_and_a_lone_project_borrows_from_nobody_named() -> None:
+    within = Snapshot(
+        (Node("ws", 2),),
+        (Queue("a", deserved_gpus=1), Queue("b", deserved_gpus=1)),
+        (running("one", "ws", [(0, 1000)], queue="a"),),
+    )
+    assert run_cycle(within, 0.0, PACK).borrowed == {}
+    alone = Snapshot(
+        (Node("ws", 2),),
+        (Queue("a", deserved_gpus=1), Queue("b", deserved_gpus=0)),
+        (
+            running("one", "ws", [(0, 1000)], queue="a", start_seq=1),
+            running("two", "ws", [(1, 1000)], queue="a", start_seq=2),
+        ),
+    )
+    assert run_cycle(alone, 0.0, PACK).borrowed == {
+        "two": "a is using 2 GPUs, beyond its 1 GPU quota; "
+        "may be preempted when another project needs its quota"
+    }

@@ -23,7 +23,7 @@ from scheduler.engine import (
     decide,
     scorer_named,
 )
-from scheduler.service.dryrun import dry_run
+from scheduler.service.policies.dryrun import dry_run
 from scheduler.service.requests import (
     Submission,
     job_never_fits,

@@ -3,7 +3,7 @@
 import gc
 import weakref
 
-from scheduler.service.heap import Freezer
+from scheduler.service.runtime.heap import Freezer
 
 
 class _Node:

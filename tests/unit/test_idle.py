@@ -1,4 +1,4 @@
-"""Idle GPU notebooks: the pure decisions (``scheduler/service/idle_policy.py``) as tables.
+"""Idle GPU notebooks: the pure decisions (``scheduler/service/policies/idle_policy.py``) as tables.
 
 A one-hour limit (3600 s) with the default warning fraction 0.8 warns after 48 idle minutes
 and stops at 60; T is the last activity.
@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.service import idle_policy
-from scheduler.service.idle import parse_time
-from scheduler.service.idle_policy import GivenWarning, Judgement, Verdict, judge, warning_text
+from scheduler.service.hub.idle import parse_time
+from scheduler.service.policies import idle_policy
+from scheduler.service.policies.idle_policy import (
+    GivenWarning,
+    Judgement,
+    Verdict,
+    judge,
+    warning_text,
+)
 
 pytestmark = pytest.mark.unit
 

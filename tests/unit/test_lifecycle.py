@@ -44,7 +44,7 @@ from scheduler.engine.lifecycle import (
     WorkloadState,
     vocabulary,
 )
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 
 pytestmark = pytest.mark.unit
 

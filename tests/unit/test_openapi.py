@@ -38,8 +38,8 @@ from scheduler.fields import QUEUE_FIELDS, InvalidSpec
 from scheduler.service import access, requests
 from scheduler.service.handlers import allocations, dryrun, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
-from scheduler.service.orm import EventRecord, QueueRecord, WorkloadRecord
-from scheduler.service.store import SampleBucket, WorkloadPage
+from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.persistence.store import SampleBucket, WorkloadPage
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit

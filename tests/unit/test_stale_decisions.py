@@ -1,5 +1,5 @@
 """Which of a cycle's decisions still hold after the world moved on while the engine decided
-(scheduler/service/decisions.py): the real engine decides on a snapshot, then the
+(scheduler/service/policies/decisions.py): the real engine decides on a snapshot, then the
 lifecycle changes as requests would change it, and the filter says what may be applied."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from scheduler.engine import (
     scorer_named,
 )
 from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
-from scheduler.service.decisions import Reconciler, current_decisions
+from scheduler.service.policies.decisions import Reconciler, current_decisions
 
 pytestmark = pytest.mark.unit
 

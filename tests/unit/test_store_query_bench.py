@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.service.orm import ACTIVE_STATES
+from scheduler.service.persistence.orm import ACTIVE_STATES
 
 pytestmark = pytest.mark.unit
 

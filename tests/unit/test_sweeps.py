@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler.fields import InvalidSpec
-from scheduler.service.orm import WorkloadRecord
-from scheduler.service.sweeps import held_back, member_env, parse_sweep
+from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.policies.sweeps import held_back, member_env, parse_sweep
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """A job's credentials on Kubernetes: a Secret the pods read, owned by the attempt's Jobs.
 
 ``JobSpec.credentials`` (the job's own hub token and the service's URL,
-``scheduler/service/jobtokens.py``) never appear in a Job's spec, which anyone who may read
+``scheduler/service/hub/jobtokens.py``) never appear in a Job's spec, which anyone who may read
 Jobs in the namespace reads: each variable is an ``env`` entry with a ``secretKeyRef`` to
 the Secret ``<attempt>-credentials``. The Jobs are created suspended, so their pods do not
 exist before the Secret does; it lists the Jobs as its owners, so the garbage collector

@@ -9,7 +9,7 @@ backend runs nothing for it (the spawner starts the server).
 An allocation that can never start (a shape no GPU here holds, or a notebook larger than the
 deserved quota it must stay inside) is refused at once with 409 and the numbers, so the spawn
 page says why instead of waiting out the hub's timeout. With ``idle_timeout_seconds`` the
-server is warned and then stopped when idle that long (``scheduler/service/idle.py``).
+server is warned and then stopped when idle that long (``scheduler/service/hub/idle.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scheduler.engine.lifecycle import CANCELLABLE, WorkloadState
 from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.requests import never_starts, parse_allocation
 from scheduler.service.views import workload_json
 

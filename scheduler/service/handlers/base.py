@@ -26,10 +26,10 @@ from traitlets import validate
 
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import JOB, Caller
-from scheduler.service.directory import HubDirectory, HubDirectoryError
-from scheduler.service.loop import SchedulingLoop
+from scheduler.service.hub.directory import HubDirectory, HubDirectoryError
+from scheduler.service.persistence.store import WorkloadPage
 from scheduler.service.requests import NAME, PageRequest, cursor_after, parse_page
-from scheduler.service.store import WorkloadPage
+from scheduler.service.scheduling.loop import SchedulingLoop
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 

@@ -2,7 +2,7 @@
 project and user as CSV for cost sharing.
 
 ``history`` reads the samples the service writes every ``usage_sample_interval``
-(scheduler/service/sampler.py), summed up by the database into at most ``points`` buckets,
+(scheduler/service/runtime/sampler.py), summed up by the database into at most ``points`` buckets,
 so a week of minute samples stays a small answer and a quick query. A user sees the
 projects they belong to; an admin sees every project and the whole cluster (its allocation
 and queue lengths).
@@ -20,8 +20,8 @@ from tornado import web
 from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, projects_of
 from scheduler.service.handlers.info import UsageHandler
-from scheduler.service.sampler import CLUSTER
-from scheduler.service.store import SampleBucket
+from scheduler.service.persistence.store import SampleBucket
+from scheduler.service.runtime.sampler import CLUSTER
 from scheduler.service.views import iso
 
 DAY = 86400.0

@@ -15,7 +15,7 @@ from scheduler import __version__
 from scheduler.fields import InvalidSpec, shown
 from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
 from scheduler.service.handlers.base import APIHandler, JSONErrors
-from scheduler.service.store import UsageRow
+from scheduler.service.persistence.store import UsageRow
 from scheduler.service.views import iso, nodes_json
 
 OPENAPI = Path(__file__).resolve().parent.parent / "openapi.json"

@@ -12,7 +12,7 @@ from tornado import web
 from scheduler.fields import shown
 from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.base import APIHandler
-from scheduler.service.orm import QueueRecord
+from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.requests import parse_members, parse_queue
 from scheduler.service.views import queue_json
 

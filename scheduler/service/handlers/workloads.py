@@ -13,17 +13,17 @@ from scheduler.engine import default_priority
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
 from scheduler.fields import MAX_ID, InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
-from scheduler.service.directory import HubDirectoryError
 from scheduler.service.handlers.base import APIHandler
-from scheduler.service.jobtokens import token_id_of
-from scheduler.service.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
+from scheduler.service.hub.directory import HubDirectoryError
+from scheduler.service.hub.jobtokens import token_id_of
+from scheduler.service.persistence.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
+from scheduler.service.policies.sweeps import member_env
 from scheduler.service.requests import (
     Submission,
     job_never_fits,
     parse_count,
     parse_submission,
 )
-from scheduler.service.sweeps import member_env
 from scheduler.service.views import workload_json
 
 STATES = (*ACTIVE_STATES, *FINAL_STATES)

@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from scheduler.service.orm import Base
+from scheduler.service.persistence.orm import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -38,16 +38,17 @@ from tornado.httpclient import HTTPClientError
 
 from scheduler.engine import reasons
 from scheduler.engine.lifecycle import WorkloadState
-from scheduler.service.hubapi import HubApi
-from scheduler.service.idle_policy import (
+from scheduler.service.hub.hubapi import HubApi
+from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.policies.idle_policy import (
     DEFAULT_WARNING_FRACTION,
     GivenWarning,
     Verdict,
     judge,
     warning_text,
 )
-from scheduler.service.loop import SchedulingLoop, held_gpus
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.scheduling.effects import held_gpus
+from scheduler.service.scheduling.loop import SchedulingLoop
 
 PAGINATION = "application/jupyterhub-pagination+json"
 PAGE_SIZE = 200

@@ -33,7 +33,7 @@ from tornado.httpclient import HTTPClientError
 
 from hub_ext.scopes import JOB_TOKEN_SCOPES
 from scheduler.backends.base import Backend, Checkpoint, Exit, Handle, JobSpec
-from scheduler.service.hubapi import HubApi
+from scheduler.service.hub.hubapi import HubApi
 
 TOKEN_KEY = "hub_token"
 """The handle's entry for the attempt's token: ``{"id": ..., "user": ...}``."""

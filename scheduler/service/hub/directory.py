@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import HTTPClientError
 
-from scheduler.service.hubapi import HubApi
+from scheduler.service.hub.hubapi import HubApi
 
 
 class HubDirectoryError(RuntimeError):

@@ -97,7 +97,7 @@ class WorkloadRecord(Base):
     """Jobs of a sweep: the sweep's id (its first member's id); None for other workloads."""
     sweep_parallel: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Jobs of a sweep: how many of its members may hold GPUs at once (the service holds the
-    others back from the engine, see ``scheduler/service/sweeps.py``)."""
+    others back from the engine, see ``scheduler/service/policies/sweeps.py``)."""
 
     @property
     def placement(self) -> Placement:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from scheduler.service.store import finished_before, purge_finished, purge_samples
+from scheduler.service.persistence.store import finished_before, purge_finished, purge_samples
 
 DAY = 86400.0
 

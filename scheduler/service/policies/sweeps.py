@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.fields import InvalidSpec, shown
-from scheduler.service.orm import WorkloadRecord
+from scheduler.service.persistence.orm import WorkloadRecord
 
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 MAX_PARAMETERS = 8

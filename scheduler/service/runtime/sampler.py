@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from scheduler.service.loop import SchedulingLoop
-from scheduler.service.orm import UsageSampleRecord
+from scheduler.service.persistence.orm import UsageSampleRecord
+from scheduler.service.scheduling.loop import SchedulingLoop
 
 CLUSTER = ""
 """The project name of the whole cluster's row (no project can be called that)."""

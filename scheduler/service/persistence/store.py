@@ -24,7 +24,7 @@ from sqlalchemy import Integer, case, cast, create_engine, delete, event, func, 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.service.orm import (
+from scheduler.service.persistence.orm import (
     ACTIVE_STATES,
     EventRecord,
     QueueRecord,
@@ -33,7 +33,7 @@ from scheduler.service.orm import (
     WorkloadRecord,
 )
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 class StoreError(RuntimeError):
@@ -238,7 +238,7 @@ class Store:
         return WorkloadPage(records[:limit], len(records) > limit, total)
 
     def sweep_members(self, sweep_id: int) -> list[WorkloadRecord]:
-        """A sweep's jobs in order (``scheduler/service/sweeps.py``)."""
+        """A sweep's jobs in order (``scheduler/service/policies/sweeps.py``)."""
         query = select(WorkloadRecord).where(WorkloadRecord.sweep_id == sweep_id)
         return list(self.session.scalars(query.order_by(WorkloadRecord.id)))
 

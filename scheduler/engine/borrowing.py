@@ -1,0 +1,68 @@
+"""Which running work borrows GPUs beyond its project's quota, and who may take them back.
+
+A project using more than its deserved quota runs on GPUs another project may reclaim. The
+work that borrows is its running preemptible work started last (reclaim takes the latest
+started first): walking it in start order, each workload from the one that takes the
+project past its quota on. The cycle reports it with its result (``CycleResult.borrowed``)
+so that drivers show and note it without re-deriving the engine's accounting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from scheduler.engine import reasons
+from scheduler.engine.model import MILLI, QueueStatus, Workload
+from scheduler.engine.session import Session
+
+EPSILON = 1e-9
+"""GPUs: how far above a quota counts as above it (float sums of fractions)."""
+
+
+def borrowed(session: Session, queues: Mapping[str, QueueStatus]) -> dict[str, str]:
+    """Running preemptible work beyond its project's quota, in the order it started, each
+    with who may take the GPUs back, in words. ``queues``: the cycle's queue status."""
+    projects = [name for name in session.queues if name not in session.departments]
+    over = {
+        name
+        for name in projects
+        if (status := queues.get(name)) is not None
+        and status.allocated_gpus > status.deserved_gpus + EPSILON
+    }
+    if not over:
+        return {}
+    runs: dict[str, list[Workload]] = {}
+    for workload in session.running.values():
+        if workload.queue in over and workload.preemptible:
+            runs.setdefault(workload.queue, []).append(workload)
+    found: dict[str, str] = {}
+    for project in sorted(over):
+        status = queues[project]
+        running = sorted(runs.get(project, ()), key=lambda workload: workload.start_seq)
+        sizes = [session.size(workload) / MILLI for workload in running]
+        held = status.allocated_gpus - sum(sizes)
+        lenders = [
+            name
+            for name in projects
+            if name != project
+            and (other := queues.get(name)) is not None
+            and other.deserved_gpus > other.allocated_gpus + EPSILON
+        ]
+        words = _words(session, project, lenders)
+        for workload, size in zip(running, sizes, strict=True):
+            held += size
+            if held > status.deserved_gpus + EPSILON:
+                found[workload.name] = words
+    return found
+
+
+def _words(session: Session, project: str, lenders: list[str]) -> str:
+    if lenders:
+        who = " or ".join(lenders)
+        needs = "needs its" if len(lenders) == 1 else "need their"
+        when = f"may be preempted when {who} {needs} GPUs"
+    else:
+        when = "may be preempted when another project needs its quota"
+    using = reasons.gpus(session.use.allocated[project])
+    quota = reasons.gpus(session.deserved[project])
+    return f"{project} is using {using}, beyond its {quota} quota; {when}"
