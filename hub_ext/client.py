@@ -47,17 +47,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from hub_ext.scopes import API_PATH, SERVICE_PREFIX
 from scheduler import __version__
-from scheduler.display import (
-    describe_placement,
-    event_line,
-    format_duration,
-    placement_of,
-    plural,
-)
-from scheduler.display import gpus as gpus_in_words
-from scheduler.engine.lifecycle import (
+from scheduler.common.messages import event_line
+from scheduler.common.placement import describe_placement, placement_from_api
+from scheduler.common.quantities import format_duration, plural
+from scheduler.common.quantities import gpus as gpus_in_words
+from scheduler.common.scopes import API_PATH, SERVICE_PREFIX
+from scheduler.common.states import (
     ACTIVE_STATES,
     FINAL_STATES,
     HOLDING_STATES,
@@ -171,7 +167,8 @@ def connect(
     )
 
 
-WORKLOAD_ID_ENV = "FRACHUB_WORKLOAD_ID"  # set in every job by the backend (scheduler/contract.py)
+# set in every job by the backend (scheduler/common/contract.py)
+WORKLOAD_ID_ENV = "FRACHUB_WORKLOAD_ID"
 CHECKPOINT_DIR_ENV = "FRACHUB_CHECKPOINT_DIR"
 CHECKPOINT_MARK = ".frachub-checkpointed"
 """The file ``checkpointed()`` touches when the job carries no credentials for the API."""
@@ -718,7 +715,7 @@ def held_gpus(workload: Mapping[str, Any]) -> float:
 def format_placement(workload: Mapping[str, Any]) -> str:
     """Where it runs, worded as the service's events word it (``ws GPU 0 (0.5)``,
     ``ws GPUs 0, 1``); ``-`` if nowhere."""
-    return describe_placement(placement_of(workload.get("placement"))) or "-"
+    return describe_placement(placement_from_api(workload.get("placement"))) or "-"
 
 
 def runtime_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:

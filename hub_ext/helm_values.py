@@ -10,7 +10,7 @@ point at the scheduler). ``helm/frachub.yaml`` says everything they share once;
 - ``hub-values.yaml``: values for the z2jh chart (``hub.image``, ``hub.config``,
   ``hub.services.frachub``, ``hub.loadRoles``, ``hub.extraConfig``, ``singleuser.*``).
 
-The roles and custom scopes come from ``hub_ext/scopes.py``, the same lists ``configure()``
+The roles and custom scopes come from ``scheduler/common/scopes.py``, the same lists ``configure()``
 uses, never copied by hand. ``check_definitions`` validates the projects and profiles with
 the scheduler's and the spawner's own parsers, so a typo fails here and not at a user's
 spawn. ``main`` writes (or with ``--check`` compares) the files next to the definitions.
@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from hub_ext.paths import ROOT, in_checkout
-from hub_ext.scopes import (
+from scheduler.common.paths import ROOT, in_checkout
+from scheduler.common.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
     CUSTOM_SCOPES,

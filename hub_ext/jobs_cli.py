@@ -48,8 +48,14 @@ from hub_ext.client import (
     submitted_text,
 )
 from hub_ext.workdir import working_dir_field
-from scheduler.display import memory_gib
-from scheduler.fields import MAX_GPU_MEMORY_GIB, MAX_GPUS, MAX_ID, MAX_NAME_LENGTH, MAX_REPLICAS
+from scheduler.common.limits import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_ID,
+    MAX_NAME_LENGTH,
+    MAX_REPLICAS,
+    gpu_count_problem,
+)
+from scheduler.common.quantities import memory_gib
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 MAX_SWEEP = 256  # a sweep's jobs in all, as the service bounds them
@@ -61,16 +67,16 @@ MAX_LISTED = 1_000_000  # `jobs --limit` at most
 # --- argument definitions, shared with the magics -----------------------------------------------
 
 
-def positive_float(text: str) -> float:
-    """GPUs: above 0, at most the API's bound (a fraction or a whole number of GPUs)."""
+def gpu_count(text: str) -> float:
+    """GPUs per replica, by the API's own rule (``scheduler/common/limits.py``): a fraction
+    in (0, 1] or a whole number, so ``--gpus 1.5`` is refused here, before anything is sent."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    if value > MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPUS}, got {text}")
+    problem = gpu_count_problem(int(value) if value.is_integer() else value)  # "got 0", not 0.0
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -127,7 +133,8 @@ def listed(text: str) -> int:
 
 def gpu_memory(text: str) -> float:
     """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
-    ``--gpu-memory 5G`` works as is), read by the one size grammar (``scheduler/display.py``)."""
+    ``--gpu-memory 5G`` works as is), read by the one size grammar
+    (``scheduler/common/quantities.py``)."""
     value = memory_gib(text, bare="G")
     if value is None:
         raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
@@ -198,7 +205,7 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
     size.add_argument(
         "-g",
         "--gpus",
-        type=positive_float,
+        type=gpu_count,
         metavar="N",
         help="GPUs per replica: a fraction (0.25, 0.5) or a whole number",
     )

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hub_ext.paths import ROOT
-from hub_ext.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
+from scheduler.common.paths import ROOT
+from scheduler.common.scopes import ADMIN_GROUP, API_PATH, SERVICE_PREFIX
 from scheduler.service import datalock
 
 # httpx, yaml, NVML and the client are imported where they are used: `scripts/up.sh --help`

@@ -52,12 +52,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, BackendError, Checkpoint, Inventory, JobSpec
-from scheduler.display import describe_placement, event_line, gpus
+from scheduler.common.limits import MILLI
+from scheduler.common.messages import event_line
+from scheduler.common.placement import Placement, describe_placement
+from scheduler.common.quantities import gpus
+from scheduler.common.states import WorkloadState
 from scheduler.engine import (
-    MILLI,
     CycleResult,
     Pending,
-    Placement,
     Policy,
     Queue,
     QueueStatus,
@@ -78,7 +80,6 @@ from scheduler.engine.lifecycle import (
     Note,
     Started,
     Stop,
-    WorkloadState,
 )
 from scheduler.engine.model import held_milli
 from scheduler.service.decisions import Reconciler

@@ -14,7 +14,7 @@ import pytest
 from scheduler.backends.base import BackendError, Exit, JobSpec
 from scheduler.backends.kubernetes import objects as o
 from scheduler.backends.kubernetes.backend import KubernetesBackend
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 
 from .conftest import Cluster, eventually, run
 from .fakeapi import hami_allocation

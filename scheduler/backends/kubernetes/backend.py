@@ -55,7 +55,7 @@ from scheduler.backends.kubernetes.reservation import (
     report_uuid,
     utc_stamp,
 )
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
+from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
 
 HANDLE_KIND = "kubernetes"
 FAILED = ("FailureTarget", "Failed")

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.backends.base import Gpu, Inventory, JobSpec
-from scheduler.engine.model import Node, Placement, ReplicaPlacement
+from scheduler.common.placement import Placement, ReplicaPlacement
+from scheduler.engine.model import Node
 
 Obj = dict[str, Any]
 
