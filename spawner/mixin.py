@@ -33,7 +33,8 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
-from hub_ext.client import AsyncFracHubClient, FracHubError
+from hub_ext.client.api import AsyncFracHubClient
+from hub_ext.client.session import FracHubError
 from scheduler.common.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
 from scheduler.common.paths import HOOK_DIR, TEMPLATES_DIR
 from scheduler.common.placement import describe_placement, placement_from_api

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from hub_ext.up import find_proxy
+from hub_ext.cli.up.options import find_proxy
 from scheduler.common.scopes import (  # noqa: F401 (re-exported for the tests)
     ACCESS_SCOPE,
     ADMIN_GROUP,

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import REPO, load_yaml, one, render
 
-from hub_ext import helm_values
+from hub_ext.cli import helm_values
 from scheduler.common.scopes import ADMIN_SCOPES, CUSTOM_SCOPES, SERVICE_SCOPES, USER_SCOPES
 from spawner.profiles import parse_profiles
 
@@ -36,7 +36,7 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 
 def test_generated_files_are_up_to_date():
-    assert helm_values.stale() == [], "run: .venv/bin/python -m hub_ext.helm_values"
+    assert helm_values.stale() == [], "run: .venv/bin/python -m hub_ext.cli.helm_values"
 
 
 def test_hub_values_validate_against_the_z2jh_schema(z2jh: Path):

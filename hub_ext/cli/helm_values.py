@@ -35,7 +35,6 @@ from scheduler.common.scopes import (
     SERVICE_SCOPES,
     USER_SCOPES,
 )
-from scheduler.fields import InvalidSpec, parse_queues
 from spawner.profiles import InvalidOption, parse_profiles
 
 # the repository's, or (from an installed wheel) helm/frachub.yaml under the current directory
@@ -57,7 +56,7 @@ KEYS = {
     "profiles",
 }
 HEADER = (
-    "# GENERATED from helm/frachub.yaml by `python -m hub_ext.helm_values` "
+    "# GENERATED from helm/frachub.yaml by `python -m hub_ext.cli.helm_values` "
     "(frachub helm-values): do not edit.\n"
     "# {purpose}\n"
 )
@@ -97,6 +96,8 @@ def check_definitions(definitions: Any) -> None:
     projects = definitions["projects"]
     if not isinstance(projects, list) or not projects:
         raise DefinitionError("projects: must be a non-empty list")
+    from scheduler.fields import InvalidSpec, parse_queues  # the service's own queue rules
+
     try:
         parse_queues([{k: v for k, v in p.items() if k != "members"} for p in projects], "projects")
         parse_profiles(definitions["profiles"])
