@@ -296,7 +296,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hub_ext.up --help``: the options, before anything is installed
+    """``python -m hub_ext.cli.up --help``: the options, before anything is installed
     (``scripts/up.sh --help``); running goes through ``frachub up``."""
     parser = argparse.ArgumentParser(
         prog="bash scripts/up.sh",
