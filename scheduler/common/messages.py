@@ -3,7 +3,7 @@ the CLI, the magics, the spawner's messages and the job's log. Pure functions, n
 
 from __future__ import annotations
 
-from scheduler.common.quantities import plural
+from scheduler.common.quantities import gpus
 
 _EVENT_WORDS = {
     "preempting": "preempted",
@@ -47,7 +47,7 @@ def pending_headline(
     if "is limited to" in reason:
         return "waiting: " + reason.split("; ")[0]
     if allocated is not None and deserved is not None and allocated >= deserved - 1e-9:
-        quota = f"{plural(deserved, 'GPU').replace(' ', '-')}" if deserved else "no GPU"
+        quota = gpus(deserved).replace(" ", "-") if deserved else "no GPU"
         return (
             f"waiting: {project} is using its {quota} quota; borrowed GPUs are all taken"
             if deserved
