@@ -207,8 +207,6 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
     return float(value), None
 
 
-
-
 def gpu_model_field(entry: Mapping, where: str) -> frozenset[str]:
     """``gpu_model``: the GPU model a workload must run on, or a list of models it may use
     (any of them, as Run:ai's GPU-type selection); absent or null means any model."""

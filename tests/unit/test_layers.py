@@ -189,9 +189,7 @@ def upward_imports(path: Path) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize(
-    "path", production_modules(), ids=lambda path: str(path.relative_to(REPO))
-)
+@pytest.mark.parametrize("path", production_modules(), ids=lambda path: str(path.relative_to(REPO)))
 def test_imports_point_down_the_layers(path: Path) -> None:
     wrong = upward_imports(path)
     assert not wrong, "imports that point up the layers:\n" + "\n".join(wrong)
