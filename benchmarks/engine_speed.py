@@ -54,17 +54,17 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.states import WorkloadState
 from scheduler.engine import (
-    MILLI,
     CycleResult,
     Evict,
-    GpuShare,
     Kind,
     Move,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Snapshot,
     Start,
@@ -75,7 +75,7 @@ from scheduler.engine import (
     run_cycle,
     scorer_named,
 )
-from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
+from scheduler.engine.lifecycle import Life, Lifecycle
 from scheduler.engine.session import Session
 from scheduler.service.runtime.heap import Freezer
 

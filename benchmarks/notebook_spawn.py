@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from hub.upharness import Up  # noqa: E402
 
-from scheduler.engine.lifecycle import WorkloadState  # noqa: E402
+from scheduler.common.states import WorkloadState  # noqa: E402
 
 GRANT = re.compile(
     r"\[I (\S+ \S+) JupyterHub mixin:\d+\] (\w+): (Asking FracHub|GPU share granted)"

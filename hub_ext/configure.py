@@ -3,7 +3,7 @@
     from hub_ext.configure import configure
     configure(c, service_config="/etc/frachub/frachub_config.py", profile_list=[...])
 
-It registers the custom scopes and the roles that use them (``hub_ext/scopes.py``), the
+It registers the custom scopes and the roles that use them (``scheduler/common/scopes.py``), the
 ``frachub`` service (hub-managed by default, so the hub starts and restarts it), the FracHub
 spawner pointed at that service, the templates (the hub's navigation bar gets a Training
 link), and the profile list. Settings made before the call are kept where they are lists to
@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hub_ext.paths import TEMPLATES_DIR, check_data_files
-from hub_ext.scopes import (
+from scheduler.common.paths import TEMPLATES_DIR, check_data_files
+from scheduler.common.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
     API_PATH,

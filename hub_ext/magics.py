@@ -13,7 +13,7 @@ to the notebook's project (``FRACHUB_PROJECT``) when the user has several::
 kernel's working directory and runs it there as ``python <script>`` with the kernel's own
 Python, in a fresh process: it sees files, not the notebook's variables.
 
-The flags and the tables are the CLI's (``hub_ext/jobs_cli.py``, ``hub_ext/client.py``):
+The flags and the tables are the CLI's (``hub_ext/client/``):
 tables display as HTML in a notebook and as aligned text elsewhere. A bad flag is a one-line
 ``UsageError``; a refusal from the service is one line ``frachub: <message>``; neither shows
 a traceback.
@@ -34,22 +34,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
-from hub_ext.client import (
-    FracHubClient,
-    FracHubError,
-    connect,
-    describe_report,
-    jobs_table,
-    now_utc,
-    quota_report,
-    state_line,
-)
-from hub_ext.jobs_cli import (
+from hub_ext.client.api import FracHubClient, connect
+from hub_ext.client.arguments import (
     add_cancel_arguments,
     add_id_argument,
     add_jobs_arguments,
     add_logs_arguments,
     add_submit_arguments,
+)
+from hub_ext.client.formatting import now_utc
+from hub_ext.client.jobs import (
     cancelled_text,
     command_from,
     follow_job,
@@ -58,6 +52,8 @@ from hub_ext.jobs_cli import (
     submit_job,
     sweep_text,
 )
+from hub_ext.client.reports import describe_report, jobs_table, quota_report, state_line
+from hub_ext.client.session import FracHubError
 from hub_ext.workdir import working_dir_field
 
 SCRIPT_DIR = "frachub-jobs"  # under the kernel's working directory

@@ -12,26 +12,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from scheduler.engine import MILLI, Queue
-
-# -- bounds: every number FracHub accepts has them, so nothing reaches the database or the
-# engine that either cannot hold (64-bit integers, finite floats); the OpenAPI document
-# (scheduler/service/openapi.json) states the same numbers
-
-MAX_PRIORITY = 10_000
-"""Priorities of workloads and of queues lie in [-MAX_PRIORITY, MAX_PRIORITY]: room for any
-ordering around the defaults (50 to 125)."""
-MAX_GPUS = 1024
-"""Whole GPUs for one replica; no machine has more (the cluster's largest node decides
-whether a request can ever start)."""
-MAX_GPU_MEMORY_GIB = 1024
-"""GPU memory of one share; the cluster's largest GPU decides whether it can ever start."""
-MAX_QUOTA_GPUS = 1_000_000
-"""Deserved and limit GPUs, and over-quota weights, of a queue."""
-MAX_REPLICAS = 256
-"""Replicas of one gang."""
-MAX_ID = 2**63 - 1
-"""Ids, offsets and counts: what a 64-bit database integer holds."""
+from scheduler.common.limits import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_GPU_MODELS,
+    MAX_ID,
+    MAX_NAME_LENGTH,
+    MAX_PRIORITY,
+    MAX_QUOTA_GPUS,
+    gpu_count_problem,
+    shown,
+)
+from scheduler.engine import Queue
 
 
 class InvalidSpec(ValueError):
@@ -82,15 +73,6 @@ def name_field(entry: Mapping, where: str, key: str = "name") -> str:
     if not isinstance(value, str) or not value:
         raise InvalidSpec(field_path(where, key), "is required and must be a non-empty string")
     return value
-
-
-def shown(value: Any, limit: int = 40) -> str:
-    """``repr`` for an error message, cut short: a message never echoes a megabyte back,
-    and never fails on an integer too long to print."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
-        return f"{'-' if value < 0 else ''}a number of more than {limit} digits"
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 5]}…{text[-4:]}"
 
 
 def number_field(
@@ -219,26 +201,10 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
     if not has_gpus:
         raise InvalidSpec(field_path(where, "gpus"), "is required (or gpu_memory_gib)")
     value = entry["gpus"]
-    number = not isinstance(value, bool) and isinstance(value, int | float)
-    if number and value > MAX_GPUS:
-        raise InvalidSpec(
-            field_path(where, "gpus"), f"must be at most {MAX_GPUS}, got {shown(value)}"
-        )
-    if not (number and ((0 < value <= 1) or (value >= 1 and float(value).is_integer()))):
-        raise InvalidSpec(
-            field_path(where, "gpus"),
-            f"must be a fraction in (0, 1] or a whole number >= 1, got {shown(value)}",
-        )
-    if value < 1 and round(value * MILLI) != value * MILLI:
-        raise InvalidSpec(
-            field_path(where, "gpus"), f"fractions are counted in thousandths, got {value!r}"
-        )
+    problem = gpu_count_problem(value)
+    if problem is not None:
+        raise InvalidSpec(field_path(where, "gpus"), problem)
     return float(value), None
-
-
-MAX_GPU_MODELS = 16
-MAX_NAME_LENGTH = 253
-"""Kubernetes' own bound on a label key; GPU model names and label values stay well inside."""
 
 
 def gpu_model_field(entry: Mapping, where: str) -> frozenset[str]:

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for arg in "$@"; do
     case "$arg" in
-        -h|--help) exec python3 -m hub_ext.up --help ;;
+        -h|--help) exec python3 -m hub_ext.cli.up --help ;;
         --) break ;;
     esac
 done

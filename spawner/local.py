@@ -32,7 +32,7 @@ from jupyterhub.traitlets import Callable
 from kubespawner.spawner import KubeSpawner
 from traitlets import Dict, List, Unicode, Union, default
 
-from scheduler.contract import prepend_path
+from scheduler.common.contract import prepend_path
 from spawner.mixin import FracSpawnerMixin
 from spawner.profiles import Selection
 

@@ -9,7 +9,7 @@ profile -> request -> wait with progress -> apply -> release:
    service says it can never be met;
 3. waits for it, while ``progress()`` tells the spawn page the queue position and the reason
    it waits (the hub's ``start_timeout`` bounds the wait, as it bounds any slow start);
-4. gives the server the environment contract of its share (``scheduler/contract.py``), the
+4. gives the server the environment contract of its share (``scheduler/common/contract.py``), the
    service's URL, and a kernel that loads the ``%frachub`` magics; then the base spawner
    starts the server;
 5. releases the allocation when the server stops, fails to start, or is found gone.
@@ -33,13 +33,13 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Float, Unicode, default
 from traitlets.config import Configurable
 
-from hub_ext.client import AsyncFracHubClient, FracHubError
-from hub_ext.paths import TEMPLATES_DIR
-from hub_ext.scopes import ADMIN_GROUP, SERVER_TOKEN_SCOPES
-from scheduler.backends.pyhook import HOOK_DIR
-from scheduler.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
-from scheduler.display import describe_placement, placement_of
-from scheduler.engine.lifecycle import FINAL_STATES, WorkloadState
+from hub_ext.client.api import AsyncFracHubClient
+from hub_ext.client.session import FracHubError
+from scheduler.common.contract import CUDA_VISIBLE_DEVICES, contract_env, prepend_path
+from scheduler.common.paths import HOOK_DIR, TEMPLATES_DIR
+from scheduler.common.placement import describe_placement, placement_from_api
+from scheduler.common.scopes import ADMIN_GROUP, SERVER_TOKEN_SCOPES
+from scheduler.common.states import FINAL_STATES, WorkloadState
 from spawner.offers import (
     FormView,
     dry_run_body,
@@ -374,7 +374,7 @@ class FracSpawnerMixin(Configurable):
         self.allocation = allocation
         allocation = await self._frachub_wait(allocation)
         self.allocation = allocation
-        where = describe_placement(placement_of(allocation.get("placement"))) or "no GPU"
+        where = describe_placement(placement_from_api(allocation.get("placement"))) or "no GPU"
         self._frachub_note(f"GPU share granted: {where} in project {allocation['project']}", 40)
 
     async def _frachub_adopt(self, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -623,7 +623,7 @@ def notebook_contract(
     replica = allocation["placement"][0]
     gpus = replica["gpus"]
     uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in gpus}
-    (placement,) = placement_of([replica])
+    (placement,) = placement_from_api([replica])
     fraction = gpus[0]["share"] if len(gpus) == 1 else 1.0
     memory_mib = round(fraction * float(gpus[0].get("memory_mib") or 0)) if gpus else 0
     return contract_env(

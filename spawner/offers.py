@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from scheduler.service.access import projects_of
-from spawner.profiles import GpuChoice, Profile, Selection, gpus_text
+from scheduler.common.projects import projects_of
+from scheduler.common.quantities import gpus
+from spawner.profiles import GpuChoice, Profile, Selection
 
 EPSILON = 1e-9
 
@@ -33,10 +34,10 @@ class ProjectUse:
         """Use against the guaranteed quota. The fair share is named only when it exceeds the
         quota (idle GPUs others may lend): on an idle cluster it is 0, which would read as
         "you get nothing" while the whole quota is there for the asking."""
-        text = f"{self.name}: {self.allocated_gpus:g} of {gpus_text(self.deserved_gpus)} in use"
+        text = f"{self.name}: {self.allocated_gpus:g} of {gpus(self.deserved_gpus)} in use"
         if self.fair_share_gpus > self.deserved_gpus + EPSILON:
             text += (
-                f" (up to {gpus_text(self.fair_share_gpus)} now with idle GPUs borrowed, "
+                f" (up to {gpus(self.fair_share_gpus)} now with idle GPUs borrowed, "
                 "for preemptible work)"
             )
         return text
@@ -67,7 +68,7 @@ def user_projects(
     queues: Sequence[Mapping[str, Any]], user: str, groups: Iterable[str]
 ) -> list[ProjectUse]:
     """The leaf queues ``user`` belongs to (by group or listed member), decided by the
-    service's own rule (``access.projects_of``) on the queue tree the service reports."""
+    service's own rule (``scheduler/common/projects.py``) on the queue tree the service reports."""
     parent_of = {child: q["name"] for q in queues for child in q.get("children") or ()}
     tree = [
         SimpleNamespace(name=q["name"], parent=q.get("parent") or parent_of.get(q["name"]))

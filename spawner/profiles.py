@@ -36,9 +36,8 @@ from typing import Any
 from jupyterhub.utils import maybe_future
 from kubespawner.spawner import KubeSpawner
 
-from scheduler.display import memory_gib
-from scheduler.engine import reasons
-from scheduler.engine.model import MILLI
+from scheduler.common.limits import gpu_count_problem
+from scheduler.common.quantities import gpus, memory_gib
 
 PROFILE_KEYS = frozenset(
     {
@@ -59,11 +58,6 @@ OPTION_KEYS = ("profile", "gpu", "gpus", "gpu_memory_gib", "project")
 GPU_KEYS = ("gpu", "gpus", "gpu_memory_gib")
 UNLISTED = "--unlisted-choice"  # KubeSpawner's suffix for an option's free-text value
 ProfileList = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
-
-
-def gpus_text(value: float) -> str:
-    """0.5 -> "0.5 GPU", 2 -> "2 GPUs", worded as the engine's pending reasons word them."""
-    return reasons.gpus(value * MILLI)
 
 
 class InvalidOption(ValueError):
@@ -93,7 +87,7 @@ class GpuChoice:
         if self.gpu_memory_gib is not None:
             return f"{self.gpu_memory_gib:g} GiB of GPU memory"
         assert self.gpus is not None
-        return gpus_text(self.gpus)
+        return gpus(self.gpus)
 
     @property
     def request(self) -> dict[str, float]:
@@ -206,10 +200,9 @@ def parse_gpu_choice(value: Any, where: str) -> GpuChoice:
             ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidOption(where, f"expected a number of GPUs, got {value!r}")
-    if value <= 0 or (value > 1 and value != int(value)):
-        raise InvalidOption(
-            where, f"must be a fraction in (0, 1] or a whole number of GPUs, got {value:g}"
-        )
+    problem = gpu_count_problem(value)  # the API's own rule, so a profile offers what it accepts
+    if problem is not None:
+        raise InvalidOption(where, problem)
     return GpuChoice(key=f"{value:g}", gpus=float(value), gpu_memory_gib=None)
 
 

@@ -39,7 +39,8 @@ from typing import Any
 
 import httpx
 
-from hub_ext.scopes import (  # noqa: F401 (re-exported for the tests)
+from hub_ext.cli.up.options import find_proxy
+from scheduler.common.scopes import (  # noqa: F401 (re-exported for the tests)
     ACCESS_SCOPE,
     ADMIN_GROUP,
     ADMIN_SCOPE,
@@ -53,7 +54,6 @@ from hub_ext.scopes import (  # noqa: F401 (re-exported for the tests)
     SUBMIT_SCOPE,
     USER_SCOPES,
 )
-from hub_ext.up import find_proxy
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduler.engine import Node, Placement
+from scheduler.common.placement import Placement
+from scheduler.engine import Node
 
 Handle = dict[str, Any]
 

@@ -40,14 +40,14 @@ from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.inventory import load_inventory, validate_declared
-from scheduler.backends.pyhook import HOOK_DIR
-from scheduler.contract import (
+from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
     contract_env,
     prepend_path,
     rendezvous,
     visible_gpus,
 )
+from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
 

@@ -14,20 +14,16 @@ preempt), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all
 
 from scheduler.engine.cycle import decide, run_cycle
 from scheduler.engine.model import (
-    MILLI,
     CycleResult,
     Decision,
     Evict,
     EvictReason,
-    GpuShare,
     Kind,
     Move,
     Node,
     Pending,
-    Placement,
     Queue,
     QueueStatus,
-    ReplicaPlacement,
     Request,
     Snapshot,
     Start,
@@ -39,22 +35,18 @@ from scheduler.engine.placement import SCORERS, scorer_named
 from scheduler.engine.session import Policy, Session
 
 __all__ = [
-    "MILLI",
     "SCORERS",
     "CycleResult",
     "Decision",
     "Evict",
     "EvictReason",
-    "GpuShare",
     "Kind",
     "Move",
     "Node",
     "Pending",
-    "Placement",
     "Policy",
     "Queue",
     "QueueStatus",
-    "ReplicaPlacement",
     "Request",
     "Session",
     "Snapshot",

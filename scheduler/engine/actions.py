@@ -12,8 +12,10 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import Placement
 from scheduler.engine import reasons
-from scheduler.engine.model import MILLI, EvictReason, Kind, Placement, Workload, held_milli
+from scheduler.engine.model import EvictReason, Kind, Workload, held_milli
 from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import (
     QueueStanding,

@@ -12,6 +12,7 @@ runner, the simulators) apply the decisions and call it again.
 
 from __future__ import annotations
 
+from scheduler.common.limits import MILLI
 from scheduler.engine import reasons
 from scheduler.engine.actions import (
     Candidates,
@@ -25,14 +26,7 @@ from scheduler.engine.actions import (
 )
 from scheduler.engine.borrowing import borrowed
 from scheduler.engine.fairshare import subtree_totals
-from scheduler.engine.model import (
-    MILLI,
-    CycleResult,
-    Pending,
-    QueueStatus,
-    Snapshot,
-    Workload,
-)
+from scheduler.engine.model import CycleResult, Pending, QueueStatus, Snapshot, Workload
 from scheduler.engine.session import Policy, Session
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from scheduler.engine.model import MILLI, Queue
+from scheduler.common.limits import MILLI
+from scheduler.engine.model import Queue
 
 _EPS = 1e-6
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scheduler.engine.model import MILLI, Request
+from scheduler.common.limits import MILLI
+from scheduler.engine.model import Request
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 
 from sortedcontainers import SortedList
 
-from scheduler.engine.model import MILLI, GpuShare, Node, Placement, ReplicaPlacement, Request
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
+from scheduler.engine.model import Node, Request
 
 Holding = tuple[Placement, int, int]
 """A placement with the CPU milli and memory MiB each replica holds."""

@@ -41,9 +41,17 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
 from typing import Any
 
+from scheduler.common.placement import Placement
+from scheduler.common.states import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    HOLDING_STATES,
+    RELEASING_STATES,
+    Words,
+    WorkloadState,
+)
 from scheduler.engine import reasons
 from scheduler.engine.model import (
     CycleResult,
@@ -51,7 +59,6 @@ from scheduler.engine.model import (
     EvictReason,
     Move,
     Node,
-    Placement,
     Queue,
     Snapshot,
     Start,
@@ -61,85 +68,15 @@ from scheduler.engine.model import (
 from scheduler.engine.session import Policy, Session
 from scheduler.engine.standing import Standing
 
-
-class _Words(str, Enum):
-    """A str-Enum that prints as its value everywhere (``enum.StrEnum`` once 3.10 is gone)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
-class WorkloadState(_Words):
-    """Every state a workload is in, as the API, the store, the panel and the CLI spell it."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    PREEMPTING = "preempting"
-    """Evicted for another workload; holds its GPUs until its process has stopped."""
-    CANCELLING = "cancelling"
-    """Stopping at its owner's request; holds its GPUs until its process has stopped."""
-    STOPPING = "stopping"
-    """Ran past its max runtime; holds its GPUs until its process has stopped, then failed."""
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    RELEASED = "released"
-    """A notebook allocation given back."""
-    REVOKED = "revoked"
-    """A notebook allocation preempted."""
-
-    @property
-    def final(self) -> bool:
-        return self in FINAL_STATES
-
-    @property
-    def active(self) -> bool:
-        """Not final: the scheduler still acts on it."""
-        return self in ACTIVE_STATES
-
-    @property
-    def releasing(self) -> bool:
-        """Asked to stop and still holding its GPUs until its process has."""
-        return self in RELEASING_STATES
-
-    @property
-    def holding(self) -> bool:
-        """Holds GPUs: running or releasing."""
-        return self in HOLDING_STATES
-
-    @property
-    def engine(self) -> State | None:
-        """What the engine sees; None for final states (the engine never sees those)."""
-        return _ENGINE.get(self)
-
-
-ACTIVE_STATES = (
-    WorkloadState.PENDING,
-    WorkloadState.RUNNING,
-    WorkloadState.PREEMPTING,
-    WorkloadState.CANCELLING,
-    WorkloadState.STOPPING,
-)
-FINAL_STATES = (
-    WorkloadState.SUCCEEDED,
-    WorkloadState.FAILED,
-    WorkloadState.CANCELLED,
-    WorkloadState.RELEASED,
-    WorkloadState.REVOKED,
-)
-RELEASING_STATES = (WorkloadState.PREEMPTING, WorkloadState.CANCELLING, WorkloadState.STOPPING)
-HOLDING_STATES = (WorkloadState.RUNNING, *RELEASING_STATES)
 _ENGINE = {
     WorkloadState.PENDING: State.PENDING,
     WorkloadState.RUNNING: State.RUNNING,
     **dict.fromkeys(RELEASING_STATES, State.RELEASING),
 }
+"""What the engine sees of each state; final states it never sees."""
 
 
-class Milestone(_Words):
+class Milestone(Words):
     """History lines that are not states (those that are use the state's own name)."""
 
     SUBMITTED = "submitted"
@@ -306,7 +243,7 @@ class Life:
         )
         if self._view is not None and self._view[0] == key:
             return self._view[1]
-        state = self.state.engine
+        state = _ENGINE.get(self.state)
         assert state is not None, f"{self.name} is {self.state.value}"
         workload = replace(
             self.ask,

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from enum import Enum
 
-MILLI = 1000
-"""Capacity units per whole GPU."""
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import Placement
 
 
 class Kind(str, Enum):
@@ -63,25 +63,6 @@ class Queue:
     over_quota_weight: float = 1.0
     limit_gpus: float | None = None
     priority: int = 0
-
-
-@dataclass(frozen=True)
-class GpuShare:
-    """One replica's hold on one GPU: ``milli`` of 1000."""
-
-    index: int
-    milli: int
-
-
-@dataclass(frozen=True)
-class ReplicaPlacement:
-    """Where one replica of a workload runs."""
-
-    node: str
-    gpus: tuple[GpuShare, ...]
-
-
-Placement = tuple[ReplicaPlacement, ...]
 
 
 def held_milli(placement: Placement) -> int:

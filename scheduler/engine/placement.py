@@ -31,9 +31,11 @@ from typing import Protocol
 import numpy as np
 from sortedcontainers import SortedList
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import Placement, ReplicaPlacement
 from scheduler.engine.fragmentation import MEMO_LIMIT, FragmentationTable, ScoreKey, TaskShape
 from scheduler.engine.ledger import Ledger
-from scheduler.engine.model import MILLI, Placement, ReplicaPlacement, Request
+from scheduler.engine.model import Request
 
 
 class Scorer(Protocol):

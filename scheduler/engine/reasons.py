@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler.engine.model import MILLI, Evict, EvictReason, Kind, Move, Workload
+from scheduler.common.limits import MILLI
+from scheduler.common.quantities import milli_gpus as gpus  # the engine counts in milli
+from scheduler.engine.model import Evict, EvictReason, Kind, Move, Workload
 
 if TYPE_CHECKING:
     from scheduler.engine.session import Session
@@ -19,21 +21,6 @@ _NOUNS = {
     Kind.INFERENCE: "inference servers",
     Kind.TRAINING: "non-preemptible jobs",
 }
-
-
-def plural(count: float, noun: str, nouns: str | None = None) -> str:
-    """``count`` with ``noun`` agreeing: one, or a fraction of one, is singular ("1 time",
-    "0.5 GPU"); zero and more than one are plural ("0 GPUs", "2 times"). ``nouns`` is the
-    plural when adding "s" is wrong. The one rule for every word FracHub counts with
-    (``scheduler.display`` offers it to everything outside the engine)."""
-    value = round(float(count), 3)
-    text = f"{value:g}"
-    return f"{text} {noun}" if 0 < abs(value) <= 1 else f"{text} {nouns or noun + 's'}"
-
-
-def gpus(milli: float) -> str:
-    """1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs"."""
-    return plural(milli / MILLI, "GPU")
 
 
 def _queue_label(session: Session, name: str) -> str:

@@ -22,18 +22,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import Placement
 from scheduler.engine import reasons
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
 from scheduler.engine.fragmentation import recent_workload
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import (
-    MILLI,
     Decision,
     Evict,
     EvictReason,
     Move,
     Node,
-    Placement,
     Request,
     Snapshot,
     Start,

@@ -1,7 +1,7 @@
 """``frachub simulate fleet``: the same arrivals under static quotas, a shared pool, quotas with
 reclaim on whole GPUs, and FracHub, through the real engine over simulated days.
 
-Wired into the ``frachub`` CLI by ``hub_ext/cli.py`` through :func:`add_arguments` and
+Wired into the ``frachub`` CLI by ``hub_ext/cli/main.py`` through :func:`add_arguments` and
 :func:`run`. User mistakes (unknown preset or variant, malformed description, missing
 Philly file) print one line on stderr and return 2; an engine that never settles, 1.
 """

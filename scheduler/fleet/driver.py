@@ -21,10 +21,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from scheduler.common.limits import MILLI
+from scheduler.common.states import WorkloadState
 from scheduler.engine import Kind
 from scheduler.engine.fairshare import deserved_quotas, fair_shares
-from scheduler.engine.lifecycle import Effect, Ended, Evicted, Started, WorkloadState
-from scheduler.engine.model import MILLI
+from scheduler.engine.lifecycle import Effect, Ended, Evicted, Started
 from scheduler.fleet.description import DAY, Description
 from scheduler.fleet.variants import (
     Variant,

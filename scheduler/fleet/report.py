@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from scheduler.display import format_duration
+from scheduler.common.quantities import format_duration
 from scheduler.engine import Kind
 from scheduler.fleet.driver import FleetRun
 from scheduler.fleet.metrics import Quantile, Summary, Waits, binned, fair_share_gaps

@@ -1,6 +1,6 @@
 """``frachub simulate openb``: replay the openb trace with one or all placement policies.
 
-Wired into the ``frachub`` CLI by ``hub_ext/cli.py`` through
+Wired into the ``frachub`` CLI by ``hub_ext/cli/main.py`` through
 :func:`add_arguments` and :func:`run`. User mistakes (missing or malformed
 file, unknown policy, bad ``--seeds``) print one line on stderr and return 2.
 """

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine.fragmentation import FragmentationTable, ScoreKey, target_workload
 from scheduler.engine.ledger import Ledger
-from scheduler.engine.model import GpuShare, ReplicaPlacement
 from scheduler.engine.model import Node as EngineNode
 from scheduler.engine.model import Request as EngineRequest
 from scheduler.engine.placement import FracHub, place, scorer_named

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scheduler.display import describe_placement, placement_of
+from scheduler.common.placement import describe_placement, placement_from_api
 from scheduler.scenario.runner import Unsettled, run_scenario
 from scheduler.scenario.spec import InvalidSpec, load_scenario
 
@@ -61,7 +61,7 @@ def tables(outcome: Mapping[str, Any]) -> str:
             entry["queue"],
             entry["state"]
             + (f" #{entry['queue_position']}" if entry.get("queue_position") else ""),
-            describe_placement(placement_of(entry["placement"])) or "-",
+            describe_placement(placement_from_api(entry["placement"])) or "-",
             str(entry["preemptions"]),
             entry.get("pending_reason") or "",
         )

@@ -17,16 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.engine import (
-    CycleResult,
-    Node,
-    Placement,
-    Policy,
-    Snapshot,
-    Workload,
-    decide,
-    scorer_named,
-)
+from scheduler.common.placement import placement_to_api
+from scheduler.common.states import WorkloadState
+from scheduler.engine import CycleResult, Node, Policy, Snapshot, Workload, decide, scorer_named
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.lifecycle import (
     Effect,
@@ -38,9 +31,7 @@ from scheduler.engine.lifecycle import (
     Milestone,
     Started,
     Stop,
-    WorkloadState,
 )
-from scheduler.engine.model import MILLI
 from scheduler.engine.placement import place
 from scheduler.scenario.spec import EventSpec, Scenario, WorkloadSpec
 
@@ -72,7 +63,7 @@ class Outcome:
                 "queue": life.ask.queue,
                 "preemptions": life.preemptions,
                 "placement": (
-                    _placement_json(life.placement) if state is WorkloadState.RUNNING else []
+                    placement_to_api(life.placement) if state is WorkloadState.RUNNING else []
                 ),
             }
             if state is WorkloadState.RUNNING:
@@ -92,18 +83,6 @@ class Outcome:
                     "pending": status.pending,
                 }
         return {"time": self.time, "workloads": workloads, "queues": queues, "events": self.events}
-
-
-def _placement_json(placement: Placement) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": replica.node,
-            "gpus": [
-                {"index": share.index, "share": share.milli / MILLI} for share in replica.gpus
-            ],
-        }
-        for replica in placement
-    ]
 
 
 def life_of(spec: WorkloadSpec, seq: int) -> Life:

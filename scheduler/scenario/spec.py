@@ -15,18 +15,10 @@ from typing import Any
 
 import yaml
 
-from scheduler.engine import (
-    MILLI,
-    SCORERS,
-    GpuShare,
-    Kind,
-    Node,
-    Queue,
-    ReplicaPlacement,
-    Request,
-    default_priority,
-)
-from scheduler.engine.lifecycle import WorkloadState
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.states import WorkloadState
+from scheduler.engine import SCORERS, Kind, Node, Queue, Request, default_priority
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     InvalidSpec,

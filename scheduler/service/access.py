@@ -1,6 +1,6 @@
 """Who may do what: the custom scopes and project membership.
 
-Scopes (defined once, with their descriptions, in ``hub_ext/scopes.py``; granted through
+Scopes (defined once, with their descriptions, in ``scheduler/common/scopes.py``; granted through
 JupyterHub roles; the admin scope implies the others):
 
 - ``custom:frachub:read``   see queues, nodes, usage, metrics and one's own workloads
@@ -18,19 +18,14 @@ caller cannot tell forbidden from missing; a missing scope answers 403 naming it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hub_ext.scopes import ADMIN_SCOPE as ADMIN
-from hub_ext.scopes import JOB_SCOPE as JOB
-from hub_ext.scopes import READ_SCOPE as READ
-from hub_ext.scopes import SUBMIT_SCOPE as SUBMIT
-from scheduler.engine import Queue
+from scheduler.common.scopes import ADMIN_SCOPE as ADMIN
+from scheduler.common.scopes import JOB_SCOPE as JOB
+from scheduler.common.scopes import READ_SCOPE as READ
+from scheduler.common.scopes import SUBMIT_SCOPE as SUBMIT
 
-__all__ = ["ADMIN", "JOB", "READ", "SUBMIT", "Caller", "leaf_projects", "projects_of"]
-
-
-EVERYBODY = "*"  # in a queue's members: every user of the hub
+__all__ = ["ADMIN", "JOB", "READ", "SUBMIT", "Caller"]
 
 
 @dataclass(frozen=True)
@@ -54,22 +49,3 @@ class Caller:
     def is_token_of(self, token_id: str | None) -> bool:
         """This request comes with the job token ``token_id`` (one with the job scope)."""
         return token_id is not None and JOB in self.scopes and self.token_id == token_id
-
-
-def leaf_projects(queues: Iterable[Queue]) -> list[str]:
-    queues = list(queues)
-    parents = {queue.parent for queue in queues}
-    return [queue.name for queue in queues if queue.name not in parents]
-
-
-def projects_of(
-    user: str, groups: Iterable[str], queues: Iterable[Queue], members: Mapping[str, Iterable[str]]
-) -> list[str]:
-    """The projects ``user`` may submit to, in queue order. A project lists its members by
-    name, or ``"*"`` for everybody (the single open project of ``frachub up``)."""
-    groups = set(groups)
-    return [
-        name
-        for name in leaf_projects(queues)
-        if name in groups or {user, EVERYBODY} & set(members.get(name, ()))
-    ]

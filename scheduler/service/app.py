@@ -39,9 +39,9 @@ from traitlets import (
 )
 from traitlets.config import Application
 
-from hub_ext.scopes import CUSTOM_SCOPES
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
+from scheduler.common.scopes import CUSTOM_SCOPES
 from scheduler.engine import SCORERS, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads

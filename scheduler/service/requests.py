@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
+from scheduler.common.quantities import milli_gpus
 from scheduler.engine import (
     Kind,
     Node,
@@ -35,8 +37,6 @@ from scheduler.engine import (
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
-    MAX_ID,
-    MAX_REPLICAS,
     QUEUE_FIELDS,
     InvalidSpec,
     gpu_model_field,
@@ -46,7 +46,6 @@ from scheduler.fields import (
     number_field,
     parse_queues,
     priority_field,
-    shown,
 )
 from scheduler.service.policies.sweeps import Sweep, parse_sweep
 
@@ -415,14 +414,14 @@ def never_starts(
     cap, name = min((session.deserved[name], name) for name in session.ancestry[project])
     if size <= cap + 1e-6:
         return None
-    has = f"deserves {reasons.gpus(cap)}" if cap > 0 else "deserves no GPUs"
+    has = f"deserves {milli_gpus(cap)}" if cap > 0 else "deserves no GPUs"
     if name == project:
         return (
-            f"{project} {has}; a notebook of {reasons.gpus(size)} can never start: notebooks "
+            f"{project} {has}; a notebook of {milli_gpus(size)} can never start: notebooks "
             "run only inside the project's deserved quota"
         )
     return (
-        f"department {name} (above {project}) {has}; a notebook of {reasons.gpus(size)} can "
+        f"department {name} (above {project}) {has}; a notebook of {milli_gpus(size)} can "
         "never start: notebooks run only inside the deserved quota of their project and of "
         "every department above it"
     )

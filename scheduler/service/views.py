@@ -6,9 +6,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.backends.base import Inventory
-from scheduler.display import event_line, pending_headline
-from scheduler.engine import MILLI, Placement, QueueStatus
-from scheduler.engine.lifecycle import WorkloadState
+from scheduler.common.limits import MILLI
+from scheduler.common.messages import event_line, pending_headline
+from scheduler.common.placement import Placement, placement_to_api
+from scheduler.common.states import WorkloadState
+from scheduler.engine import QueueStatus
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
 from scheduler.service.scheduling.loop import SchedulingLoop
 
@@ -25,24 +27,13 @@ def iso(seconds: float | None) -> str | None:
 
 def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str, Any]]:
     gpus = {(gpu.node, gpu.index): gpu for gpu in inventory.gpus}
-    return [
-        {
-            "node": replica.node,
-            "gpus": [
-                {
-                    "index": share.index,
-                    "uuid": getattr(gpus.get((replica.node, share.index)), "uuid", None),
-                    "share": share.milli / MILLI,
-                    # the whole GPU's memory: a share's memory cap is share × this
-                    "memory_mib": getattr(
-                        gpus.get((replica.node, share.index)), "memory_mib", None
-                    ),
-                }
-                for share in replica.gpus
-            ],
-        }
-        for replica in placement
-    ]
+
+    def facts(node: str, index: int) -> dict[str, Any]:
+        gpu = gpus.get((node, index))
+        # memory_mib is the whole GPU's: a share's memory cap is share × this
+        return {"uuid": getattr(gpu, "uuid", None), "memory_mib": getattr(gpu, "memory_mib", None)}
+
+    return placement_to_api(placement, facts)
 
 
 def workload_json(

@@ -18,7 +18,7 @@ import pytest
 
 from scheduler.backends.base import Exit, JobSpec
 from scheduler.backends.local import LocalBackend
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 
 pytestmark = pytest.mark.backends
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch==2.13.0")

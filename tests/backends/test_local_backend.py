@@ -27,8 +27,8 @@ from scheduler.backends import inventory as inventory_module
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, JobSpec
 from scheduler.backends.inventory import declared_inventory, load_inventory, validate_declared
 from scheduler.backends.local import LocalBackend
-from scheduler.backends.pyhook import HOOK_DIR
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.paths import HOOK_DIR
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 
 pytestmark = pytest.mark.backends
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from hubharness import ADMIN_SCOPE, PASSWORD, READ_SCOPE, SERVICE_NAME, SUBMIT_SCOPE, Hub
 
-from hub_ext.paths import TEMPLATES_DIR
+from scheduler.common.paths import TEMPLATES_DIR
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

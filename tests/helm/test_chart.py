@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 from conftest import CHART, REPO, VALUES_DIR, by_kind, helm, load_yaml, one, render, values_files
 
-from hub_ext.scopes import SERVICE_PREFIX
+from scheduler.common.scopes import SERVICE_PREFIX
 from scheduler.fields import parse_queues
 from scheduler.service.handlers import info
 from scheduler.service.handlers.base import APIHandler

@@ -1,6 +1,6 @@
 """The generated values files: up to date with helm/frachub.yaml, the hub's values valid for
 the z2jh chart (merged over its defaults, against its own schema from ../shared/z2jh), the
-roles taken from hub_ext/scopes.py, and the extraConfig snippet doing what it says when run
+roles taken from scheduler/common/scopes.py, and the extraConfig snippet doing what it says when run
 the way z2jh runs it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import yaml
 from conftest import REPO, load_yaml, one, render
 
-from hub_ext import helm_values
-from hub_ext.scopes import ADMIN_SCOPES, CUSTOM_SCOPES, SERVICE_SCOPES, USER_SCOPES
+from hub_ext.cli import helm_values
+from scheduler.common.scopes import ADMIN_SCOPES, CUSTOM_SCOPES, SERVICE_SCOPES, USER_SCOPES
 from spawner.profiles import parse_profiles
 
 HELM = REPO / "helm"
@@ -36,7 +36,7 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 
 def test_generated_files_are_up_to_date():
-    assert helm_values.stale() == [], "run: .venv/bin/python -m hub_ext.helm_values"
+    assert helm_values.stale() == [], "run: .venv/bin/python -m hub_ext.cli.helm_values"
 
 
 def test_hub_values_validate_against_the_z2jh_schema(z2jh: Path):

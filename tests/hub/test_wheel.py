@@ -92,7 +92,7 @@ def test_the_base_install_is_the_client_and_the_simulators(wheel: Path, tmp_path
 
 def test_the_install_finds_its_own_files(venv: Path, tmp_path: Path) -> None:
     code = (
-        "import hub_ext.paths as p, scheduler.fleet.runtimes as r; "
+        "import scheduler.common.paths as p, scheduler.fleet.runtimes as r; "
         "print(p.TEMPLATES_DIR); print(r.DEFAULT_PHILLY)"
     )
     found = run([str(venv / "bin" / "python"), "-I", "-c", code], tmp_path).stdout.split()

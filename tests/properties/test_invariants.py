@@ -37,17 +37,15 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
 from scheduler.engine import (
-    MILLI,
     CycleResult,
     Evict,
     EvictReason,
-    GpuShare,
     Move,
     Pending,
-    Placement,
     Queue,
-    ReplicaPlacement,
     Snapshot,
     Start,
     State,

@@ -27,14 +27,14 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import Placement
 from scheduler.engine import (
-    MILLI,
     CycleResult,
     Evict,
     EvictReason,
     Kind,
     Move,
-    Placement,
     Snapshot,
     Start,
     State,

@@ -313,7 +313,20 @@ REFUSALS = [
         2,
         "--checkpoint-interval: must be above 0",
     ),
-    ("odd-fraction", ["submit", "-g", "0.3333", "--", "true"], {}, 1, "frachub: gpus: fractions"),
+    (
+        "odd-fraction",
+        ["submit", "-g", "0.3333", "--", "true"],
+        {},
+        2,
+        "--gpus: fractions are counted in thousandths, got 0.3333",
+    ),
+    (
+        "gpus-across-gpus",
+        ["submit", "-g", "1.5", "--", "true"],
+        {},
+        2,
+        "--gpus: must be a fraction in (0, 1] or a whole number >= 1, got 1.5",
+    ),
     (
         "reserved-env",
         ["submit", "-g", "1", "-e", "CUDA_VISIBLE_DEVICES=1", "--", "true"],

@@ -28,7 +28,7 @@ from hubharness import (
     identify,
 )
 
-from hub_ext.scopes import JOB_TOKEN_SCOPES
+from scheduler.common.scopes import JOB_TOKEN_SCOPES
 
 pytestmark = pytest.mark.service
 

@@ -29,10 +29,10 @@ from service_client import (
     workload,
 )
 
-from hub_ext.scopes import JOB_TOKEN_SCOPES
 from scheduler.backends.base import Exit, JobSpec
 from scheduler.backends.local import LocalBackend
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.scopes import JOB_TOKEN_SCOPES
 from scheduler.service.hub.jobtokens import TOKEN_KEY, CredentialedBackend, HubTokens, token_id_of
 
 ONE_LINER = (

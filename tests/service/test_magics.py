@@ -246,6 +246,9 @@ USAGE_ERRORS = [
     ("bad-quote", '%frachub submit --gpus 1 -- echo "open', "No closing quotation"),
     ("cell-for-jobs", "%%frachub jobs\nprint(1)", "only %%frachub submit takes a cell"),
     ("empty-cell", "%%frachub submit --gpus 1\n  \n", "the cell is empty"),
+    # the API's own GPU-count rule, checked before anything is sent
+    ("odd-fraction", "%frachub submit --gpus 0.3333 -- true", "counted in thousandths"),
+    ("gpus-across-gpus", "%frachub submit --gpus 1.5 -- true", "or a whole number >= 1, got 1.5"),
 ]
 
 
@@ -267,7 +270,6 @@ def test_refusals_are_one_line(kernel, hub, api) -> None:
     for code, words in (
         (f"%frachub describe {others}", f"workload {others} not found"),
         (f"%frachub cancel {others}", f"workload {others} not found"),
-        ("%frachub submit --gpus 0.3333 -- true", "gpus: fractions are counted in thousandths"),
         ("%frachub submit --gpus 1 --project nlp -- true", "not a member of project nlp"),
         ("%frachub submit --gpus 4 -- true", "not submitted: a job that needs 4 GPUs on one"),
     ):

@@ -184,7 +184,7 @@ def test_frachub_cli_subprocess_reports_bad_input(trace, extra, message):
 
 
 def test_frachub_cli_main_json(trace, capsys):
-    from hub_ext.cli import main
+    from hub_ext.cli.main import main
 
     code = main(
         [

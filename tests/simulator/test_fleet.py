@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_ext.cli import main
+from hub_ext.cli.main import main
 from scheduler.engine import Kind
 from scheduler.fleet.description import HOUR, parse_description_text
 from scheduler.fleet.driver import simulate

@@ -10,24 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hub_ext.client import (
-    NotConfigured,
-    Quota,
-    Table,
-    connect,
-    describe_report,
-    format_duration,
-    format_gpus,
-    format_number,
-    format_state,
-    jobs_table,
-    quota_report,
-    service_url,
-    state_line,
-)
-from hub_ext.jobs_cli import checkpoint_interval, command_from, env_pair, gpu_memory
+from hub_ext.client.api import Quota, connect
+from hub_ext.client.arguments import checkpoint_interval, env_pair, gpu_memory
+from hub_ext.client.formatting import format_gpus, format_number, format_state
+from hub_ext.client.jobs import command_from
+from hub_ext.client.reports import Table, describe_report, jobs_table, quota_report, state_line
+from hub_ext.client.session import NotConfigured, service_url
 from hub_ext.kernelspec import DISPLAY_NAME, write_kernelspec
 from hub_ext.magics import script_path
+from scheduler.common.quantities import format_duration
 
 pytestmark = pytest.mark.unit
 
@@ -195,7 +186,7 @@ def test_checkpoint_intervals_and_their_bounds() -> None:
 
 
 def test_a_job_without_credentials_reports_its_checkpoint_by_a_file(tmp_path) -> None:
-    from hub_ext.client import CHECKPOINT_MARK, checkpointed
+    from hub_ext.client.api import CHECKPOINT_MARK, checkpointed
 
     env = {"FRACHUB_WORKLOAD_ID": "7", "FRACHUB_CHECKPOINT_DIR": str(tmp_path)}
     checkpointed(environ=env)

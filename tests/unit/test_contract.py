@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.contract import (
+from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
     NVIDIA_VISIBLE_DEVICES,
     Rendezvous,
@@ -16,8 +16,9 @@ from scheduler.contract import (
     rendezvous,
     visible_gpus,
 )
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine.ledger import Ledger
-from scheduler.engine.model import GpuShare, Node, ReplicaPlacement, Request
+from scheduler.engine.model import Node, Request
 from scheduler.engine.placement import Pack, Spread, place
 
 pytestmark = pytest.mark.unit
@@ -151,7 +152,7 @@ def test_prepend_path(existing: str | None, expected: str) -> None:
 
 def test_contract_module_is_pure() -> None:
     """Like the engine: the contract takes everything as input, so a table can test it."""
-    source = Path(__file__).parents[2] / "scheduler" / "contract.py"
+    source = Path(__file__).parents[2] / "scheduler" / "common" / "contract.py"
     imported = set()
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):

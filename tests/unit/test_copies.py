@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine import (
-    GpuShare,
     Kind,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Snapshot,
     State,

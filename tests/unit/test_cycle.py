@@ -6,16 +6,15 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine import (
     Evict,
     EvictReason,
-    GpuShare,
     Kind,
     Move,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Snapshot,
     Start,

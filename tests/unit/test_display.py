@@ -1,21 +1,18 @@
 """The one way FracHub words placements and durations and reads memory sizes
-(``scheduler/display.py``), which the service, the spawner, the CLI and the fleet report share."""
+(``scheduler/common/``), which the service, the spawner, the CLI and the fleet report share."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.display import (
+from scheduler.common.messages import event_line, pending_headline
+from scheduler.common.placement import (
+    GpuShare,
+    ReplicaPlacement,
     describe_placement,
-    event_line,
-    format_duration,
-    gpus,
-    memory_gib,
-    pending_headline,
-    placement_of,
-    plural,
+    placement_from_api,
 )
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.quantities import format_duration, gpus, memory_gib, plural
 
 
 def test_placements_read_the_same_from_the_engine_and_from_the_api() -> None:
@@ -29,9 +26,9 @@ def test_placements_read_the_same_from_the_engine_and_from_the_api() -> None:
         {"node": "b", "gpus": [{"index": 0, "share": 1.0}, {"index": 1, "share": 1.0}]},
         {"node": "c", "gpus": [{"index": 3, "share": 1}]},
     ]
-    assert placement_of(api) == engine
+    assert placement_from_api(api) == engine
     assert describe_placement(engine) == "a GPU 1 (0.5); b GPUs 0, 1; c GPU 3"
-    assert describe_placement(placement_of(None)) == ""
+    assert describe_placement(placement_from_api(None)) == ""
 
 
 @pytest.mark.parametrize(

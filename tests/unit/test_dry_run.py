@@ -8,13 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine import (
-    GpuShare,
     Kind,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Session,
     Snapshot,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.engine import MILLI, Kind, State
+from scheduler.common.limits import MILLI
+from scheduler.engine import Kind, State
 
 pytestmark = pytest.mark.unit
 

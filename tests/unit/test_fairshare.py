@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.common.limits import MILLI
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
-from scheduler.engine.model import MILLI, Queue
+from scheduler.engine.model import Queue
 
 pytestmark = pytest.mark.unit
 

@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from scheduler.common.limits import MILLI
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine.fragmentation import (
     TaskShape,
     node_fragmentation,
@@ -14,7 +16,7 @@ from scheduler.engine.fragmentation import (
     target_workload,
 )
 from scheduler.engine.ledger import Ledger
-from scheduler.engine.model import MILLI, GpuShare, Node, ReplicaPlacement, Request
+from scheduler.engine.model import Node, Request
 from scheduler.engine.placement import DEFAULT_SHAPES, SCORERS, FracHub, place
 
 pytestmark = pytest.mark.unit

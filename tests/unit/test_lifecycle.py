@@ -10,25 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.states import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduler.engine import (
     CycleResult,
     Evict,
     EvictReason,
-    GpuShare,
     Kind,
     Move,
     Node,
     Queue,
-    ReplicaPlacement,
     Request,
     Start,
     State,
     Workload,
 )
 from scheduler.engine.lifecycle import (
-    ACTIVE_STATES,
     ALLOWED,
-    FINAL_STATES,
     KEPT_FIELDS,
     Ended,
     Evicted,
@@ -41,7 +39,6 @@ from scheduler.engine.lifecycle import (
     Note,
     Started,
     Stop,
-    WorkloadState,
     vocabulary,
 )
 from scheduler.service.persistence.orm import WorkloadRecord

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine import (
     EvictReason,
-    GpuShare,
     Kind,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Snapshot,
     Workload,

@@ -11,17 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.engine import (
-    Evict,
-    GpuShare,
-    Node,
-    Queue,
-    ReplicaPlacement,
-    Snapshot,
-    Start,
-    State,
-    run_cycle,
-)
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.engine import Evict, Node, Queue, Snapshot, Start, State, run_cycle
 from tests.unit.test_cycle import PACK, workload
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES
-from scheduler.display import describe_placement, placement_of
+from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES
+from scheduler.common.placement import describe_placement, placement_from_api
 from spawner.mixin import notebook_contract
 
 pytestmark = pytest.mark.unit
@@ -58,5 +58,6 @@ def test_whole_gpus() -> None:
     env = notebook_contract(WHOLE, "ckpt")
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["FRACHUB_GPU_FRACTION"] == "1"
-    assert describe_placement(placement_of(WHOLE["placement"])) == "n GPUs 0, 1"
-    assert describe_placement(placement_of(ALLOCATION["placement"])) == "gpu-node-1 GPU 3 (0.5)"
+    assert describe_placement(placement_from_api(WHOLE["placement"])) == "n GPUs 0, 1"
+    allocated = placement_from_api(ALLOCATION["placement"])
+    assert describe_placement(allocated) == "gpu-node-1 GPU 3 (0.5)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub_ext import paths
+from scheduler.common import paths
 
 
 def test_a_checkout_uses_its_own_templates() -> None:

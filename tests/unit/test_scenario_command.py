@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub_ext.cli import main
+from hub_ext.cli.main import main
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.states import WorkloadState
 from scheduler.engine import (
-    GpuShare,
     Kind,
     Node,
     Policy,
     Queue,
-    ReplicaPlacement,
     Request,
     Session,
     Start,
@@ -22,7 +22,7 @@ from scheduler.engine import (
     decide,
     scorer_named,
 )
-from scheduler.engine.lifecycle import Life, Lifecycle, WorkloadState
+from scheduler.engine.lifecycle import Life, Lifecycle
 from scheduler.service.policies.decisions import Reconciler, current_decisions
 
 pytestmark = pytest.mark.unit

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hub_ext.cli import build_parser
-from hub_ext.jobs_cli import command_from, submission
+from hub_ext.cli.main import build_parser
+from hub_ext.client.jobs import command_from, submission
 from hub_ext.workdir import working_dir_field
 
 

@@ -21,9 +21,11 @@ import time
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from scheduler.common.limits import shown
+from scheduler.common.states import WorkloadState
 from scheduler.engine import Kind, default_priority
-from scheduler.engine.lifecycle import CANCELLABLE, WorkloadState
-from scheduler.fields import InvalidSpec, shown
+from scheduler.engine.lifecycle import CANCELLABLE
+from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
 from scheduler.service.persistence.orm import WorkloadRecord

@@ -17,8 +17,10 @@ import time
 
 from tornado import web
 
-from scheduler.fields import InvalidSpec, shown
-from scheduler.service.access import ADMIN, READ, projects_of
+from scheduler.common.limits import shown
+from scheduler.common.projects import projects_of
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.info import UsageHandler
 from scheduler.service.persistence.store import SampleBucket
 from scheduler.service.runtime.sampler import CLUSTER

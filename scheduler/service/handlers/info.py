@@ -12,8 +12,10 @@ from pathlib import Path
 from tornado import web
 
 from scheduler import __version__
-from scheduler.fields import InvalidSpec, shown
-from scheduler.service.access import ADMIN, READ, SUBMIT, projects_of
+from scheduler.common.limits import shown
+from scheduler.common.projects import projects_of
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.base import APIHandler, JSONErrors
 from scheduler.service.persistence.store import UsageRow
 from scheduler.service.views import iso, nodes_json

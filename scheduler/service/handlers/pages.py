@@ -37,7 +37,7 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import web
 
-from hub_ext.paths import TEMPLATES_DIR
+from scheduler.common.paths import TEMPLATES_DIR
 from scheduler.engine.lifecycle import vocabulary
 from scheduler.service.access import ADMIN, READ
 

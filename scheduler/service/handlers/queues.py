@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from scheduler.fields import shown
+from scheduler.common.limits import shown
 from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.persistence.orm import QueueRecord

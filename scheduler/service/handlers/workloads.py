@@ -9,10 +9,14 @@ from collections.abc import Callable
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from scheduler.common.limits import MAX_ID
+from scheduler.common.projects import leaf_projects, projects_of
 from scheduler.engine import default_priority
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
-from scheduler.fields import MAX_ID, InvalidSpec
-from scheduler.service.access import ADMIN, READ, SUBMIT, leaf_projects, projects_of
+from scheduler.common.limits import MAX_ID
+from scheduler.common.projects import leaf_projects, projects_of
+from scheduler.fields import InvalidSpec
+from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.hub.directory import HubDirectoryError
 from scheduler.service.hub.jobtokens import token_id_of

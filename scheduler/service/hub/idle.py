@@ -19,8 +19,8 @@ shape of jupyterhub-idle-culler with deciding and acting split:
    release their shares, and this is what gives them back.
 
 The service's token needs ``list:users``, ``read:users``, ``read:users:activity``,
-``read:servers`` and ``delete:servers`` (``hub_ext/scopes.py``). A failing hub is logged and
-tried again next round; nothing is stopped on a guess.
+``read:servers`` and ``delete:servers`` (``scheduler/common/scopes.py``). A failing hub is
+logged and tried again next round; nothing is stopped on a guess.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from urllib.parse import quote, urlencode
 
 from tornado.httpclient import HTTPClientError
 
-from scheduler.engine import reasons
-from scheduler.engine.lifecycle import WorkloadState
+from scheduler.common.quantities import gpus
+from scheduler.common.states import WorkloadState
 from scheduler.service.hub.hubapi import HubApi
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.policies.idle_policy import (
@@ -134,7 +134,7 @@ class IdleSettings:
 
 def share_words(record: WorkloadRecord) -> str:
     """ "0.5 GPU", "2 GPUs": the share a running allocation holds."""
-    return reasons.gpus(held_gpus(record.placement) * 1000)
+    return gpus(held_gpus(record.placement))
 
 
 def server_words(record: WorkloadRecord) -> str:

@@ -31,8 +31,8 @@ from urllib.parse import quote
 
 from tornado.httpclient import HTTPClientError
 
-from hub_ext.scopes import JOB_TOKEN_SCOPES
 from scheduler.backends.base import Backend, Checkpoint, Exit, Handle, JobSpec
+from scheduler.common.scopes import JOB_TOKEN_SCOPES
 from scheduler.service.hub.hubapi import HubApi
 
 TOKEN_KEY = "hub_token"

@@ -15,17 +15,10 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from scheduler.engine import (
-    GpuShare,
-    Kind,
-    Placement,
-    Queue,
-    ReplicaPlacement,
-    Request,
-    Workload,
-    lifecycle,
-)
-from scheduler.engine.lifecycle import KEPT_FIELDS, Life, WorkloadState
+from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
+from scheduler.common.states import WorkloadState
+from scheduler.engine import Kind, Queue, Request, Workload, lifecycle
+from scheduler.engine.lifecycle import KEPT_FIELDS, Life
 
 
 class Base(DeclarativeBase):

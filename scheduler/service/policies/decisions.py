@@ -34,10 +34,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from scheduler.common.placement import Placement
+from scheduler.common.states import WorkloadState
 from scheduler.engine import CycleResult, Decision, Start, Workload
 from scheduler.engine.ledger import Ledger
-from scheduler.engine.lifecycle import Life, WorkloadState
-from scheduler.engine.model import Node, Placement, Request
+from scheduler.engine.lifecycle import Life
+from scheduler.engine.model import Node, Request
 
 
 def current_decisions(

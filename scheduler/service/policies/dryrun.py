@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.display import describe_placement
+from scheduler.common.placement import describe_placement
 from scheduler.engine import Evict, EvictReason, Move, Session, Start, Workload, decide
 
 NOW = "now"

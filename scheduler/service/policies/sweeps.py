@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.fields import InvalidSpec, shown
+from scheduler.common.limits import shown
+from scheduler.fields import InvalidSpec
 from scheduler.service.persistence.orm import WorkloadRecord
 
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")

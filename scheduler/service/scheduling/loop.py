@@ -50,7 +50,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from scheduler.backends.base import Backend, Checkpoint, Inventory
-from scheduler.display import event_line
+from scheduler.common.messages import event_line
+from scheduler.common.states import WorkloadState
 from scheduler.engine import (
     CycleResult,
     Pending,
@@ -68,7 +69,6 @@ from scheduler.engine.lifecycle import (
     LifecycleError,
     Milestone,
     Started,
-    WorkloadState,
 )
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.persistence.store import Store

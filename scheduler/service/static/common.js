@@ -148,7 +148,7 @@ export function number(value) {
   return String(Math.round(value * 1000) / 1000);
 }
 
-// A count with its noun agreeing, by the rule of scheduler/display.py's plural (the API's
+// A count with its noun agreeing, by the rule of scheduler/common/quantities.py's plural (the API's
 // words come from there): "1 time", "0.5 GPU", "0 GPUs", "4 GPUs".
 export function plural(count, noun, nouns = `${noun}s`) {
   const value = Math.round(Number(count) * 1000) / 1000;

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler.engine.model import Placement, ReplicaPlacement
+from scheduler.common.placement import Placement, ReplicaPlacement
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 """Local processes: GPU indices as NVML numbers them (PCI bus order, hence CUDA_DEVICE_ORDER)."""

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from scheduler import __version__
-from scheduler.service.persistence import datalock
 
 DATABASES = ("jupyterhub.sqlite", "frachub.sqlite")
 SECRETS = (
@@ -37,7 +36,7 @@ SECRETS = (
     "frachub_config_extra.py",
 )
 MANIFEST = "frachub-backup.json"
-UP_LOCK = "frachub-up.lock"  # hub_ext.up's; not imported, that would pull the hub's config in
+UP_LOCK = "frachub-up.lock"  # hub_ext.cli.up's; not imported, that would pull the hub's config in
 
 
 class BackupError(Exception):
@@ -144,6 +143,8 @@ def restore(source: Path, data: Path, force: bool = False) -> dict:
         manifest = json.loads((source / MANIFEST).read_text())
     except (OSError, ValueError):
         raise BackupError(f"{source} is not a frachub backup (no {MANIFEST})") from None
+    from scheduler.service import datalock
+
     for lock in (UP_LOCK, datalock.SERVICE_LOCK_FILE):
         pid = datalock.holder(str(data / lock))
         if pid:

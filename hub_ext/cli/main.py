@@ -6,9 +6,12 @@ Each subcommand lives next to the code it drives and contributes two functions,
 into one argparse tree. User mistakes are reported as one line on stderr with
 exit status 2, never a traceback.
 
-    frachub up [--demo]                              JupyterHub + FracHub here (hub_ext/up.py)
-    frachub backup DEST | restore SRC                a data directory, safely (hub_ext/backup.py)
-    frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/jobs_cli.py;
+The commands that drive the scheduler (scenarios, simulations, the service) are imported
+only when chosen, so ``frachub --help`` and a user's job commands never load the engine.
+
+    frachub up [--demo]                              JupyterHub + FracHub here (hub_ext/cli/up/)
+    frachub backup DEST | restore SRC                a data directory, safely (cli/backup.py)
+    frachub submit|jobs|describe|logs|cancel|quota   training, as a user (hub_ext/cli/jobs.py;
                                                      list and delete are jobs and cancel)
     frachub scenario run FILE                        scheduling scenarios (scheduler/scenario)
     frachub simulate openb ...                       trace replay (scheduler/openb)
@@ -20,20 +23,28 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 
-from hub_ext import backup as backup_command
-from hub_ext import jobs_cli
-from hub_ext import up as up_command
+from hub_ext.cli import backup as backup_command
+from hub_ext.cli import jobs as jobs_command
+from hub_ext.cli import up as up_command
+from hub_ext.cli.up import options as up_options
+from hub_ext.cli.up import run as up_run
 from scheduler import __version__
-from scheduler.fleet import command as fleet_command
-from scheduler.openb import command as openb_command
-from scheduler.scenario import command as scenario_command
+
+SCENARIO_COMMAND = "scheduler.scenario.command"
+OPENB_COMMAND = "scheduler.openb.command"
+FLEET_COMMAND = "scheduler.fleet.command"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole ``frachub`` tree. The scheduler's own commands get their flags only when
+    ``argv`` chooses them (or always when ``argv`` is None, or the shell asks to complete):
+    their modules import the engine, which the other commands never need."""
+    chosen = _chooser(argv)
     parser = argparse.ArgumentParser(
         prog="frachub",
         description="GPU fractions, quotas, fair share and preemption for JupyterHub.",
@@ -45,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "up",
         "run JupyterHub with FracHub on this machine (--demo: demo users and projects)",
-        up_command.add_arguments,
-        up_command.run,
+        up_options.add_arguments,
+        up_run.run,
         description=_first_paragraph(up_command.__doc__),
     )
     _add_command(
@@ -64,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         backup_command.add_restore_arguments,
         backup_command.run_restore,
     )
-    for job_command in jobs_cli.SUBCOMMANDS:
+    for job_command in jobs_command.SUBCOMMANDS:
         _add_command(
             commands,
             job_command.name,
@@ -77,29 +88,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     scenario = commands.add_parser("scenario", help="replay scheduling scenarios")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
-    _add_command(
+    _add_lazy_command(
         scenario_sub,
         "run",
         "replay a scenario file through the engine",
-        scenario_command.add_arguments,
-        scenario_command.run,
+        SCENARIO_COMMAND,
+        chosen(("scenario", "run")),
     )
 
     simulate = commands.add_parser("simulate", help="replay public cluster traces")
     simulate_sub = simulate.add_subparsers(dest="simulate_command", metavar="TRACE", required=True)
-    _add_command(
+    _add_lazy_command(
         simulate_sub,
         "openb",
         "the Alibaba openb GPU-sharing trace (FGD paper)",
-        openb_command.add_arguments,
-        openb_command.run,
+        OPENB_COMMAND,
+        chosen(("simulate", "openb")),
     )
-    _add_command(
+    _add_lazy_command(
         simulate_sub,
         "fleet",
         "simulated days of a multi-tenant cluster: FracHub against static quotas",
-        fleet_command.add_arguments,
-        fleet_command.run,
+        FLEET_COMMAND,
+        chosen(("simulate", "fleet")),
     )
     commands.add_parser(
         "service",
@@ -135,6 +146,26 @@ def _add_command(
     sub.set_defaults(run=run)
 
 
+def _chooser(argv: Sequence[str] | None) -> Callable[[tuple[str, ...]], bool]:
+    """Whether ``argv`` runs the command at a path such as ``("simulate", "fleet")``."""
+    if argv is None or "_ARGCOMPLETE" in os.environ:  # the whole tree: completion, docs
+        return lambda path: True
+    words = [word for word in argv if not word.startswith("-")]
+    return lambda path: tuple(words[: len(path)]) == path
+
+
+def _add_lazy_command(
+    commands: argparse._SubParsersAction, name: str, help: str, module: str, load: bool
+) -> None:
+    """A subcommand whose module (``add_arguments``, ``run``) is imported only when ``load``:
+    until then it is a name and a help line."""
+    if load:
+        command = importlib.import_module(module)
+        _add_command(commands, name, help, command.add_arguments, command.run)
+    else:
+        commands.add_parser(name, help=help)
+
+
 def _run_service(argv: Sequence[str]) -> int:
     """The service is a traitlets Application with its own command line."""
     try:
@@ -167,10 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["service"]:
         return _run_service(argv[1:])
     if argv[:1] == ["helm-values"]:  # its own argparse, like the service's traitlets
-        from hub_ext.helm_values import main as helm_values
+        from hub_ext.cli.helm_values import main as helm_values
 
         return helm_values(argv[1:])
-    parser = build_parser()
+    parser = build_parser(argv)
     _complete(parser)
     args = parser.parse_args(argv)
     try:
@@ -183,7 +214,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("frachub: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ import site
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # scheduler/common/paths.py -> the checkout
 SHARE = Path("share") / "frachub"
 
 
@@ -22,10 +22,10 @@ def in_checkout() -> bool:
 
 
 def _prefixes() -> list[Path]:
-    # <prefix>/lib/pythonX.Y/site-packages/hub_ext/paths.py -> <prefix> (a checkout near the
-    # file system's root has fewer parents than that)
+    # <prefix>/lib/pythonX.Y/site-packages/scheduler/common/paths.py -> <prefix> (a checkout
+    # near the file system's root has fewer parents than that)
     parents = Path(__file__).resolve().parents
-    installed_under = [parents[4]] if len(parents) > 4 else []
+    installed_under = [parents[5]] if len(parents) > 5 else []
     return [Path(sys.prefix), Path(site.getuserbase()), *installed_under]
 
 
@@ -54,3 +54,8 @@ def check_data_files() -> None:
             f"FracHub's templates are missing: none in {places}; install the frachub wheel "
             "with pip into an environment (not --target), or run from a checkout"
         )
+
+
+HOOK_DIR = str(Path(__file__).resolve().parents[1] / "backends" / "pyhook")
+"""The start-up hook for user Python processes (its ``sitecustomize`` applies the PyTorch
+memory cap): the local backend and the notebook spawner put it first on ``PYTHONPATH``."""

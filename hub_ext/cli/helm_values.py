@@ -10,7 +10,7 @@ point at the scheduler). ``helm/frachub.yaml`` says everything they share once;
 - ``hub-values.yaml``: values for the z2jh chart (``hub.image``, ``hub.config``,
   ``hub.services.frachub``, ``hub.loadRoles``, ``hub.extraConfig``, ``singleuser.*``).
 
-The roles and custom scopes come from ``hub_ext/scopes.py``, the same lists ``configure()``
+The roles and custom scopes come from ``scheduler/common/scopes.py``, the same lists ``configure()``
 uses, never copied by hand. ``check_definitions`` validates the projects and profiles with
 the scheduler's and the spawner's own parsers, so a typo fails here and not at a user's
 spawn. ``main`` writes (or with ``--check`` compares) the files next to the definitions.
@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from hub_ext.paths import ROOT, in_checkout
-from hub_ext.scopes import (
+from scheduler.common.paths import ROOT, in_checkout
+from scheduler.common.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
     CUSTOM_SCOPES,
@@ -35,7 +35,6 @@ from hub_ext.scopes import (
     SERVICE_SCOPES,
     USER_SCOPES,
 )
-from scheduler.fields import InvalidSpec, parse_queues
 from spawner.profiles import InvalidOption, parse_profiles
 
 # the repository's, or (from an installed wheel) helm/frachub.yaml under the current directory
@@ -57,7 +56,7 @@ KEYS = {
     "profiles",
 }
 HEADER = (
-    "# GENERATED from helm/frachub.yaml by `python -m hub_ext.helm_values` "
+    "# GENERATED from helm/frachub.yaml by `python -m hub_ext.cli.helm_values` "
     "(frachub helm-values): do not edit.\n"
     "# {purpose}\n"
 )
@@ -97,6 +96,8 @@ def check_definitions(definitions: Any) -> None:
     projects = definitions["projects"]
     if not isinstance(projects, list) or not projects:
         raise DefinitionError("projects: must be a non-empty list")
+    from scheduler.fields import InvalidSpec, parse_queues  # the service's own queue rules
+
     try:
         parse_queues([{k: v for k, v in p.items() if k != "members"} for p in projects], "projects")
         parse_profiles(definitions["profiles"])

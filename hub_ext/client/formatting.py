@@ -1,0 +1,126 @@
+"""The API's JSON in words: pure functions from a workload's fields to the short texts the
+tables and reports show (``format_gpus``, ``format_state``, times and durations). Tested
+without a service in ``tests/unit/test_client_format.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone, tzinfo
+from typing import Any
+
+from scheduler.common.placement import describe_placement, placement_from_api
+from scheduler.common.quantities import gpus as gpus_in_words
+from scheduler.common.states import (
+    FINAL_STATES,
+    HOLDING_STATES,
+    RELEASING_STATES,
+    WorkloadState,
+)
+
+# --- formatting: pure functions from the API's JSON to text -------------------------------------
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The API's ISO 8601 UTC timestamps (``2026-11-22T14:05:00.000Z``), None for null."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(value: str | None, tz: tzinfo | None = None) -> str:
+    """A timestamp in the reader's time zone (``tz``; default: local), to the second."""
+    moment = parse_time(value)
+    if moment is None:
+        return "-"
+    return moment.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_number(value: float | None) -> str:
+    """GPU counts as people write them: 1, 0.5, 0.125, 2.5 (thousandths at most)."""
+    if value is None:
+        return "-"
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def format_gpus(workload: Mapping[str, Any], *, words: bool = False) -> str:
+    """What a workload asked for: ``0.5``, ``20GiB`` (memory), ``2x1`` for a gang; in
+    ``words``: ``0.5 GPU``, ``20 GiB of one GPU``, ``1 GPU x 2 replicas (a gang)``."""
+    gpus, memory = workload.get("gpus"), workload.get("gpu_memory_gib")
+    if gpus is not None:
+        each = gpus_in_words(gpus) if words else format_number(gpus)
+    elif memory is not None:
+        each = f"{format_number(memory)}" + (" GiB of one GPU" if words else "GiB")
+    else:
+        each = "-"
+    replicas = workload.get("replicas") or 1
+    if replicas == 1:
+        return each
+    return f"{each} x {replicas} replicas (a gang)" if words else f"{replicas}x{each}"
+
+
+def format_state(workload: Mapping[str, Any]) -> str:
+    """The state with what matters most about it: the queue position while pending, the
+    exit code of a failed job."""
+    state = workload["state"]
+    if state == WorkloadState.PENDING and workload.get("queue_position"):
+        return f"{state} #{workload['queue_position']}"
+    if state == WorkloadState.FAILED and workload.get("exit_code") is not None:
+        return f"{state} ({workload['exit_code']})"
+    return state
+
+
+def held_gpus(workload: Mapping[str, Any]) -> float:
+    """The GPUs a workload holds now: the sum of its placed shares."""
+    if workload["state"] not in HOLDING_STATES:
+        return 0.0
+    return sum(gpu["share"] for replica in workload["placement"] for gpu in replica["gpus"])
+
+
+def format_placement(workload: Mapping[str, Any]) -> str:
+    """Where it runs, worded as the service's events word it (``ws GPU 0 (0.5)``,
+    ``ws GPUs 0, 1``); ``-`` if nowhere."""
+    return describe_placement(placement_from_api(workload.get("placement"))) or "-"
+
+
+def runtime_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:
+    """How long it has run (or ran): from its last start to its end or now."""
+    started = parse_time(workload.get("started_at"))
+    if started is None:
+        return None
+    ended = parse_time(workload.get("finished_at")) or now
+    return (ended - started).total_seconds()
+
+
+def age_seconds(workload: Mapping[str, Any], now: datetime) -> float | None:
+    submitted = parse_time(workload.get("submitted_at"))
+    return None if submitted is None else (now - submitted).total_seconds()
+
+
+def format_command(command: str | Sequence[str] | None) -> str:
+    """A command as a shell would show it: a string as is, a list quoted where needed."""
+    if command is None:
+        return "-"
+    if isinstance(command, str):
+        return command
+    import shlex
+
+    return shlex.join(command)
+
+
+def info_text(workload: Mapping[str, Any]) -> str:
+    """One short line of what a reader wants to know next: why it waits (the plain headline;
+    ``describe`` has the engine's detail), that it runs on borrowed GPUs, why it ended."""
+    state = workload["state"]
+    if state == WorkloadState.PENDING:
+        return workload.get("pending_headline") or workload.get("pending_reason") or ""
+    if state == WorkloadState.RUNNING and workload.get("borrowed"):
+        return "borrowed: may be preempted"
+    if state in FINAL_STATES or state in RELEASING_STATES:
+        return workload.get("message") or ""
+    return ""
+
+
+def now_utc() -> datetime:
+    """The one place the formatting layer asks for the time (the builders take ``now``)."""
+    return datetime.now(timezone.utc)

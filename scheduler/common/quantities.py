@@ -1,0 +1,73 @@
+"""Quantities as people write and read them, one way for every part of FracHub.
+
+The engine's pending reasons, the service's events, the spawner's progress messages and its
+form, the CLI and magics tables and the fleet report all count GPUs, say how long something
+took and read sizes of GPU memory; they use these functions so that the same thing reads the
+same everywhere. Pure functions, no I/O.
+
+- ``plural`` / ``gpus`` / ``milli_gpus``: a count with its noun agreeing (``1 time``,
+  ``2 times``, ``0 GPUs``, ``0.5 GPU``, ``4 GPUs``), the one rule every message, table and
+  page uses for that (``milli_gpus`` for the engine, which counts thousandths of a GPU).
+- ``format_duration``: two units at most, like kubectl's AGE (``45s``, ``3m12s``, ``2h05m``,
+  ``3d04h``).
+- ``memory_gib``: a memory size (``20G``, ``20GiB``, ``512MiB``) in GiB.
+"""
+
+from __future__ import annotations
+
+import re
+
+from scheduler.common.limits import MILLI
+
+
+def plural(count: float, noun: str, nouns: str | None = None) -> str:
+    """``count`` with ``noun`` agreeing: one, or a fraction of one, is singular ("1 time",
+    "0.5 GPU"); zero and more than one are plural ("0 GPUs", "2 times"). ``nouns`` is the
+    plural when adding "s" is wrong. The one rule for every word FracHub counts with."""
+    value = round(float(count), 3)
+    text = f"{value:g}"
+    return f"{text} {noun}" if 0 < abs(value) <= 1 else f"{text} {nouns or noun + 's'}"
+
+
+def gpus(count: float) -> str:
+    """A number of GPUs in words: "1 GPU", "0.5 GPU", "2.5 GPUs", "0 GPUs"."""
+    return plural(count, "GPU")
+
+
+def milli_gpus(milli: float) -> str:
+    """Thousandths of a GPU, as the engine counts them, in words: 1000 -> "1 GPU",
+    2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs"."""
+    return gpus(milli / MILLI)
+
+
+def format_duration(seconds: float | None) -> str:
+    """Two units at most, like kubectl's AGE: 45s, 3m12s, 2h05m, 3d04h; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(g|gb|gi|gib|m|mb|mi|mib)?\s*$", re.IGNORECASE)
+
+
+def memory_gib(text: str, *, bare: str | None = None) -> float | None:
+    """A memory size in GiB: ``20G``, ``20GB``, ``20Gi``, ``20GiB``, ``512M``, ``512MiB``, in
+    binary units, as GPU memory is (Run:ai's ``--gpu-memory 5G`` means 5 GiB). A bare number
+    is in ``bare`` (``"G"`` or ``"M"``), or no size at all when ``bare`` is None (in a profile,
+    ``2`` is two GPUs). None when ``text`` is not a size; the caller says why in its words."""
+    match = _MEMORY.match(text)
+    if not match or (match.group(2) is None and bare is None):
+        return None
+    unit = (match.group(2) or bare or "g").lower()
+    value = float(match.group(1))
+    return value / 1024 if unit.startswith("m") else value
