@@ -64,8 +64,8 @@ from scheduler.backends.kubernetes.reservation import (
     ReservationTimeout,
     ensure_reservation,
 )
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES
+from scheduler.common.placement import ReplicaPlacement, placement_from_api
 from spawner.mixin import FracSpawnerMixin, notebook_contract
 
 
@@ -127,9 +127,8 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
             or not self.allocation.get("placement")
         ):
             return None
-        replica = self.allocation["placement"][0]
-        gpus = tuple(GpuShare(g["index"], round(g["share"] * 1000)) for g in replica["gpus"])
-        return ReplicaPlacement(replica["node"], gpus) if gpus else None
+        replica = placement_from_api(self.allocation["placement"][:1])[0]
+        return replica if replica.gpus else None
 
     def frachub_env(self) -> dict[str, str]:
         env = super().frachub_env()

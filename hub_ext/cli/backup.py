@@ -143,7 +143,7 @@ def restore(source: Path, data: Path, force: bool = False) -> dict:
         manifest = json.loads((source / MANIFEST).read_text())
     except (OSError, ValueError):
         raise BackupError(f"{source} is not a frachub backup (no {MANIFEST})") from None
-    from scheduler.service import datalock
+    from scheduler.service.persistence import datalock
 
     for lock in (UP_LOCK, datalock.SERVICE_LOCK_FILE):
         pid = datalock.holder(str(data / lock))

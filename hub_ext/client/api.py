@@ -111,7 +111,7 @@ def checkpointed(environ: Mapping[str, str] | None = None) -> None:
 
     Every job finds the service's URL and its own hub token in its environment
     (``FRACHUB_URL``, ``JUPYTERHUB_API_TOKEN``; issued when it starts, revoked when it ends,
-    good for this job only: ``scheduler/service/jobtokens.py``), so this tells the service
+    good for this job only: ``scheduler/service/hub/jobtokens.py``), so this tells the service
     through the API on every backend. Without them (the operator turned job tokens off) it
     touches ``$FRACHUB_CHECKPOINT_DIR/.frachub-checkpointed``, which the local backend sees
     on its next poll like any newer file in that directory."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.engine import reasons
-from scheduler.engine.model import MILLI, QueueStatus, Workload
+from scheduler.common.limits import MILLI
+from scheduler.common.quantities import milli_gpus
+from scheduler.engine.model import QueueStatus, Workload
 from scheduler.engine.session import Session
 
 EPSILON = 1e-9
@@ -63,6 +64,6 @@ def _words(session: Session, project: str, lenders: list[str]) -> str:
         when = f"may be preempted when {who} {needs} GPUs"
     else:
         when = "may be preempted when another project needs its quota"
-    using = reasons.gpus(session.use.allocated[project])
-    quota = reasons.gpus(session.deserved[project])
+    using = milli_gpus(session.use.allocated[project])
+    quota = milli_gpus(session.deserved[project])
     return f"{project} is using {using}, beyond its {quota} quota; {when}"

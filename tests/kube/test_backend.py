@@ -28,7 +28,7 @@ from scheduler.backends.kubernetes.labels import (
     attempt_name,
 )
 from scheduler.backends.kubernetes.pods import pinned_node, pod_live, pod_phase, pod_rank
-from scheduler.engine.model import GpuShare, ReplicaPlacement
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 
 from .conftest import Cluster, eventually, run
 from .fakeapi import hami_allocation

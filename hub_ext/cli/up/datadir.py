@@ -60,7 +60,7 @@ def stop_leftovers(data: Path) -> int:
     killed (its ``frachub up`` gone, they not). Each is recognised by the pid file or lock it
     keeps in ``data`` and by its command line, so a reused pid is never signalled. Returns
     how many were stopped."""
-    from scheduler.service import datalock
+    from scheduler.service.persistence import datalock
 
     stopped = 0
     hub = _pid_in(data / "jupyterhub.pid")

@@ -207,7 +207,7 @@ def _check_tls(args: argparse.Namespace) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from scheduler.service import datalock
+    from scheduler.service.persistence import datalock
 
     data = Path(args.data_dir).resolve()
     _check_tls(args)

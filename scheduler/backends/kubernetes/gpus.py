@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from scheduler.engine.model import Placement, ReplicaPlacement
+from scheduler.common.placement import Placement, ReplicaPlacement
 
 if TYPE_CHECKING:
     from scheduler.backends.kubernetes.pods import PodSettings

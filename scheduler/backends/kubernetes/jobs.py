@@ -40,8 +40,8 @@ from scheduler.backends.kubernetes.labels import (
 )
 from scheduler.backends.kubernetes.pods import Obj, PodSettings, add_node_settings, pin
 from scheduler.backends.kubernetes.volumes import format_template, user_fields
-from scheduler.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
-from scheduler.engine.model import Placement
+from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
+from scheduler.common.placement import Placement
 
 
 def replica_groups(placement: Placement) -> list[list[int]]:

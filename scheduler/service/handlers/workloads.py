@@ -13,8 +13,6 @@ from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
 from scheduler.engine import default_priority
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
-from scheduler.common.limits import MAX_ID
-from scheduler.common.projects import leaf_projects, projects_of
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.base import APIHandler

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 
-from scheduler.engine import CycleResult, Placement, QueueStatus, Session, Start, Workload, decide
+from scheduler.common.placement import Placement
+from scheduler.engine import CycleResult, QueueStatus, Session, Start, Workload, decide
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.runtime.metrics import Metrics
 

@@ -14,8 +14,10 @@ import logging
 from collections.abc import Callable, Sequence
 
 from scheduler.backends.base import Backend, BackendError, JobSpec
-from scheduler.display import describe_placement, event_line
-from scheduler.engine import MILLI, Node, Placement
+from scheduler.common.limits import MILLI
+from scheduler.common.messages import event_line
+from scheduler.common.placement import Placement, describe_placement
+from scheduler.engine import Node
 from scheduler.engine.lifecycle import (
     Effect,
     Evicted,
