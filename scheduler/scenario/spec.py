@@ -24,10 +24,9 @@ from scheduler.engine import (
     Queue,
     ReplicaPlacement,
     Request,
-    default_priority,
+    WorkloadRequest,
 )
 from scheduler.engine.lifecycle import WorkloadState
-from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     InvalidSpec,
     gpu_model_field,
@@ -44,20 +43,14 @@ from scheduler.fields import (
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """One workload of the timeline: what it asks for, and when and how long it runs."""
+
     name: str
-    queue: str
-    kind: Kind
-    request: Request
-    priority: int
-    preemptible: bool
-    min_runtime: float
+    ask: WorkloadRequest
     at: float
     duration: float | None
     running: bool
     placement: tuple[ReplicaPlacement, ...] | None
-    user: str | None
-    checkpoint_interval: float | None = None
-    """Seconds between the job's checkpoints (``checkpoint_interval_seconds``), if it saves."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +250,6 @@ def _workloads(
             raise InvalidSpec(
                 f"{where}.preemptible", f"must be true, false or null, got {preemptible!r}"
             )
-        effective = DEFAULT_PREEMPTIBLE[kind] if preemptible is None else preemptible
         priority = entry.get("priority")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
@@ -279,27 +271,29 @@ def _workloads(
         specs.append(
             WorkloadSpec(
                 name=name,
-                queue=queue,
-                kind=kind,
-                request=request,
-                priority=default_priority(kind, effective) if priority is None else priority,
-                preemptible=effective,
-                min_runtime=number_field(entry, "min_runtime", where, 0),
+                ask=WorkloadRequest.of(
+                    kind,
+                    request,
+                    preemptible=preemptible,
+                    priority=priority,
+                    project=queue,
+                    user=user,
+                    min_runtime=number_field(entry, "min_runtime", where, 0),
+                    checkpoint_interval=number_field(
+                        entry,
+                        "checkpoint_interval_seconds",
+                        where,
+                        None,
+                        optional=True,
+                        strictly_positive=True,
+                    ),
+                ),
                 at=at,
                 duration=number_field(
                     entry, "duration", where, None, optional=True, strictly_positive=True
                 ),
                 running=running,
                 placement=placement,
-                user=user,
-                checkpoint_interval=number_field(
-                    entry,
-                    "checkpoint_interval_seconds",
-                    where,
-                    None,
-                    optional=True,
-                    strictly_positive=True,
-                ),
             )
         )
     _check_initial_capacity(specs, node_index)
