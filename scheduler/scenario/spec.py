@@ -36,6 +36,7 @@ from scheduler.fields import (
     list_field,
     mapping_field,
     name_field,
+    named_entries,
     number_field,
     parse_queues,
 )
@@ -209,15 +210,8 @@ def _workloads(
     departments = {queue.parent for queue in queues if queue.parent}
     node_index = {node.name: node for node in nodes}
     specs: list[WorkloadSpec] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        where = f"workloads[{i}]"
-        entry = mapping_field(item, where, _WORKLOAD_FIELDS)
-        name = name_field(entry, where)
-        where = f"{where} ({name})"
-        if name in seen:
-            raise InvalidSpec(f"{where}.name", f"duplicate workload name {name!r}")
-        seen.add(name)
+    for where, entry in named_entries(raw, "workloads", _WORKLOAD_FIELDS, "workload"):
+        name = entry["name"]
         queue = name_field(entry, where, "queue")
         if queue not in queue_names:
             raise InvalidSpec(f"{where}.queue", f"unknown queue {queue!r}")
