@@ -8,7 +8,7 @@ command-line tool can print one line and an HTTP edge can answer 400 with the sa
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -75,6 +75,24 @@ def name_field(entry: Mapping, where: str, key: str = "name") -> str:
     return value
 
 
+def named_entries(
+    raw: list, prefix: str, allowed: tuple[str, ...], noun: str
+) -> Iterator[tuple[str, Mapping]]:
+    """Each entry of a list of named mappings (queues, a scenario's workloads), checked to be
+    a mapping of ``allowed`` fields with a name no entry before it has; yields where it is
+    (``queues[2] (vision)``, for the messages about its fields) and the entry."""
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"{prefix}[{i}]"
+        entry = mapping_field(item, where, allowed)
+        name = name_field(entry, where)
+        where = f"{where} ({name})"
+        if name in seen:
+            raise InvalidSpec(field_path(where, "name"), f"duplicate {noun} name {name!r}")
+        seen.add(name)
+        yield where, entry
+
+
 def number_field(
     entry: Mapping,
     key: str,
@@ -133,15 +151,8 @@ QUEUE_FIELDS = ("name", "parent", "deserved_gpus", "over_quota_weight", "limit_g
 
 def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
     queues: list[Queue] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        where = f"{prefix}[{i}]"
-        entry = mapping_field(item, where, QUEUE_FIELDS)
-        name = name_field(entry, where)
-        where = f"{where} ({name})"
-        if name in seen:
-            raise InvalidSpec(field_path(where, "name"), f"duplicate queue name {name!r}")
-        seen.add(name)
+    for where, entry in named_entries(raw, prefix, QUEUE_FIELDS, "queue"):
+        name = entry["name"]
         parent = entry.get("parent")
         if parent is not None and not isinstance(parent, str):
             raise InvalidSpec(

@@ -8,8 +8,10 @@
 Where things are: ``model`` (the data), ``fairshare`` (rule 2), ``placement``
 (rule 5 scorers), ``ledger`` (free capacity with undo), ``session`` (one cycle's
 state and the pluggable ``Policy``), ``standing`` (that state kept from cycle to cycle,
-change by change, for ``lifecycle``), ``actions`` (allocate, consolidate, reclaim,
-preempt), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all).
+change by change, for ``lifecycle``), ``actions/`` (one module per action: allocate,
+consolidate, reclaim, preempt; beside them the victim search, the service order and the
+quota check), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all),
+``feasibility`` (whether a request can ever start, decided on the idle cluster).
 """
 
 from scheduler.engine.cycle import decide, run_cycle
@@ -29,6 +31,7 @@ from scheduler.engine.model import (
     Start,
     State,
     Workload,
+    WorkloadRequest,
     default_priority,
 )
 from scheduler.engine.placement import SCORERS, scorer_named
@@ -53,6 +56,7 @@ __all__ = [
     "Start",
     "State",
     "Workload",
+    "WorkloadRequest",
     "decide",
     "default_priority",
     "run_cycle",

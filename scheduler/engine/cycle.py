@@ -14,16 +14,12 @@ from __future__ import annotations
 
 from scheduler.common.limits import MILLI
 from scheduler.engine import reasons
-from scheduler.engine.actions import (
-    Candidates,
-    Failures,
-    Outcome,
-    ServiceOrder,
-    consolidate,
-    preempt,
-    reclaim,
-    try_start,
-)
+from scheduler.engine.actions.allocate import Failures, Outcome, try_start
+from scheduler.engine.actions.consolidate import consolidate
+from scheduler.engine.actions.order import ServiceOrder
+from scheduler.engine.actions.preempt import preempt
+from scheduler.engine.actions.reclaim import reclaim
+from scheduler.engine.actions.victims import Candidates
 from scheduler.engine.borrowing import borrowed
 from scheduler.engine.fairshare import subtree_totals
 from scheduler.engine.model import CycleResult, Pending, QueueStatus, Snapshot, Workload

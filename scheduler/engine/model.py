@@ -166,6 +166,82 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class WorkloadRequest:
+    """What was asked for, once parsed: the one model of a request that every edge builds
+    (the REST API for jobs and notebooks' allocations, scenario files, the fleet simulator)
+    and the store maps to its columns. The engine's ``Workload`` is made from it by
+    ``workload`` alone, so a field added here reaches the engine in one place.
+
+    ``project`` and ``user`` may be None while the edge has not resolved them yet (a job
+    submitted without a project goes to its submitter's only one); ``min_runtime`` None
+    means the deployment's default.
+    """
+
+    kind: Kind
+    request: Request
+    """What each replica needs, and how many replicas."""
+    priority: int
+    preemptible: bool
+    project: str | None = None
+    user: str | None = None
+    min_runtime: float | None = None
+    """Seconds a start is protected from eviction (None: the deployment's default)."""
+    max_runtime: float | None = None
+    """Seconds after which the work is stopped (None: never)."""
+    checkpoint_interval: float | None = None
+    """Seconds between the job's checkpoints, as declared (None: not declared)."""
+
+    @classmethod
+    def of(
+        cls,
+        kind: Kind,
+        request: Request,
+        *,
+        preemptible: bool | None = None,
+        priority: int | None = None,
+        project: str | None = None,
+        user: str | None = None,
+        min_runtime: float | None = None,
+        max_runtime: float | None = None,
+        checkpoint_interval: float | None = None,
+    ) -> WorkloadRequest:
+        """A request with rule 7's defaults for what was not asked: preemptible by kind,
+        then the priority that goes with kind and preemptibility."""
+        if preemptible is None:
+            preemptible = DEFAULT_PREEMPTIBLE[kind]
+        if priority is None:
+            priority = default_priority(kind, preemptible)
+        return cls(
+            kind,
+            request,
+            priority,
+            preemptible,
+            project=project,
+            user=user,
+            min_runtime=min_runtime,
+            max_runtime=max_runtime,
+            checkpoint_interval=checkpoint_interval,
+        )
+
+    def workload(self, name: str, seq: int, submitted_at: float) -> Workload:
+        """The engine's view of it, pending, as submitted at ``submitted_at`` in order ``seq``."""
+        assert self.project is not None, "a workload goes to a project"
+        return Workload(
+            name=name,
+            queue=self.project,
+            kind=self.kind,
+            request=self.request,
+            priority=self.priority,
+            preemptible=self.preemptible,
+            submitted_at=submitted_at,
+            seq=seq,
+            min_runtime=0.0 if self.min_runtime is None else self.min_runtime,
+            user=self.user,
+            checkpoint_interval=self.checkpoint_interval,
+        )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the engine knows at one instant. Order of ``nodes`` and ``queues`` matters:
     ties go to the one listed first."""

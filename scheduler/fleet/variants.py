@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from scheduler.engine import Kind, Policy, Queue, Request, default_priority
+from scheduler.engine import Kind, Policy, Queue, Request, WorkloadRequest
 from scheduler.engine.session import recent_first_victim_key
 from scheduler.fleet.workload import Job
 from scheduler.scenario.spec import WorkloadSpec
@@ -125,21 +125,21 @@ def variant_spec(variant: Variant, job: Job, checkpointing: bool = True) -> Work
     """The engine's view of one arrival under this variant (duration set by the driver).
     ``checkpointing`` False is the run where no job saves its work."""
     preemptible = variant.preemption and job.kind is Kind.TRAINING
-    priority = 0 if variant.fifo else default_priority(job.kind, preemptible)
     return WorkloadSpec(
         name=job.name,
-        queue=POOL if variant.shared_pool else job.project,
-        kind=job.kind,
-        request=Request(gpus=variant_gpus(variant, job.gpus), replicas=job.replicas),
-        priority=priority,
-        preemptible=preemptible,
-        min_runtime=0.0,
+        ask=WorkloadRequest.of(
+            job.kind,
+            Request(gpus=variant_gpus(variant, job.gpus), replicas=job.replicas),
+            preemptible=preemptible,
+            priority=0 if variant.fifo else None,
+            project=POOL if variant.shared_pool else job.project,
+            min_runtime=0.0,
+            checkpoint_interval=(
+                job.checkpoint_seconds if checkpointing and variant.checkpoint_aware else None
+            ),
+        ),
         at=job.at,
         duration=job.duration,
         running=False,
         placement=None,
-        user=None,
-        checkpoint_interval=(
-            job.checkpoint_seconds if checkpointing and variant.checkpoint_aware else None
-        ),
     )

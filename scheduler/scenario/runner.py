@@ -19,7 +19,7 @@ from typing import Any
 
 from scheduler.common.placement import placement_to_api
 from scheduler.common.states import WorkloadState
-from scheduler.engine import CycleResult, Node, Policy, Snapshot, Workload, decide, scorer_named
+from scheduler.engine import CycleResult, Node, Policy, Snapshot, decide, scorer_named
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.lifecycle import (
     Effect,
@@ -83,24 +83,6 @@ class Outcome:
                     "pending": status.pending,
                 }
         return {"time": self.time, "workloads": workloads, "queues": queues, "events": self.events}
-
-
-def life_of(spec: WorkloadSpec, seq: int) -> Life:
-    """A scenario workload as the lifecycle keeps it; ``seq`` is its submission order."""
-    ask = Workload(
-        name=spec.name,
-        queue=spec.queue,
-        kind=spec.kind,
-        request=spec.request,
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        submitted_at=spec.at,
-        seq=seq,
-        min_runtime=spec.min_runtime,
-        user=spec.user,
-        checkpoint_interval=spec.checkpoint_interval,
-    )
-    return Life(ask, title=spec.name)
 
 
 class Runner:
@@ -196,7 +178,8 @@ class Runner:
     def submit(self, seq: int, spec: WorkloadSpec, now: float) -> None:
         """``spec`` joins the back of its queue; ``seq`` orders it among the others."""
         self.specs[spec.name] = spec
-        self._carry_out(self.lifecycle.submit(life_of(spec, seq), now), now)
+        life = Life(spec.ask.workload(spec.name, seq, spec.at), title=spec.name)
+        self._carry_out(self.lifecycle.submit(life, now), now)
 
     def snapshot(self) -> Snapshot:
         return self.lifecycle.snapshot(tuple(self.nodes), self.scenario.queues)
@@ -207,13 +190,14 @@ class Runner:
         scorer = scorer_named(self.scenario.placement)
         for _, spec in self.unsubmitted:
             if spec.running and spec.placement:
-                ledger.take(spec.placement, spec.request.cpu_milli, spec.request.memory_mib)
+                request = spec.ask.request
+                ledger.take(spec.placement, request.cpu_milli, request.memory_mib)
         for seq, spec in list(self.unsubmitted):
             if not spec.running:
                 continue
             self.unsubmitted.remove((seq, spec))
             self.submit(seq, spec, 0.0)
-            placement = spec.placement or place(ledger, spec.request, scorer)
+            placement = spec.placement or place(ledger, spec.ask.request, scorer)
             if placement is not None:  # else it does not fit: it waits like any other
                 self._carry_out(self.lifecycle.start(spec.name, placement, 0.0), 0.0, False)
 

@@ -18,8 +18,7 @@ import yaml
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.common.states import WorkloadState
-from scheduler.engine import SCORERS, Kind, Node, Queue, Request, default_priority
-from scheduler.engine.model import DEFAULT_PREEMPTIBLE
+from scheduler.engine import SCORERS, Kind, Node, Queue, Request, WorkloadRequest
 from scheduler.fields import (
     InvalidSpec,
     gpu_model_field,
@@ -29,6 +28,7 @@ from scheduler.fields import (
     list_field,
     mapping_field,
     name_field,
+    named_entries,
     number_field,
     parse_queues,
 )
@@ -36,20 +36,14 @@ from scheduler.fields import (
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """One workload of the timeline: what it asks for, and when and how long it runs."""
+
     name: str
-    queue: str
-    kind: Kind
-    request: Request
-    priority: int
-    preemptible: bool
-    min_runtime: float
+    ask: WorkloadRequest
     at: float
     duration: float | None
     running: bool
     placement: tuple[ReplicaPlacement, ...] | None
-    user: str | None
-    checkpoint_interval: float | None = None
-    """Seconds between the job's checkpoints (``checkpoint_interval_seconds``), if it saves."""
 
 
 @dataclass(frozen=True)
@@ -208,15 +202,8 @@ def _workloads(
     departments = {queue.parent for queue in queues if queue.parent}
     node_index = {node.name: node for node in nodes}
     specs: list[WorkloadSpec] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        where = f"workloads[{i}]"
-        entry = mapping_field(item, where, _WORKLOAD_FIELDS)
-        name = name_field(entry, where)
-        where = f"{where} ({name})"
-        if name in seen:
-            raise InvalidSpec(f"{where}.name", f"duplicate workload name {name!r}")
-        seen.add(name)
+    for where, entry in named_entries(raw, "workloads", _WORKLOAD_FIELDS, "workload"):
+        name = entry["name"]
         queue = name_field(entry, where, "queue")
         if queue not in queue_names:
             raise InvalidSpec(f"{where}.queue", f"unknown queue {queue!r}")
@@ -249,7 +236,6 @@ def _workloads(
             raise InvalidSpec(
                 f"{where}.preemptible", f"must be true, false or null, got {preemptible!r}"
             )
-        effective = DEFAULT_PREEMPTIBLE[kind] if preemptible is None else preemptible
         priority = entry.get("priority")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
             raise InvalidSpec(f"{where}.priority", f"must be a whole number, got {priority!r}")
@@ -271,27 +257,29 @@ def _workloads(
         specs.append(
             WorkloadSpec(
                 name=name,
-                queue=queue,
-                kind=kind,
-                request=request,
-                priority=default_priority(kind, effective) if priority is None else priority,
-                preemptible=effective,
-                min_runtime=number_field(entry, "min_runtime", where, 0),
+                ask=WorkloadRequest.of(
+                    kind,
+                    request,
+                    preemptible=preemptible,
+                    priority=priority,
+                    project=queue,
+                    user=user,
+                    min_runtime=number_field(entry, "min_runtime", where, 0),
+                    checkpoint_interval=number_field(
+                        entry,
+                        "checkpoint_interval_seconds",
+                        where,
+                        None,
+                        optional=True,
+                        strictly_positive=True,
+                    ),
+                ),
                 at=at,
                 duration=number_field(
                     entry, "duration", where, None, optional=True, strictly_positive=True
                 ),
                 running=running,
                 placement=placement,
-                user=user,
-                checkpoint_interval=number_field(
-                    entry,
-                    "checkpoint_interval_seconds",
-                    where,
-                    None,
-                    optional=True,
-                    strictly_positive=True,
-                ),
             )
         )
     _check_initial_capacity(specs, node_index)

@@ -13,29 +13,19 @@ process), strings and lists have sizes, bodies a nesting depth, numbers a range.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
-from scheduler.common.quantities import milli_gpus
 from scheduler.engine import (
     Kind,
-    Node,
-    Policy,
     Queue,
     Request,
-    Session,
-    Snapshot,
-    Start,
-    Workload,
-    decide,
+    WorkloadRequest,
     default_priority,
-    reasons,
-    scorer_named,
 )
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
-from scheduler.engine.placement import fits_somewhere_ever
 from scheduler.fields import (
     QUEUE_FIELDS,
     InvalidSpec,
@@ -107,44 +97,29 @@ UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 @dataclass(frozen=True)
 class Submission:
-    """A training (or inference) workload as submitted; ``project`` may still be None, to be
-    resolved from the submitter's memberships."""
+    """A training (or inference) job as submitted: what it asks of the scheduler (``ask``,
+    whose project may still be None, to be resolved from the submitter's memberships, and
+    whose ``min_runtime`` None means the service's default) and what the backend runs."""
 
     name: str | None
-    project: str | None
+    ask: WorkloadRequest
     command: str | list[str]
     working_dir: str | None
     env: dict[str, str]
-    gpus: float | None
-    gpu_memory_mib: int | None
-    replicas: int
-    kind: Kind
-    priority: int
-    preemptible: bool
-    max_runtime: float | None
-    min_runtime: float | None
-    gpu_models: frozenset[str] = frozenset()
-    """GPU models it may run on (``gpu_model``); empty: any."""
-    checkpoint_interval: float | None = None
-    """Seconds between its checkpoints, if it declares them (``checkpoint_interval_seconds``)."""
     sweep: Sweep | None = None
     """One job per combination of the sweep's parameters (``service/policies/sweeps.py``)."""
 
 
 @dataclass(frozen=True)
 class AllocationRequest:
-    """A notebook server's GPU share, asked for by the spawner on the user's behalf."""
+    """A notebook server's GPU share, asked for by the spawner on the user's behalf
+    (``ask.user``, None for the caller; ``ask.project`` None for the user's only one)."""
 
-    user: str | None
-    server_name: str
-    project: str | None
-    gpus: float | None
-    gpu_memory_mib: int | None
-    preemptible: bool
+    ask: WorkloadRequest
+    server_name: str = ""
     idle_timeout: float | None = None
     """Seconds of idleness after which the server is stopped; None: never (the profile's
     limit, which the spawner sends)."""
-    gpu_models: frozenset[str] = frozenset()
 
 
 def _body(document: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
@@ -193,9 +168,18 @@ def _optional_name(body: Mapping, key: str) -> str | None:
     return value
 
 
-def _gpu_request(body: Mapping) -> tuple[float | None, int | None]:
-    gpus, memory_mib = gpus_field(body, "")
-    return (None, memory_mib) if memory_mib is not None else (gpus, None)
+def _notebook(
+    request: Request, preemptible: bool, project: str | None = None, user: str | None = None
+) -> WorkloadRequest:
+    """A notebook's share as asked: interactive, never protected by a minimum run time."""
+    return WorkloadRequest.of(
+        Kind.INTERACTIVE,
+        request,
+        preemptible=preemptible,
+        project=project,
+        user=user,
+        min_runtime=0.0,
+    )
 
 
 def _bool(body: Mapping, key: str, default: bool) -> bool:
@@ -262,44 +246,52 @@ def parse_submission(document: Any) -> Submission:
         raise InvalidSpec("working_dir", "must be a directory path")
     if working_dir is not None:
         _sized(working_dir, "working_dir", MAX_PATH)
-    gpus, memory_mib = _gpu_request(body)
+    gpus, memory_mib = gpus_field(body, "")
     preemptible = _bool(body, "preemptible", DEFAULT_PREEMPTIBLE[kind])
     priority = priority_field(body, "priority", "", default_priority(kind, preemptible))
     replicas = integer_field(body, "replicas", "", 1, 1, MAX_REPLICAS)
+    name = _optional_name(body, "name")
+    project = _optional_name(body, "project")
+    command = _command(body.get("command"))
+    env = _env(body.get("env"))
+    max_runtime = number_field(
+        body,
+        "max_runtime_seconds",
+        "",
+        None,
+        optional=True,
+        strictly_positive=True,
+        maximum=MAX_RUNTIME,
+    )
+    min_runtime = number_field(
+        body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
+    )
+    request = Request(gpus, memory_mib, replicas, gpu_models=gpu_model_field(body, ""))
+    checkpoint_interval = number_field(
+        body,
+        "checkpoint_interval_seconds",
+        "",
+        None,
+        optional=True,
+        strictly_positive=True,
+        maximum=MAX_RUNTIME,
+    )
+    ask = WorkloadRequest(
+        kind,
+        request,
+        priority,
+        preemptible,
+        project=project,
+        min_runtime=min_runtime,
+        max_runtime=max_runtime,
+        checkpoint_interval=checkpoint_interval,
+    )
     return Submission(
-        name=_optional_name(body, "name"),
-        project=_optional_name(body, "project"),
-        command=_command(body.get("command")),
+        name=name,
+        ask=ask,
+        command=command,
         working_dir=working_dir,
-        env=_env(body.get("env")),
-        gpus=gpus,
-        gpu_memory_mib=memory_mib,
-        replicas=replicas,
-        kind=kind,
-        priority=priority,
-        preemptible=preemptible,
-        max_runtime=number_field(
-            body,
-            "max_runtime_seconds",
-            "",
-            None,
-            optional=True,
-            strictly_positive=True,
-            maximum=MAX_RUNTIME,
-        ),
-        min_runtime=number_field(
-            body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
-        ),
-        gpu_models=gpu_model_field(body, ""),
-        checkpoint_interval=number_field(
-            body,
-            "checkpoint_interval_seconds",
-            "",
-            None,
-            optional=True,
-            strictly_positive=True,
-            maximum=MAX_RUNTIME,
-        ),
+        env=env,
         sweep=parse_sweep(body.get("sweep")),
     )
 
@@ -312,26 +304,27 @@ def parse_allocation(document: Any) -> AllocationRequest:
             "server_name", "must be a server's name without '/' ('' for the default server)"
         )
     _sized(server_name, "server_name", MAX_SERVER_NAME)
-    gpus, memory_mib = _gpu_request(body)
+    gpus, memory_mib = gpus_field(body, "")
+    user = _optional_name(body, "user")
+    project = _optional_name(body, "project")
+    preemptible = _bool(body, "preemptible", False)
+    idle_timeout = _idle_timeout(body)
+    request = Request(gpus, memory_mib, gpu_models=gpu_model_field(body, ""))
     return AllocationRequest(
-        user=_optional_name(body, "user"),
+        ask=_notebook(request, preemptible, project, user),
         server_name=server_name,
-        project=_optional_name(body, "project"),
-        gpus=gpus,
-        gpu_memory_mib=memory_mib,
-        preemptible=_bool(body, "preemptible", False),
-        idle_timeout=_idle_timeout(body),
-        gpu_models=gpu_model_field(body, ""),
+        idle_timeout=idle_timeout,
     )
 
 
 @dataclass(frozen=True)
 class DryRun:
-    """Notebook shares to try, each as if it were asked for alone now."""
+    """Notebook shares to try, each as if it were asked for alone now (their project and
+    user are the dry run's)."""
 
     user: str | None
     project: str | None
-    requests: tuple[AllocationRequest, ...]
+    requests: tuple[WorkloadRequest, ...]
 
 
 def parse_dry_run(document: Any) -> DryRun:
@@ -355,14 +348,12 @@ def parse_dry_run(document: Any) -> DryRun:
                     f"is not a field; one of {', '.join(DRY_RUN_REQUEST_FIELDS)}",
                 )
         try:
-            gpus, memory_mib = _gpu_request(item)
+            gpus, memory_mib = gpus_field(item, "")
             preemptible = _bool(item, "preemptible", False)
         except InvalidSpec as error:
             raise InvalidSpec(f"{where}.{error.where}", error.message) from None
-        models = gpu_model_field(item, where)
-        requests.append(
-            AllocationRequest(None, "", None, gpus, memory_mib, preemptible, gpu_models=models)
-        )
+        request = Request(gpus, memory_mib, gpu_models=gpu_model_field(item, where))
+        requests.append(_notebook(request, preemptible))
     return DryRun(
         user=_optional_name(body, "user"),
         project=_optional_name(body, "project"),
@@ -380,122 +371,6 @@ def _idle_timeout(body: Mapping) -> float | None:
             f"must be at most {MAX_IDLE_TIMEOUT} (a year), got {value!r}; null means never",
         )
     return None if value is None else float(value)
-
-
-def never_starts(
-    request: AllocationRequest,
-    project: str,
-    queues: Sequence[Queue],
-    nodes: Sequence[Node],
-    *,
-    cluster_may_grow: bool = False,
-) -> str | None:
-    """Why an allocation can never start on this cluster with these quotas, or None.
-
-    A spawner waits for its allocation until the hub's start timeout; one that no amount of
-    waiting can satisfy should fail at once with the numbers, not after minutes of "pending".
-    Two cases: a shape no GPU or node here can hold (the engine's own "can never start"
-    wording), and a non-preemptible notebook larger than the deserved quota of its project or
-    of a department above it (notebooks run only inside it, see docs/scheduling.md). The
-    sizes are the engine's, from a session over the empty cluster. A cluster with no nodes
-    (yet: a Kubernetes backend before its first node list) refuses nothing.
-    """
-    if not nodes:
-        return None
-    priority = default_priority(Kind.INTERACTIVE, request.preemptible)
-    workload = _newcomer(request, project, Kind.INTERACTIVE, priority)
-    session = _empty_cluster(queues, nodes)
-    shapes = session.ledger.shapes_for(workload.request)
-    if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
-        return f"a notebook that {reasons.no_room(session, workload)}"
-    if request.preemptible:
-        return None  # preemptible notebooks may borrow beyond the quota
-    size = session.request_size(workload)
-    cap, name = min((session.deserved[name], name) for name in session.ancestry[project])
-    if size <= cap + 1e-6:
-        return None
-    has = f"deserves {milli_gpus(cap)}" if cap > 0 else "deserves no GPUs"
-    if name == project:
-        return (
-            f"{project} {has}; a notebook of {milli_gpus(size)} can never start: notebooks "
-            "run only inside the project's deserved quota"
-        )
-    return (
-        f"department {name} (above {project}) {has}; a notebook of {milli_gpus(size)} can "
-        "never start: notebooks run only inside the deserved quota of their project and of "
-        "every department above it"
-    )
-
-
-def _newcomer(
-    asked: Submission | AllocationRequest,
-    project: str,
-    kind: Kind,
-    priority: int,
-    replicas: int = 1,
-) -> Workload:
-    """The workload a never-starts check decides: what was asked for, first in line,
-    submitted at time 0."""
-    return Workload(
-        name="new",
-        queue=project,
-        kind=kind,
-        request=Request(
-            gpus=asked.gpus or 0.0,
-            gpu_memory_mib=asked.gpu_memory_mib,
-            replicas=replicas,
-            gpu_models=asked.gpu_models,
-        ),
-        priority=priority,
-        preemptible=asked.preemptible,
-        submitted_at=0.0,
-        seq=0,
-    )
-
-
-def _empty_cluster(queues: Sequence[Queue], nodes: Sequence[Node]) -> Session:
-    snapshot = Snapshot(tuple(nodes), tuple(queues), ())
-    return Session(snapshot, 0.0, Policy(scorer=scorer_named("pack")))
-
-
-def job_never_fits(
-    submission: Submission,
-    project: str,
-    queues: Sequence[Queue],
-    nodes: Sequence[Node],
-    *,
-    cluster_may_grow: bool = False,
-) -> str | None:
-    """Why a job can never start on this cluster with these quotas, in the engine's words,
-    or None (also for a cluster with no nodes yet).
-
-    A replica no GPU or node here can hold says so in the engine's own wording. Otherwise the
-    engine itself decides the job on the *idle* cluster (no other work, the same quotas and
-    limits): what does not start there never starts, whether a gang whose replicas together
-    exceed the cluster (3 replicas of 2 GPUs on a 2-GPU machine), a project's GPU limit below
-    the job, or a non-preemptible job beyond its project's deserved quota. A cluster that may
-    grow (``cluster_may_grow``, an admin's setting) refuses nothing.
-    """
-    if not nodes or cluster_may_grow:
-        return None
-    workload = _newcomer(
-        submission, project, submission.kind, submission.priority, submission.replicas
-    )
-    session = _empty_cluster(queues, nodes)
-    if not fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request):
-        return f"a job that {reasons.no_room(session, workload)}"
-    result = decide(session.fork([workload], 0.0))
-    if any(isinstance(d, Start) and d.workload == workload.name for d in result.decisions):
-        return None
-    pending = result.pending.get(workload.name)
-    why = pending.reason if pending else "the scheduler does not start it"
-    return f"a job that can never start here: even on the idle cluster it {_as_verb(why)}"
-
-
-def _as_verb(reason: str) -> str:
-    """The engine's reasons start with a verb ("needs ...") or a subject ("vision is limited
-    to ..."); after "it", the latter reads as a clause of its own."""
-    return reason if reason.startswith("needs") else f"would wait: {reason}"
 
 
 def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:

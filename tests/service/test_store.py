@@ -11,6 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, insert, inspect
 
+from scheduler.engine import Kind, Request, WorkloadRequest
 from scheduler.service.persistence.orm import Base, EventRecord, UsageRecord, WorkloadRecord
 from scheduler.service.persistence.store import (
     MIGRATIONS,
@@ -293,4 +294,35 @@ def test_usage_sums_each_intervals_overlap_with_the_range(url) -> None:
     [bob] = store.usage(1 * hour, 4 * hour, now=3 * hour, users=["bob"])
     assert bob.user == "bob" and round(bob.gpu_hours, 9) == 0.25
     assert store.usage(1 * hour, 4 * hour, now=3 * hour, projects=["nlp"]) == []
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request(gpus=0.25),
+        Request(gpus=2.0, replicas=3, gpu_models=frozenset({"A100", "H100"})),
+        Request(gpu_memory_mib=12 * 1024),
+    ],
+    ids=["fraction", "gang-on-models", "memory"],
+)
+def test_what_was_asked_is_stored_and_read_back_unchanged(tmp_path, request_) -> None:
+    """The store maps a request once each way: what a row reads back is what was asked."""
+    ask = WorkloadRequest.of(
+        Kind.TRAINING,
+        request_,
+        project="vision",
+        user="alice",
+        min_runtime=60.0,
+        max_runtime=3600.0,
+        checkpoint_interval=600.0,
+    )
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    record = WorkloadRecord.asking(
+        ask, name="job", state="pending", command="true", env={}, submitted_at=1.0
+    )
+    store.add(record)
+    store.commit()
+    store.session.expire_all()
+    assert store.workload(record.id).asked() == ask
     store.close()

@@ -19,14 +19,13 @@ from scheduler.engine import (
     Snapshot,
     State,
     Workload,
+    WorkloadRequest,
     decide,
     scorer_named,
 )
+from scheduler.engine.feasibility import never_starts
 from scheduler.service.policies.dryrun import dry_run
 from scheduler.service.requests import (
-    Submission,
-    job_never_fits,
-    never_starts,
     parse_allocation,
     parse_submission,
 )
@@ -105,8 +104,14 @@ def test_a_full_quota_waits_with_the_engines_reason() -> None:
     assert verdict.queue_position == 1
 
 
-def submission(**fields) -> Submission:
-    return parse_submission({"command": "true", **fields})
+def submission(**fields) -> WorkloadRequest:
+    """A job as the API parses it, submitted to vision."""
+    return replace(parse_submission({"command": "true", **fields}).ask, project="vision")
+
+
+def allocation(**fields) -> WorkloadRequest:
+    """A notebook's share as the API parses it, asked of vision."""
+    return replace(parse_allocation(fields).ask, project="vision")
 
 
 @pytest.mark.parametrize(
@@ -120,20 +125,18 @@ def submission(**fields) -> Submission:
 )
 def test_jobs_that_can_never_start_unless_the_cluster_may_grow(fields, words) -> None:
     job = submission(**fields)
-    assert words in (job_never_fits(job, "vision", QUEUES, (NODE,)) or "")
-    assert job_never_fits(job, "vision", QUEUES, (NODE,), cluster_may_grow=True) is None
+    assert words in (never_starts(job, QUEUES, (NODE,)) or "")
+    assert never_starts(job, QUEUES, (NODE,), cluster_may_grow=True) is None
 
 
 def test_what_fits_the_idle_cluster_is_not_refused() -> None:
     for fields in ({"gpus": 1, "replicas": 2}, {"gpus": 2}, {"gpus": 0.5, "replicas": 4}):
-        assert job_never_fits(submission(**fields), "vision", QUEUES, (NODE,)) is None
+        assert never_starts(submission(**fields), QUEUES, (NODE,)) is None
 
 
 def test_growth_adds_no_quota_to_a_notebook() -> None:
-    wide = parse_allocation({"gpus": 4, "preemptible": True})
-    beyond = parse_allocation({"gpus": 2})
-    assert "largest node" in (never_starts(wide, "vision", QUEUES, (NODE,)) or "")
-    assert never_starts(wide, "vision", QUEUES, (NODE,), cluster_may_grow=True) is None
-    assert "can never start" in (
-        never_starts(beyond, "vision", QUEUES, (NODE,), cluster_may_grow=True) or ""
-    )
+    wide = allocation(gpus=4, preemptible=True)
+    beyond = allocation(gpus=2)
+    assert "largest node" in (never_starts(wide, QUEUES, (NODE,)) or "")
+    assert never_starts(wide, QUEUES, (NODE,), cluster_may_grow=True) is None
+    assert "can never start" in (never_starts(beyond, QUEUES, (NODE,), cluster_may_grow=True) or "")

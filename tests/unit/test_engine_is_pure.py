@@ -28,7 +28,9 @@ FORBIDDEN = {
 }
 
 
-@pytest.mark.parametrize("path", sorted(ENGINE.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(ENGINE.rglob("*.py")), ids=lambda p: str(p.relative_to(ENGINE))
+)
 def test_engine_module_imports_nothing_impure(path: Path) -> None:
     tree = ast.parse(path.read_text())
     imported = set()

@@ -230,5 +230,7 @@ def test_baselines_are_queue_and_request_transformations():
     }
     for name, expected in cases.items():
         specs = [variant_spec(VARIANTS[name], j) for j in (notebook, job)]
-        got = tuple((s.request.gpus, s.queue, s.preemptible, s.priority) for s in specs)
+        got = tuple(
+            (s.ask.request.gpus, s.ask.project, s.ask.preemptible, s.ask.priority) for s in specs
+        )
         assert got == expected, name

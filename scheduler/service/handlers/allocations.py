@@ -17,19 +17,19 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 
 from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.common.limits import shown
 from scheduler.common.states import WorkloadState
-from scheduler.engine import Kind, default_priority
 from scheduler.engine.lifecycle import CANCELLABLE
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
 from scheduler.service.persistence.orm import WorkloadRecord
-from scheduler.service.requests import never_starts, parse_allocation
+from scheduler.service.requests import parse_allocation
 from scheduler.service.views import workload_json
 
 MAX_WAIT = 60.0
@@ -76,7 +76,7 @@ class AllocationListHandler(AllocationAccess):
     async def post(self) -> None:
         self.require(SUBMIT)
         request = parse_allocation(self.json_body())
-        user = self.acting_for(request.user, "allocating")
+        user = self.acting_for(request.ask.user, "allocating")
         record = self.loop.allocation(user, request.server_name)
         if record is not None:
             raise web.HTTPError(
@@ -84,26 +84,16 @@ class AllocationListHandler(AllocationAccess):
                 f"{user}'s server {request.server_name!r} already holds allocation "
                 f"{record.id} ({record.state}); release it first",
             )
-        project = await self.project_for(request.project, user)
-        self.refuse_never_starting(never_starts, request, project)
-        kind = Kind.INTERACTIVE
-        record = WorkloadRecord(
+        project = await self.project_for(request.ask.project, user)
+        ask = replace(request.ask, project=project, user=user)
+        self.refuse_never_starting(ask)
+        record = WorkloadRecord.asking(
+            ask,
             name=f"notebook-{user}" + (f"-{request.server_name}" if request.server_name else ""),
-            user=user,
-            project=project,
-            kind=kind.value,
             command=None,
             working_dir=None,
             env={},
             server_name=request.server_name,
-            gpus=request.gpus,
-            gpu_memory_mib=request.gpu_memory_mib,
-            gpu_model=sorted(request.gpu_models) or None,
-            replicas=1,
-            priority=default_priority(kind, request.preemptible),
-            preemptible=request.preemptible,
-            min_runtime=0.0,
-            max_runtime=None,
             idle_timeout=request.idle_timeout,
         )
         await self.loop.submit([record])

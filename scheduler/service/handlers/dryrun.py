@@ -12,11 +12,13 @@ inside, is "never".
 
 from __future__ import annotations
 
-from scheduler.engine import Kind, Request, Workload, default_priority
+from dataclasses import replace
+
+from scheduler.engine.feasibility import never_starts
 from scheduler.service.access import READ
 from scheduler.service.handlers.workloads import WorkloadAccess
 from scheduler.service.policies.dryrun import dry_run, never
-from scheduler.service.requests import never_starts, parse_dry_run
+from scheduler.service.requests import parse_dry_run
 
 ARRIVAL = "dry-run"
 
@@ -33,29 +35,17 @@ class DryRunHandler(WorkloadAccess):
         standing = None
         now = loop.clock()
         results = []
-        for request in body.requests:
-            hopeless = never_starts(request, project, loop.queues, nodes, cluster_may_grow=grow)
+        for asked in body.requests:
+            ask = replace(asked, project=project, user=user)
+            hopeless = never_starts(ask, loop.queues, nodes, cluster_may_grow=grow)
             if hopeless is not None:
                 verdict = never(hopeless)
             else:
                 standing = standing or loop.standing()
-                arrival = Workload(
-                    name=ARRIVAL,
-                    queue=project,
-                    kind=Kind.INTERACTIVE,
-                    request=Request(
-                        gpus=request.gpus or 0.0,
-                        gpu_memory_mib=request.gpu_memory_mib,
-                        gpu_models=request.gpu_models,
-                    ),
-                    priority=default_priority(Kind.INTERACTIVE, request.preemptible),
-                    preemptible=request.preemptible,
-                    submitted_at=now,
-                    seq=2**62,
-                    user=user,
-                )
+                arrival = ask.workload(ARRIVAL, seq=2**62, submitted_at=now)
                 verdict = dry_run(standing, arrival, now, loop.settings.grace_seconds)
-            entry = {"preemptible": request.preemptible, **verdict.as_json()}
+            request = ask.request
+            entry = {"preemptible": ask.preemptible, **verdict.as_json()}
             if request.gpu_memory_mib is not None:
                 entry["gpu_memory_gib"] = request.gpu_memory_mib / 1024
             else:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from dataclasses import replace
 
 from tornado import web
 from tornado.iostream import StreamClosedError
 
 from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
-from scheduler.engine import default_priority
+from scheduler.engine import WorkloadRequest, default_priority, feasibility
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
@@ -22,7 +22,6 @@ from scheduler.service.persistence.orm import ACTIVE_STATES, FINAL_STATES, Workl
 from scheduler.service.policies.sweeps import member_env
 from scheduler.service.requests import (
     Submission,
-    job_never_fits,
     parse_count,
     parse_submission,
 )
@@ -40,32 +39,26 @@ class NeverCache:
     as much as the rest of a submission. A burst of submissions asks about a handful of
     shapes, so each shape is decided once per quota or inventory change."""
 
-    SHAPE = ("gpus", "gpu_memory_mib", "gpu_models", "replicas", "kind", "priority", "preemptible")
     LIMIT = 4096
 
     def __init__(self) -> None:
         self.queues: object = None
         self.nodes: object = None
-        self.answers: dict[tuple, str | None] = {}
+        self.answers: dict[tuple[WorkloadRequest, bool], str | None] = {}
 
-    def answer(
-        self,
-        never: Callable[..., str | None],
-        spec: object,
-        project: str,
-        queues: tuple,
-        nodes: tuple,
-        grow: bool,
-    ) -> str | None:
+    def answer(self, ask: WorkloadRequest, queues: tuple, nodes: tuple, grow: bool) -> str | None:
         if queues is not self.queues or (nodes is not self.nodes and nodes != self.nodes):
             self.answers.clear()
             self.queues = queues
         self.nodes = nodes
-        key = (never, project, grow, *(getattr(spec, name, None) for name in self.SHAPE))
+        shape = feasibility.shape(ask)
+        key = (shape, grow)
         if key not in self.answers:
             if len(self.answers) >= self.LIMIT:
                 self.answers.clear()
-            self.answers[key] = never(spec, project, queues, nodes, cluster_may_grow=grow)
+            self.answers[key] = feasibility.never_starts(
+                shape, queues, nodes, cluster_may_grow=grow
+            )
         return self.answers[key]
 
 
@@ -111,13 +104,11 @@ class WorkloadAccess(APIHandler):
         """An admin's setting: a cluster that may grow refuses no shape as never-starting."""
         return bool(self.settings.get("cluster_may_grow", False))
 
-    def refuse_never_starting(
-        self, never: Callable[..., str | None], spec: object, project: str
-    ) -> None:
-        """409 in the engine's words when ``never`` (``job_never_fits`` or ``never_starts``)
-        says ``spec`` can never start in ``project`` on this cluster."""
+    def refuse_never_starting(self, ask: WorkloadRequest) -> None:
+        """409 in the engine's words when ``ask`` (its project resolved) can never start on
+        this cluster (``scheduler.engine.feasibility``)."""
         hopeless = NEVER.answer(
-            never, spec, project, self.loop.queues, self.loop.inventory.nodes, self.cluster_may_grow
+            ask, self.loop.queues, self.loop.inventory.nodes, self.cluster_may_grow
         )
         if hopeless is not None:
             raise web.HTTPError(409, hopeless)
@@ -199,53 +190,44 @@ class WorkloadListHandler(WorkloadAccess):
     async def post(self) -> None:
         self.require(SUBMIT)
         submission = parse_submission(self.json_body())
-        ceiling = default_priority(submission.kind, False)
-        if submission.priority > ceiling and not self.caller.is_admin:
+        asked = submission.ask
+        ceiling = default_priority(asked.kind, False)
+        if asked.priority > ceiling and not self.caller.is_admin:
             raise InvalidSpec(
                 "priority",
-                f"may be at most {ceiling} for {submission.kind.value} work "
-                f"(higher needs {ADMIN}), got {submission.priority}",
+                f"may be at most {ceiling} for {asked.kind.value} work "
+                f"(higher needs {ADMIN}), got {asked.priority}",
             )
-        project = await self.project_for(submission.project, self.caller.name)
-        self.refuse_never_starting(job_never_fits, submission, project)
+        project = await self.project_for(asked.project, self.caller.name)
+        min_runtime = asked.min_runtime
+        if min_runtime is None:
+            min_runtime = self.settings["default_min_runtime"]
+        ask = replace(asked, project=project, user=self.caller.name, min_runtime=min_runtime)
+        self.refuse_never_starting(ask)
         if submission.sweep is not None:
-            await self._submit_sweep(submission, project)
+            await self._submit_sweep(submission, ask)
             return
-        (record,) = await self.loop.submit([self._record(submission, project)])
+        (record,) = await self.loop.submit([self._record(submission, ask)])
         self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
         self.write_json(workload_json(record, self.loop), status=201)
 
-    def _record(self, submission: Submission, project: str) -> WorkloadRecord:
-        return WorkloadRecord(
+    @staticmethod
+    def _record(submission: Submission, ask: WorkloadRequest) -> WorkloadRecord:
+        return WorkloadRecord.asking(
+            ask,
             name=submission.name or "",
-            user=self.caller.name,
-            project=project,
-            kind=submission.kind.value,
             command=submission.command,
             working_dir=submission.working_dir,
             env=submission.env,
-            gpus=submission.gpus,
-            gpu_memory_mib=submission.gpu_memory_mib,
-            gpu_model=sorted(submission.gpu_models) or None,
-            replicas=submission.replicas,
-            priority=submission.priority,
-            preemptible=submission.preemptible,
-            min_runtime=(
-                submission.min_runtime
-                if submission.min_runtime is not None
-                else self.settings["default_min_runtime"]
-            ),
-            max_runtime=submission.max_runtime,
-            checkpoint_interval=submission.checkpoint_interval,
         )
 
-    async def _submit_sweep(self, submission: Submission, project: str) -> None:
+    async def _submit_sweep(self, submission: Submission, ask: WorkloadRequest) -> None:
         """Every member in one transaction, with consecutive ids; the sweep's id is its first
         member's. All are stored or none is, and no cycle sees part of a sweep."""
         sweep = submission.sweep
         assert sweep is not None
         combinations = list(sweep.members())
-        records = [self._record(submission, project) for _ in combinations]
+        records = [self._record(submission, ask) for _ in combinations]
 
         def name_members(records: list[WorkloadRecord]) -> None:
             first = records[0].id

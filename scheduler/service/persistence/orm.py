@@ -17,7 +17,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
 from scheduler.common.states import WorkloadState
-from scheduler.engine import Kind, Queue, Request, Workload, lifecycle
+from scheduler.engine import Kind, Queue, Request, Workload, WorkloadRequest, lifecycle
 from scheduler.engine.lifecycle import KEPT_FIELDS, Life
 
 
@@ -113,11 +113,30 @@ class WorkloadRecord(Base):
     def claimant(self, value: str | None) -> None:
         self.claimant_id = None if value is None else int(value)
 
-    def as_workload(self) -> Workload:
-        """What it asked for, as the engine sees it (named by its id, ordered by it)."""
-        return Workload(
-            name=str(self.id),
-            queue=self.project,
+    @classmethod
+    def asking(cls, ask: WorkloadRequest, **service: Any) -> WorkloadRecord:
+        """A new row for what was asked (its project, user and minimum run time resolved);
+        ``service`` holds the columns the service adds (name, command, server, ...)."""
+        request = ask.request
+        return cls(
+            user=ask.user,
+            project=ask.project,
+            kind=ask.kind.value,
+            gpus=None if request.gpu_memory_mib is not None else request.gpus,
+            gpu_memory_mib=request.gpu_memory_mib,
+            gpu_model=sorted(request.gpu_models) or None,
+            replicas=request.replicas,
+            priority=ask.priority,
+            preemptible=ask.preemptible,
+            min_runtime=ask.min_runtime,
+            max_runtime=ask.max_runtime,
+            checkpoint_interval=ask.checkpoint_interval,
+            **service,
+        )
+
+    def asked(self) -> WorkloadRequest:
+        """What it asked for, as stored (the inverse of ``asking``)."""
+        return WorkloadRequest(
             kind=Kind(self.kind),
             request=Request(
                 gpus=self.gpus or 0.0,
@@ -127,12 +146,16 @@ class WorkloadRecord(Base):
             ),
             priority=self.priority,
             preemptible=self.preemptible,
-            submitted_at=self.submitted_at,
-            seq=self.id,
-            min_runtime=self.min_runtime,
+            project=self.project,
             user=self.user,
+            min_runtime=self.min_runtime,
+            max_runtime=self.max_runtime,
             checkpoint_interval=self.checkpoint_interval,
         )
+
+    def as_workload(self) -> Workload:
+        """What it asked for, as the engine sees it (named by its id, ordered by it)."""
+        return self.asked().workload(str(self.id), self.id, self.submitted_at)
 
     def as_life(self, *, new: bool = False) -> Life:
         """Its life as the lifecycle keeps it: the ask and every ``kept`` field (their

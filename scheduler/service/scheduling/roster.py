@@ -9,8 +9,8 @@ index each, kept up to date as the rows change state.
 
 from __future__ import annotations
 
+from scheduler.common.states import WorkloadState
 from scheduler.engine import Pending
-from scheduler.engine.lifecycle import WorkloadState
 from scheduler.service.persistence.orm import WorkloadRecord
 
 

@@ -1,0 +1,98 @@
+"""Start a pending workload on idle capacity, or say why it cannot start there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.common.limits import MILLI
+from scheduler.engine import reasons
+from scheduler.engine.actions.quota import EPS, quota_refusal
+from scheduler.engine.model import Workload, held_milli
+from scheduler.engine.placement import fits_somewhere_ever, place
+from scheduler.engine.session import Session
+
+
+@dataclass
+class Outcome:
+    """Why a workload could not start in this cycle (None when it started)."""
+
+    reason: str
+    capacity: bool
+    """True when only free capacity was missing, so evictions might help."""
+    limit_blocked: bool = False
+    """True when a limit refused it: preempting the queue's own lower-priority work can help.
+    (Nothing can help a non-preemptible workload beyond its deserved quota: victims are
+    always preemptible, so evicting them frees none of that quota.)"""
+
+
+@dataclass
+class Failures:
+    """Request shapes that found no idle room. Idle capacity only shrinks until an eviction
+    frees some (the cycle then clears this), so meanwhile any request at least as large fails
+    too and need not be placed again, if it may use no GPU model the failed one could not."""
+
+    shapes: list[tuple[bool, int, int, int, int, frozenset[str]]] = field(default_factory=list)
+
+    @staticmethod
+    def shape(workload: Workload) -> tuple[bool, int, int, int, int, frozenset[str]] | None:
+        request = workload.request
+        if request.gpu_memory_mib is not None:
+            return None
+        size = request.whole_gpus * MILLI if request.whole_gpus else round(request.gpus * MILLI)
+        return (
+            request.is_fraction,
+            size,
+            request.replicas,
+            request.cpu_milli,
+            request.memory_mib,
+            request.gpu_models,
+        )
+
+    def known(self, shape: tuple[bool, int, int, int, int, frozenset[str]] | None) -> bool:
+        return shape is not None and any(
+            failed[0] == shape[0]
+            and all(a >= b for a, b in zip(shape[1:5], failed[1:5], strict=True))
+            and (not failed[5] or (shape[5] and shape[5] <= failed[5]))
+            for failed in self.shapes
+        )
+
+
+def try_start(
+    session: Session, workload: Workload, failures: Failures | None = None
+) -> Outcome | None:
+    size = session.request_size(workload)
+    refusal = quota_refusal(session, workload, size)
+    if refusal is not None:
+        return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
+    shape = Failures.shape(workload)
+    if failures is not None and failures.known(shape):
+        return _no_room(session, workload)
+    mark = session.ledger.mark()
+    placement = place(session.ledger, workload.request, session.policy.scorer)
+    if placement is None:
+        if failures is not None and shape is not None:
+            failures.shapes.append(shape)
+        return _no_room(session, workload)
+    actual = held_milli(placement)
+    if actual != size:  # a memory request landed on a smaller GPU: check again, exactly
+        refusal = quota_refusal(session, workload, actual)
+        if refusal is not None:
+            session.ledger.rollback(mark)
+            return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
+    session.start(workload, placement)
+    return None
+
+
+def _limited(session: Session, workload: Workload, size: int) -> bool:
+    """Whether a limit (rather than only the non-preemptible quota) refuses this size."""
+    return any(
+        session.queues[name].limit_gpus is not None
+        and session.use.allocated[name] + size > session.queues[name].limit_gpus * MILLI + EPS
+        for name in session.ancestry[workload.queue]
+    )
+
+
+def _no_room(session: Session, workload: Workload) -> Outcome:
+    """Capacity is missing; evictions can only help if an empty node could hold it."""
+    ever = fits_somewhere_ever(session.ledger.shapes_for(workload.request), workload.request)
+    return Outcome(reasons.no_room(session, workload), capacity=ever)
