@@ -28,6 +28,11 @@ from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from service_client import service_config
 
 from browser.browserharness import OAUTH_CONFIG, browser_page, clear_workloads, fill_login_form
+from browser.fixtures import (  # noqa: F401 (a conftest registers what it holds)
+    chromium,
+    pytest_runtest_makereport,
+    shot,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
