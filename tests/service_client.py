@@ -1,5 +1,6 @@
 """Helpers shared by the service tests: the service's configuration, waiting, and the
-check every reply must pass (errors are ``{"status", "message"}`` JSON)."""
+check every reply must pass (errors are ``{"status", "message"}`` JSON), made by every test
+client of the FracHub API as an httpx response hook: ``httpx.Client(..., event_hooks=CHECKED)``."""
 
 from __future__ import annotations
 
@@ -37,14 +38,22 @@ def service_config(gpus: int = 2, grace: float = 1.0, extra: str = "") -> str:
     )
 
 
-def checked(response: httpx.Response) -> httpx.Response:
-    """Every error the API gives is JSON naming its status and saying what went wrong."""
+def check_error_shape(response: httpx.Response) -> None:
+    """Every error the API gives is JSON naming its status and saying what went wrong.
+
+    A response hook, so no test has to remember it: it runs on every response of a client
+    made with ``event_hooks=CHECKED``, before the test sees it, and a failed check fails the
+    request that got it. A test that expects an error still asserts its status."""
     if response.status_code >= 400:
+        response.read()  # a hook sees the response before its body is read
         assert response.headers["content-type"].startswith("application/json"), response.text
         body = response.json()
         assert body["status"] == response.status_code, body
         assert isinstance(body["message"], str) and body["message"], body
-    return response
+
+
+CHECKED: dict[str, list[Callable[[httpx.Response], Any]]] = {"response": [check_error_shape]}
+"""The event hooks of every test client of the FracHub API."""
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -73,7 +82,7 @@ def wait_token_refused(hub_api_url: str, token: str, timeout: float = 20) -> Non
 
 
 def workload(client: httpx.Client, workload_id: int) -> dict:
-    return checked(client.get(f"workloads/{workload_id}")).json()
+    return client.get(f"workloads/{workload_id}").json()
 
 
 def wait_state(client: httpx.Client, workload_id: int, *states: str, timeout: float = 20) -> dict:
@@ -93,6 +102,6 @@ def wait_state(client: httpx.Client, workload_id: int, *states: str, timeout: fl
 def submit(client: httpx.Client, expect: int = 201, **body: Any) -> dict:
     body.setdefault("gpus", 1)
     body.setdefault("command", "sleep 60")
-    response = checked(client.post("workloads", json=body))
+    response = client.post("workloads", json=body)
     assert response.status_code == expect, response.text
     return response.json()
