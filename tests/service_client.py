@@ -4,6 +4,7 @@ client of the FracHub API as an httpx response hook: ``httpx.Client(..., event_h
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +66,27 @@ def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.1)
+
+
+def cycles_completed(client: httpx.Client) -> int:
+    """How many scheduling cycles the service behind ``client`` (a FracHub API client) has
+    completed: the count of its cycle-duration histogram in the Prometheus metrics."""
+    text = client.get("../../metrics").text
+    found = re.search(r"^frachub_cycle_duration_seconds_count (\S+)$", text, re.M)
+    assert found, "the metrics have no frachub_cycle_duration_seconds"
+    return int(float(found.group(1)))
+
+
+def wait_cycles(client: httpx.Client, count: int = 2, timeout: float = 20) -> None:
+    """Until the service has completed ``count`` more scheduling cycles than now: the event to
+    wait for before asserting that something did not happen. The first may have been under
+    way already (its snapshot older than what the test just did), so the default is two."""
+    first = cycles_completed(client)
+    wait_for(
+        lambda: cycles_completed(client) >= first + count,
+        timeout,
+        f"{count} more scheduling cycles than the {first} completed",
+    )
 
 
 def wait_token_refused(hub_api_url: str, token: str, timeout: float = 20) -> None:

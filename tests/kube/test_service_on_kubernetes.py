@@ -24,7 +24,15 @@ from typing import Any
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
-from service_client import CHECKED, submit, wait_for, wait_state, wait_token_refused, workload
+from service_client import (
+    CHECKED,
+    submit,
+    wait_cycles,
+    wait_for,
+    wait_state,
+    wait_token_refused,
+    workload,
+)
 
 from hub_ext.client import checkpointed
 from scheduler.backends.kubernetes.labels import (
@@ -306,7 +314,7 @@ def test_a_gang_starts_all_or_nothing_with_its_rendezvous(client, fake) -> None:
         10,
         "the gang to be queued",
     )
-    time.sleep(2.5)  # two scheduling cycles: still nothing started
+    wait_cycles(alice)  # two scheduling cycles: still nothing started
     waiting = workload(alice, gang["id"])
     assert waiting["state"] == "pending" and waiting["placement"] in (None, []), waiting
     assert not training(fake, "jobs", gang["id"]) and not training(fake, "pods", gang["id"])
@@ -365,7 +373,7 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
     done = wait_state(alice, job["id"], "failed", "succeeded")
     assert done["state"] == "failed" and done["exit_code"] == 3, done
     assert "exited with code 3" in done["message"]
-    time.sleep(1.0)  # ten polls later: still one end, no restart
+    wait_cycles(alice)  # two cycles (and the polls between): still one end, no restart
     after = workload(alice, job["id"])
     assert [e["type"] for e in after["events"]] == ["submitted", "started", "failed"]
     assert after["restart_count"] == 0 and after["exit_code"] == 3
@@ -536,7 +544,7 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     after = [workload(alice, w["id"]) for w in waiting]
     assert [w["state"] for w in after] == ["pending", "pending"]
     assert [w["queue_position"] for w in after] == positions
-    time.sleep(1.0)  # more cycles: the finisher is reported once, nothing new is created
+    wait_cycles(alice)  # two more cycles: the finisher is reported once, nothing new created
     assert [e["type"] for e in workload(bob, finisher["id"])["events"]] == [
         "submitted",
         "started",
