@@ -16,6 +16,7 @@ import shlex
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 from hubharness import module_service, running_hub
@@ -179,6 +180,15 @@ def printed_token(backend: CredentialedBackend, workload_id: int) -> str:
     return match.group(1)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has ended: no longer in /proc, or a zombie its parent has not reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_user, tmp_path):
     """A restarted service adopts each running attempt from its stored handle; one whose
     process is gone gets no exit from the backend, and its token is revoked all the same."""
@@ -200,7 +210,12 @@ def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_use
         second_handle = await first.start(spec(42, user, PRINTS_TOKEN))
         token = printed_token(first, 42)
         await first.backend.stop(42, {k: v for k, v in second_handle.items() if k != TOKEN_KEY}, 0)
-        await asyncio.sleep(0.5)  # it ended while "the service was down": nobody polled
+        # it ended while "the service was down": nobody polled
+        pids = [replica["pid"] for replica in second_handle["replicas"]]
+        deadline = time.monotonic() + 10
+        while not all(process_gone(pid) for pid in pids):
+            assert time.monotonic() < deadline, f"the killed job's processes {pids} still run"
+            await asyncio.sleep(0.02)
         restarted = CredentialedBackend(local_backend(tmp_path), tokens, "http://svc/", 3600)
         # killed with its wrapper: no exit file, so no exit will ever be reported
         assert restarted.adopt(42, second_handle) is False
