@@ -15,6 +15,6 @@ source scripts/postgres.sh
 # (they belong in tests/extras). pip's cache makes this a few seconds.
 BASE_VENV=${FRACHUB_BASE_VENV:-.venv-base}
 python3 -m venv --clear "$BASE_VENV"
-"$BASE_VENV/bin/python" -m pip install --quiet -e . pytest hypothesis
+"$BASE_VENV/bin/python" -m pip install --quiet -e . "pytest>=8" "hypothesis>=6.100"
 "$BASE_VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit
 "$VENV/bin/python" -m pytest "$@"
