@@ -1,8 +1,10 @@
 """Helpers shared by the service tests: the service's configuration, waiting, and the
-check every reply must pass (errors are ``{"status", "message"}`` JSON)."""
+check every reply must pass (errors are ``{"status", "message"}`` JSON), made by every test
+client of the FracHub API as an httpx response hook: ``httpx.Client(..., event_hooks=CHECKED)``."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,14 +39,22 @@ def service_config(gpus: int = 2, grace: float = 1.0, extra: str = "") -> str:
     )
 
 
-def checked(response: httpx.Response) -> httpx.Response:
-    """Every error the API gives is JSON naming its status and saying what went wrong."""
+def check_error_shape(response: httpx.Response) -> None:
+    """Every error the API gives is JSON naming its status and saying what went wrong.
+
+    A response hook, so no test has to remember it: it runs on every response of a client
+    made with ``event_hooks=CHECKED``, before the test sees it, and a failed check fails the
+    request that got it. A test that expects an error still asserts its status."""
     if response.status_code >= 400:
+        response.read()  # a hook sees the response before its body is read
         assert response.headers["content-type"].startswith("application/json"), response.text
         body = response.json()
         assert body["status"] == response.status_code, body
         assert isinstance(body["message"], str) and body["message"], body
-    return response
+
+
+CHECKED: dict[str, list[Callable[[httpx.Response], Any]]] = {"response": [check_error_shape]}
+"""The event hooks of every test client of the FracHub API."""
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -56,6 +66,27 @@ def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.1)
+
+
+def cycles_completed(client: httpx.Client) -> int:
+    """How many scheduling cycles the service behind ``client`` (a FracHub API client) has
+    completed: the count of its cycle-duration histogram in the Prometheus metrics."""
+    text = client.get("../../metrics").text
+    found = re.search(r"^frachub_cycle_duration_seconds_count (\S+)$", text, re.M)
+    assert found, "the metrics have no frachub_cycle_duration_seconds"
+    return int(float(found.group(1)))
+
+
+def wait_cycles(client: httpx.Client, count: int = 2, timeout: float = 20) -> None:
+    """Until the service has completed ``count`` more scheduling cycles than now: the event to
+    wait for before asserting that something did not happen. The first may have been under
+    way already (its snapshot older than what the test just did), so the default is two."""
+    first = cycles_completed(client)
+    wait_for(
+        lambda: cycles_completed(client) >= first + count,
+        timeout,
+        f"{count} more scheduling cycles than the {first} completed",
+    )
 
 
 def wait_token_refused(hub_api_url: str, token: str, timeout: float = 20) -> None:
@@ -73,7 +104,7 @@ def wait_token_refused(hub_api_url: str, token: str, timeout: float = 20) -> Non
 
 
 def workload(client: httpx.Client, workload_id: int) -> dict:
-    return checked(client.get(f"workloads/{workload_id}")).json()
+    return client.get(f"workloads/{workload_id}").json()
 
 
 def wait_state(client: httpx.Client, workload_id: int, *states: str, timeout: float = 20) -> dict:
@@ -93,6 +124,6 @@ def wait_state(client: httpx.Client, workload_id: int, *states: str, timeout: fl
 def submit(client: httpx.Client, expect: int = 201, **body: Any) -> dict:
     body.setdefault("gpus", 1)
     body.setdefault("command", "sleep 60")
-    response = checked(client.post("workloads", json=body))
+    response = client.post("workloads", json=body)
     assert response.status_code == expect, response.text
     return response.json()

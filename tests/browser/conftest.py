@@ -25,9 +25,14 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess, running_hub
-from service_client import service_config
+from service_client import CHECKED, service_config
 
 from browser.browserharness import OAUTH_CONFIG, browser_page, clear_workloads, fill_login_form
+from browser.fixtures import (  # noqa: F401 (a conftest registers what it holds)
+    chromium,
+    pytest_runtest_makereport,
+    shot,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -61,6 +66,7 @@ def janitor(oauth_hub: Hub, frachub_process: ServiceProcess) -> Iterator[httpx.C
         base_url=oauth_hub.service_url(API_PATH),
         headers={"Authorization": f"token {oauth_hub.token_for(name)}"},
         timeout=30,
+        event_hooks=CHECKED,
     ) as client:
         yield client
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
 from playwright.sync_api import Page, expect
-from service_client import checked, service_config, submit, wait_for, wait_state
+from service_client import CHECKED, service_config, submit, wait_for, wait_state
 
 from browser.browserharness import SCREENSHOTS
 
@@ -68,6 +68,7 @@ def client(hub: Hub, token: str) -> httpx.Client:
         base_url=hub.service_url(API_PATH),
         headers={"Authorization": f"token {token}"},
         timeout=30,
+        event_hooks=CHECKED,
     )
 
 
@@ -75,7 +76,7 @@ def sampled(api: httpx.Client, project: str, test) -> None:
     """Wait until the service has sampled ``project`` in a state ``test`` accepts."""
 
     def seen() -> bool:
-        answer = checked(api.get("history", params={"project": project, "points": 1000}))
+        answer = api.get("history", params={"project": project, "points": 1000})
         return any(test(point) for item in answer.json()["projects"] for point in item["points"])
 
     wait_for(seen, timeout=20, what=f"a sample of {project}")
@@ -183,7 +184,7 @@ def test_an_admin_sees_the_cluster_with_its_queue(
         wait_state(api, waiting["id"], "pending")
 
         def queued() -> bool:
-            answer = checked(admin_api.get("history", params={"points": 1000})).json()
+            answer = admin_api.get("history", params={"points": 1000}).json()
             return any(point["pending"] >= 1 for point in answer["cluster"])
 
         wait_for(queued, timeout=20, what="a sample of the cluster with a queue")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from hubharness import API_PATH, SERVICE_PREFIX, Hub
 from playwright.sync_api import Locator, Page, expect
-from service_client import checked, submit, wait_state
+from service_client import CHECKED, submit, wait_state
 
 pytestmark = pytest.mark.browser
 
@@ -29,6 +29,7 @@ def api(oauth_hub: Hub) -> Iterator[Callable[[str], httpx.Client]]:
             base_url=oauth_hub.service_url(API_PATH),
             headers={"Authorization": f"token {token}"},
             timeout=30,
+            event_hooks=CHECKED,
         )
         clients.append(made)
         return made
@@ -46,7 +47,7 @@ def test_login_opens_the_panel_in_the_hubs_look(
     page: Page, frachub, make_user, login, shot, api
 ) -> None:
     name, token = make_user(groups=["vision"])
-    notebook = checked(api(token).post("allocations", json={"gpus": 0.25})).json()
+    notebook = api(token).post("allocations", json={"gpus": 0.25}).json()
     login(page, name)
     nav = page.locator("#frachub-nav-training")
     expect(nav).to_have_text("Training")
@@ -197,7 +198,7 @@ def test_timeline_of_a_borrowed_preempted_and_restarted_job(
     expect(page.locator("#frachub-log")).to_contain_text("restart 0")  # unbuffered
     shot("borrowed")
 
-    notebook = checked(carol.post("allocations", json={"gpus": 1})).json()
+    notebook = carol.post("allocations", json={"gpus": 1}).json()
     wait_state(owner, job["id"], "pending", timeout=30)
     timeline = page.locator("#frachub-timeline")
     expect(timeline).to_contain_text(f"preempted for nlp/{notebook['name']}")
@@ -206,7 +207,7 @@ def test_timeline_of_a_borrowed_preempted_and_restarted_job(
     expect(page.locator("#frachub-detail-facts")).to_contain_text("Preempted1 time")
     shot("preempted")
 
-    checked(carol.delete(f"allocations/{notebook['id']}"))
+    carol.delete(f"allocations/{notebook['id']}")
     wait_state(owner, job["id"], "running", timeout=30)
     expect(timeline.locator(".frachub-event-restarted")).to_contain_text("restarted: attempt 2")
     expect(page.locator("#frachub-log")).to_contain_text("restart 1")
@@ -217,7 +218,7 @@ def test_timeline_of_a_borrowed_preempted_and_restarted_job(
     assert log.index("restart 0") < log.index("preempted for nlp/") < log.index("restart 1")
     shot("restarted")
     for workload in (first, job):
-        checked(owner.delete(f"workloads/{workload['id']}"))
+        owner.delete(f"workloads/{workload['id']}")
 
 
 def test_an_admin_sees_the_gpu_map_with_each_users_share(

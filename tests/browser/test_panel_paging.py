@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
 from playwright.sync_api import Page, expect
-from service_client import checked, service_config, submit, wait_state
+from service_client import CHECKED, service_config, submit, wait_state
 
 pytestmark = pytest.mark.browser
 
@@ -40,12 +40,13 @@ def test_every_active_job_is_listed_and_the_admin_sees_how_many(
         base_url=oauth_hub.service_url(API_PATH),
         headers={"Authorization": f"token {token}"},
         timeout=30,
+        event_hooks=CHECKED,
     ) as client:
         active = [submit(client, command="sleep 120", gpus=1)["id"] for _ in range(4)]
         wait_state(client, active[0], "running")
         ended = [submit(client, command="sleep 120", gpus=1)["id"] for _ in range(2)]
         for job in ended:  # the two newest: the only ones a single page would show
-            checked(client.delete(f"workloads/{job}"))
+            client.delete(f"workloads/{job}")
             wait_state(client, job, "cancelled")
 
     login(page, name)

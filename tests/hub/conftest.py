@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 from browser.browserharness import browser_page
+from browser.fixtures import (  # noqa: F401 (a conftest registers what it holds)
+    chromium,
+    pytest_runtest_makereport,
+    shot,
+)
 
 from hub.upharness import Kernel, Up
 

@@ -337,6 +337,16 @@ def run(scenario: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
     return asyncio.run(bounded())
 
 
+def unschedulable(pod: dict[str, Any] | None) -> bool:
+    """Whether the scheduler has tried ``pod`` and found no node for it (its PodScheduled
+    condition says Unschedulable): the event after which a pod that stays Pending is known
+    not to have been placed, on the fake as on a real cluster."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
+
+
 async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
     """Wait until ``check()`` (sync or async) returns something truthy; return it."""
     deadline = asyncio.get_running_loop().time() + timeout

@@ -30,7 +30,7 @@ from scheduler.backends.kubernetes.labels import (
 from scheduler.backends.kubernetes.pods import pinned_node, pod_live, pod_phase, pod_rank
 from scheduler.common.placement import GpuShare, ReplicaPlacement
 
-from .conftest import Cluster, eventually, run
+from .conftest import Cluster, eventually, run, unschedulable
 from .fakeapi import hami_allocation
 
 RUNS = "trap 'exit 143' TERM; sleep 600 & wait"
@@ -795,7 +795,19 @@ def test_connect_waits_for_the_lease(cluster: Cluster) -> None:
         second = backend_for(cluster, leader_election=True, identity="two", **timing)
         await first.connect()
         waiting = asyncio.ensure_future(second.connect())
-        await asyncio.sleep(0.5)
+        seen: set = set()
+
+        def refused_after_a_renewal() -> bool:
+            """The second has read the lease twice, the first renewing it in between."""
+            if second.elector is not None and second.elector._observed is not None:
+                seen.add(second.elector._observed)
+            return len(seen) >= 2
+
+        await eventually(
+            refused_after_a_renewal,
+            timeout=cluster.patience,
+            what="the second to read the lease the first keeps renewing",
+        )
         assert not waiting.done()
         await first.close()  # hands the lease back
         await asyncio.wait_for(waiting, cluster.patience)
@@ -868,12 +880,20 @@ def test_pods_are_pinned_by_node_name_where_the_hostname_label_differs(
         labelled = await backend(node_label=HOSTNAME)  # the old way: pinned by the label
         try:
             await labelled.start(make_job(53, [("gpu-1.cluster.internal", [1], 1.0)]))
-            await asyncio.sleep(0.5)
+            pods = await eventually(
+                lambda: (
+                    (found := cluster.pods(f"{WORKLOAD}=53"))
+                    and all(unschedulable(p) for p in found)
+                    and found
+                ),
+                timeout=cluster.patience,
+                what="the scheduler to find no node for the labelled Job's pod",
+            )
+            assert all(pod_phase(p) == "Pending" for p in pods)
             (job,) = cluster.jobs(f"{WORKLOAD}=53")
             assert job["spec"]["template"]["spec"]["nodeSelector"] == {
                 HOSTNAME: "gpu-1.cluster.internal"
             }
-            assert all(pod_phase(p) == "Pending" for p in cluster.pods(f"{WORKLOAD}=53"))
         finally:
             await labelled.close()
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from hubharness import API_PATH, SERVICE_PREFIX, Hub, ServiceProcess, free_port
 from postgres import PostgresServer
-from service_client import checked, wait_for
+from service_client import CHECKED, wait_for
 
 from scheduler.backends.kubernetes.labels import MANAGED_SELECTOR, WORKLOAD
 from scheduler.backends.kubernetes.pods import pod_phase
@@ -107,30 +107,32 @@ def test_the_standby_takes_over_from_a_killed_leader(
     assert refused.status_code == 503 and "standby" in refused.json()["message"]
     assert health(leader_api) == 200
     apis = [leader_api, standby_api]
+    checking = httpx.Client(timeout=5, event_hooks=CHECKED)
+    # the submitter threads count what they get: a failed check there would end a thread
+    # unseen, so they go without the hook
+    plain = httpx.Client(timeout=5)
     try:
         hub.create_user("failover-alice", groups=["vision"])
         headers = {"Authorization": f"token {hub.token_for('failover-alice')}"}
 
-        def call(method: str, path: str, **kwargs: Any) -> httpx.Response:
+        def call(
+            method: str, path: str, client: httpx.Client = checking, **kwargs: Any
+        ) -> httpx.Response:
             """What a Service does: the request goes to a ready replica."""
             for base in apis:
                 try:
-                    response = httpx.request(
-                        method, f"{base}{path}", headers=headers, timeout=5, **kwargs
-                    )
+                    response = client.request(method, f"{base}{path}", headers=headers, **kwargs)
                 except httpx.HTTPError:
                     continue
                 if response.status_code != 503:
                     return response
             raise httpx.ConnectError("no replica is ready")
 
-        survivor = checked(
-            call("POST", "workloads", json={"command": "sleep 600", "gpus": 1, "name": "s"})
+        survivor = call(
+            "POST", "workloads", json={"command": "sleep 600", "gpus": 1, "name": "s"}
         ).json()
         wait_for(
-            lambda: (
-                checked(call("GET", f"workloads/{survivor['id']}")).json()["state"] == "running"
-            ),
+            lambda: call("GET", f"workloads/{survivor['id']}").json()["state"] == "running",
             20,
             "the survivor running",
         )
@@ -151,7 +153,9 @@ def test_the_standby_takes_over_from_a_killed_leader(
         def submitter() -> None:
             while not stop.is_set():
                 try:
-                    response = call("POST", "workloads", json={"command": "sleep 600", "gpus": 1})
+                    response = call(
+                        "POST", "workloads", client=plain, json={"command": "sleep 600", "gpus": 1}
+                    )
                 except httpx.HTTPError:
                     time.sleep(0.05)  # no replica ready: between the kill and the takeover
                     continue
@@ -182,11 +186,11 @@ def test_the_standby_takes_over_from_a_killed_leader(
             thread.join()
         assert not errors, errors[:3]
 
-        listed = checked(call("GET", "workloads?limit=500")).json()
+        listed = call("GET", "workloads?limit=500").json()
         ids = [item["id"] for item in listed]
         lost = set(acknowledged) - set(ids)
         doubled = len(ids) - len(set(ids))
-        kept = checked(call("GET", f"workloads/{survivor['id']}")).json()
+        kept = call("GET", f"workloads/{survivor['id']}").json()
         assert kept["state"] == "running" and kept["restart_count"] == 0
         assert [e["type"] for e in kept["events"]] == ["submitted", "started"]
         jobs = fake.objects("jobs", NAMESPACE, MANAGED_SELECTOR)
@@ -210,5 +214,7 @@ def test_the_standby_takes_over_from_a_killed_leader(
         for item in listed:
             call("DELETE", f"workloads/{item['id']}")
     finally:
+        checking.close()
+        plain.close()
         standby.stop()
         leader.stop()

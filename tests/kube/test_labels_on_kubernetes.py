@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
-from service_client import checked, submit, wait_for, wait_state, workload
+from service_client import CHECKED, submit, wait_for, wait_state, workload
 
 from .conftest import started_fake
 from .fakeapi import FakeKube
@@ -53,6 +53,7 @@ def client(
         base_url=hub.service_url(API_PATH),
         headers={"Authorization": f"token {hub.token_for('zoe')}"},
         timeout=30,
+        event_hooks=CHECKED,
     )
     try:
         yield c
@@ -64,7 +65,7 @@ def client(
 
 
 def test_node_labels_reach_the_engine(client: httpx.Client) -> None:
-    nodes = {node["name"]: node for node in checked(client.get("nodes")).json()}
+    nodes = {node["name"]: node for node in client.get("nodes").json()}
     assert nodes["a100-b-1"]["labels"] == {ZONE: "b"}  # hostname and GFD labels are not topology
     assert (nodes["t4-a"]["gpu_model"], nodes["a100-a-0"]["gpu_model"]) == (T4, A100)
 

@@ -24,7 +24,15 @@ from typing import Any
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess
-from service_client import checked, submit, wait_for, wait_state, wait_token_refused, workload
+from service_client import (
+    CHECKED,
+    submit,
+    wait_cycles,
+    wait_for,
+    wait_state,
+    wait_token_refused,
+    workload,
+)
 
 from hub_ext.client import checkpointed
 from scheduler.backends.kubernetes.labels import (
@@ -99,6 +107,7 @@ def client(
             base_url=hub.service_url(API_PATH),
             headers={"Authorization": f"token {hub.token_for(name)}"},
             timeout=30,
+            event_hooks=CHECKED,
         )
         made.append(c)
         return c
@@ -163,9 +172,9 @@ def event_types(c: httpx.Client, workload_id: int) -> list[str]:
 
 
 def drain(c: httpx.Client) -> None:
-    for item in checked(c.get("workloads?active")).json():
+    for item in c.get("workloads?active").json():
         c.delete(f"workloads/{item['id']}")
-    wait_for(lambda: not checked(c.get("workloads?active")).json(), 20, "drained")
+    wait_for(lambda: not c.get("workloads?active").json(), 20, "drained")
 
 
 # --- the tests ------------------------------------------------------------------------------------
@@ -175,15 +184,13 @@ def test_a_notebook_gets_a_fraction_of_a_cluster_gpu_at_once(client, fake) -> No
     """The spawner's request (an admin token, on the user's behalf) is placed at once on a
     GPU of the fake's node, described by its GPU feature discovery labels."""
     spawner, alice = client(admin=True), client("vision", name="k-notebook-alice")
-    created = checked(
-        spawner.post(
-            "allocations", json={"user": "k-notebook-alice", "gpus": 0.5, "server_name": "gpu"}
-        )
+    created = spawner.post(
+        "allocations", json={"user": "k-notebook-alice", "gpus": 0.5, "server_name": "gpu"}
     )
     assert created.status_code == 201, created.text
     allocation = created.json()
-    ready = checked(
-        spawner.get(f"allocations/{allocation['id']}?wait=10&version={allocation['version']}")
+    ready = spawner.get(
+        f"allocations/{allocation['id']}?wait=10&version={allocation['version']}"
     ).json()
     assert ready["state"] == "running" and ready["kind"] == "interactive", ready
     assert (ready["user"], ready["project"]) == ("k-notebook-alice", "vision")
@@ -194,13 +201,13 @@ def test_a_notebook_gets_a_fraction_of_a_cluster_gpu_at_once(client, fake) -> No
     assert gpu["memory_mib"] == 81920  # nvidia.com/gpu.memory
     # no reservation pod holds it yet (FracKubeSpawner makes one): the placeholder UUID
     assert gpu["uuid"] == f"GPU-unreserved-{NODE}-{gpu['index']}"
-    nodes = checked(alice.get("nodes")).json()
+    nodes = alice.get("nodes").json()
     assert [(n["name"], len(n["gpus"])) for n in nodes] == [(NODE, 2)]
     assert sum(g["used"] for g in nodes[0]["gpus"]) == 0.5
     # the user sees it as theirs; nothing was created in the cluster for it
-    assert [a["id"] for a in checked(alice.get("allocations")).json()] == [allocation["id"]]
+    assert [a["id"] for a in alice.get("allocations").json()] == [allocation["id"]]
     assert not training(fake, "jobs")
-    released = checked(spawner.delete(f"allocations/{allocation['id']}")).json()
+    released = spawner.delete(f"allocations/{allocation['id']}").json()
     assert released["state"] == "released"
 
 
@@ -307,7 +314,7 @@ def test_a_gang_starts_all_or_nothing_with_its_rendezvous(client, fake) -> None:
         10,
         "the gang to be queued",
     )
-    time.sleep(2.5)  # two scheduling cycles: still nothing started
+    wait_cycles(alice)  # two scheduling cycles: still nothing started
     waiting = workload(alice, gang["id"])
     assert waiting["state"] == "pending" and waiting["placement"] in (None, []), waiting
     assert not training(fake, "jobs", gang["id"]) and not training(fake, "pods", gang["id"])
@@ -366,7 +373,7 @@ def test_an_exit_code_is_reported_once(client, fake) -> None:
     done = wait_state(alice, job["id"], "failed", "succeeded")
     assert done["state"] == "failed" and done["exit_code"] == 3, done
     assert "exited with code 3" in done["message"]
-    time.sleep(1.0)  # ten polls later: still one end, no restart
+    wait_cycles(alice)  # two cycles (and the polls between): still one end, no restart
     after = workload(alice, job["id"])
     assert [e["type"] for e in after["events"]] == ["submitted", "started", "failed"]
     assert after["restart_count"] == 0 and after["exit_code"] == 3
@@ -389,17 +396,13 @@ def test_job_logs_come_from_the_pods(client, fake) -> None:
     # the service picks the pod from its backend's watch, which may show the pods a moment
     # after the API does: until then it has no log to give
     wait_for(
-        lambda: (
-            checked(alice.get(f"workloads/{job['id']}/logs")).text
-            == "rank 0 epoch 1\nrank 0 epoch 2\n"
-        ),
+        lambda: alice.get(f"workloads/{job['id']}/logs").text == "rank 0 epoch 1\nrank 0 epoch 2\n",
         20,
         "rank 0's log through the service",
     )
     wait_for(
         lambda: (
-            checked(alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1")).text
-            == "rank 1 epoch 2\n"
+            alice.get(f"workloads/{job['id']}/logs?replica=1&tail=1").text == "rank 1 epoch 2\n"
         ),
         20,
         "rank 1's last line through the service",
@@ -541,7 +544,7 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     after = [workload(alice, w["id"]) for w in waiting]
     assert [w["state"] for w in after] == ["pending", "pending"]
     assert [w["queue_position"] for w in after] == positions
-    time.sleep(1.0)  # more cycles: the finisher is reported once, nothing new is created
+    wait_cycles(alice)  # two more cycles: the finisher is reported once, nothing new created
     assert [e["type"] for e in workload(bob, finisher["id"])["events"]] == [
         "submitted",
         "started",
@@ -550,6 +553,6 @@ def test_a_sigkilled_scheduler_loses_nothing_and_doubles_nothing(
     # the failed Job stays (its pod's logs) until its TTL; nothing was created twice
     assert sorted(j["metadata"]["name"] for j in training(fake, "jobs")) == jobs_before
     assert len(training(fake, "pods", survivor["id"])) == 1
-    used = [gpu["used"] for node in checked(alice.get("nodes")).json() for gpu in node["gpus"]]
+    used = [gpu["used"] for node in alice.get("nodes").json() for gpu in node["gpus"]]
     assert sorted(used) == [0.0, 1.0], used  # the survivor's GPU, counted once
     drain(alice)

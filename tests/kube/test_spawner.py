@@ -33,7 +33,7 @@ from scheduler.backends.kubernetes.labels import (
 from scheduler.backends.kubernetes.pods import pinned_node
 from spawner.kube import FracKubeSpawner
 
-from .conftest import Cluster, eventually, run
+from .conftest import Cluster, eventually, run, unschedulable
 
 
 def allocation(share: float, gpus: tuple[int, ...] = (1,), node: str = "node-a") -> dict[str, Any]:
@@ -224,9 +224,15 @@ def test_notebooks_are_pinned_by_node_name_where_the_hostname_label_differs(
         body = await create(labelled)
         assert body["spec"]["nodeSelector"][HOSTNAME] == "gpu-1.cluster.internal"
         assert "affinity" not in body["spec"] or not body["spec"]["affinity"]
-        await asyncio.sleep(0.3)
-        stuck = fake.get("pods", cluster.namespace, "jupyter-labelled")
-        assert stuck is not None and stuck["status"]["phase"] == "Pending"
+        stuck = await eventually(
+            lambda: (
+                (pod := fake.get("pods", cluster.namespace, "jupyter-labelled"))
+                and unschedulable(pod)
+                and pod
+            ),
+            what="the scheduler to find no node for the labelled notebook",
+        )
+        assert stuck["status"]["phase"] == "Pending" and not stuck["spec"].get("nodeName")
 
     run(scenario)
 

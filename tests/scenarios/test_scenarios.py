@@ -147,6 +147,13 @@ def test_every_rule_has_a_scenario() -> None:
         assert f"rule {rule}" in text, f"no scenario describes rule {rule}"
 
 
+def test_each_scenario_has_its_own_number() -> None:
+    """The number before a file's name is how the docs cite a scenario ("scenario 23")."""
+    numbers = [path.name.split("_", 1)[0] for path in FILES]
+    assert all(number.isdigit() for number in numbers), numbers
+    assert len(set(numbers)) == len(numbers), sorted(n for n in numbers if numbers.count(n) > 1)
+
+
 def test_checker_reports_differences() -> None:
     """The checker itself must fail on a wrong expectation, or the suite proves nothing."""
     output = run_scenario(load_scenario(str(HERE / "03_fractions_share_gpus.yaml"))).to_json()

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess, running_hub
 from postgres import PostgresServer
+from service_client import CHECKED
 
 HERE = Path(__file__).resolve().parent
 
@@ -95,7 +96,8 @@ def make_user(hub: Hub, request: pytest.FixtureRequest) -> Callable[..., tuple[s
 @pytest.fixture
 def api(hub: Hub) -> Iterator[Callable[[str], httpx.Client]]:
     """api(token) -> httpx.Client with base_url the frachub API through the proxy
-    (…/services/frachub/api/v1/) and ``Authorization: token …``. Closed after the test."""
+    (…/services/frachub/api/v1/) and ``Authorization: token …``, whose every error reply is
+    checked for its shape (service_client.CHECKED). Closed after the test."""
     clients: list[httpx.Client] = []
 
     def client(token: str, **kwargs) -> httpx.Client:
@@ -103,6 +105,7 @@ def api(hub: Hub) -> Iterator[Callable[[str], httpx.Client]]:
             base_url=hub.service_url(API_PATH),
             headers={"Authorization": f"token {token}"},
             timeout=kwargs.pop("timeout", 30),
+            event_hooks=CHECKED,
             **kwargs,
         )
         clients.append(c)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from hubharness import module_service
-from service_client import checked, service_config, wait_for
+from service_client import CHECKED, service_config, wait_for
 
 QUEUES = """
 c.FracHubService.queues = [
@@ -41,11 +41,11 @@ def as_member(service, make_user, api):
 
 
 def allocations_of(client: httpx.Client, user: str) -> list[dict]:
-    return checked(client.get(f"allocations?user={user}")).json()
+    return client.get(f"allocations?user={user}").json()
 
 
 def release(client: httpx.Client, allocation: dict) -> None:
-    checked(client.delete(f"allocations/{allocation['id']}"))
+    client.delete(f"allocations/{allocation['id']}")
 
 
 # (id, the user's project, body, words of the 409 message)
@@ -99,11 +99,11 @@ def test_a_notebook_that_can_never_start_is_refused_and_nothing_is_stored(
     as_member, project: str, body: dict[str, Any], words: str
 ) -> None:
     name, client = as_member(project)
-    refused = checked(client.post("allocations", json={"server_name": "gpu", **body}))
+    refused = client.post("allocations", json={"server_name": "gpu", **body})
     assert refused.status_code == 409, refused.text
     assert words in refused.json()["message"]
     assert allocations_of(client, name) == []
-    assert checked(client.get("workloads")).json() == []
+    assert client.get("workloads").json() == []
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_a_notebook_that_can_never_start_is_refused_and_nothing_is_stored(
 )
 def test_a_notebook_that_fits_is_taken(as_member, project: str, body: dict[str, Any]) -> None:
     _, client = as_member(project)
-    created = checked(client.post("allocations", json=body))
+    created = client.post("allocations", json=body)
     assert created.status_code == 201, created.text
     running = wait_for(
         lambda: (
@@ -135,31 +135,31 @@ def test_acting_for_a_user_charges_only_their_projects(hub, as_member) -> None:
     alice, _ = as_member("vision")
     admin_name, admin = as_member(admin=True)
     spawner = httpx.Client(
-        base_url=admin.base_url, headers={"Authorization": f"token {hub.frachub_token}"}
+        base_url=admin.base_url,
+        headers={"Authorization": f"token {hub.frachub_token}"},
+        event_hooks=CHECKED,
     )
     with spawner:
         for client in (admin, spawner):
-            foreign = checked(
-                client.post("allocations", json={"user": alice, "project": "nlp", "gpus": 0.25})
+            foreign = client.post(
+                "allocations", json={"user": alice, "project": "nlp", "gpus": 0.25}
             )
             assert foreign.status_code == 403, foreign.text
             assert foreign.json()["message"] == (
                 f"{alice} is not a member of project nlp; their projects: vision"
             )
         assert allocations_of(admin, alice) == []
-        own = checked(spawner.post("allocations", json={"user": alice, "gpus": 0.25}))
+        own = spawner.post("allocations", json={"user": alice, "gpus": 0.25})
         assert own.status_code == 201 and own.json()["project"] == "vision", own.text
         release(spawner, own.json())
-        named = checked(
-            spawner.post(
-                "allocations",
-                json={"user": alice, "project": "vision", "gpus": 0.25, "server_name": "b"},
-            )
+        named = spawner.post(
+            "allocations",
+            json={"user": alice, "project": "vision", "gpus": 0.25, "server_name": "b"},
         )
         assert named.status_code == 201, named.text
         release(spawner, named.json())
     # an admin's own notebook may still go to any project
-    anywhere = checked(admin.post("allocations", json={"project": "nlp", "gpus": 0.25}))
+    anywhere = admin.post("allocations", json={"project": "nlp", "gpus": 0.25})
     assert anywhere.status_code == 201 and anywhere.json()["user"] == admin_name, anywhere.text
     release(admin, anywhere.json())
 
@@ -177,9 +177,7 @@ def test_acting_for_a_user_charges_only_their_projects(hub, as_member) -> None:
 )
 def test_a_bad_idle_timeout_is_refused_naming_the_field(as_member, value, words) -> None:
     name, client = as_member("vision")
-    refused = checked(
-        client.post("allocations", json={"gpus": 0.25, "idle_timeout_seconds": value})
-    )
+    refused = client.post("allocations", json={"gpus": 0.25, "idle_timeout_seconds": value})
     assert refused.status_code == 400, refused.text
     assert words in refused.json()["message"]
     assert allocations_of(client, name) == []
@@ -187,18 +185,14 @@ def test_a_bad_idle_timeout_is_refused_naming_the_field(as_member, value, words)
 
 def test_the_idle_timeout_is_kept_and_shown(as_member) -> None:
     _, client = as_member("vision")
-    limited = checked(
-        client.post("allocations", json={"gpus": 0.25, "idle_timeout_seconds": 5400})
-    ).json()
-    forever = checked(
-        client.post(
-            "allocations", json={"gpus": 0.25, "server_name": "b", "idle_timeout_seconds": None}
-        )
+    limited = client.post("allocations", json={"gpus": 0.25, "idle_timeout_seconds": 5400}).json()
+    forever = client.post(
+        "allocations", json={"gpus": 0.25, "server_name": "b", "idle_timeout_seconds": None}
     ).json()
     assert limited["idle_timeout_seconds"] == 5400 and forever["idle_timeout_seconds"] is None
     for allocation in (limited, forever):
         # nothing known of the server's activity yet: no stop time, no warning
         assert allocation["idle_stop_at"] is None and allocation["idle_warning"] is None
         release(client, allocation)
-    listed = checked(client.get("workloads?kind=interactive")).json()
+    listed = client.get("workloads?kind=interactive").json()
     assert {item["idle_timeout_seconds"] for item in listed} == {5400, None}

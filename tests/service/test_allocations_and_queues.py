@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 from hubharness import ServiceProcess
-from service_client import checked, service_config, submit, wait_for, wait_state
+from service_client import service_config, submit, wait_for, wait_state
 
 from .conftest import DATABASES, database_config
 
@@ -36,39 +36,39 @@ def client(service, make_user, api):
 
 
 def release_all(c: httpx.Client) -> None:
-    for item in checked(c.get("allocations?state=pending,running")).json():
+    for item in c.get("allocations?state=pending,running").json():
         c.delete(f"allocations/{item['id']}")
 
 
 def test_a_notebook_gets_its_share_at_once_and_releases_it(client) -> None:
     alice = client()
-    created = checked(alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"}))
+    created = alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"})
     assert created.status_code == 201, created.text
     allocation = created.json()
-    ready = checked(
-        alice.get(f"allocations/{allocation['id']}?wait=10&version={allocation['version']}")
+    ready = alice.get(
+        f"allocations/{allocation['id']}?wait=10&version={allocation['version']}"
     ).json()
     assert ready["state"] == "running" and ready["kind"] == "interactive"
     assert ready["placement"][0]["gpus"][0]["share"] == 0.5
     assert ready["server_name"] == "gpu"
-    twice = checked(alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"}))
+    twice = alice.post("allocations", json={"gpus": 0.5, "server_name": "gpu"})
     assert twice.status_code == 409 and "already holds" in twice.json()["message"]
-    released = checked(alice.delete(f"allocations/{allocation['id']}")).json()
+    released = alice.delete(f"allocations/{allocation['id']}").json()
     assert released["state"] == "released"
-    again = checked(alice.delete(f"allocations/{allocation['id']}"))
+    again = alice.delete(f"allocations/{allocation['id']}")
     assert again.status_code == 409
 
 
 def test_a_notebook_beyond_the_quota_waits_with_a_reason(client) -> None:
     """vision deserves 1 GPU; notebooks stay inside it, so a third 0.5-GPU notebook waits."""
     alice, carol = client(), client()
-    first = checked(alice.post("allocations", json={"gpus": 0.5})).json()
-    second = checked(carol.post("allocations", json={"gpus": 0.5})).json()
+    first = alice.post("allocations", json={"gpus": 0.5}).json()
+    second = carol.post("allocations", json={"gpus": 0.5}).json()
     for c, a in ((alice, first), (carol, second)):
         wait_for(lambda c=c, a=a: c.get(f"allocations/{a['id']}").json()["state"] == "running")
     dave = client()
-    third = checked(dave.post("allocations", json={"gpus": 0.5})).json()
-    waited = checked(dave.get(f"allocations/{third['id']}?wait=5&version=-1")).json()
+    third = dave.post("allocations", json={"gpus": 0.5}).json()
+    waited = dave.get(f"allocations/{third['id']}?wait=5&version=-1").json()
     waited = wait_for(
         lambda: (v := dave.get(f"allocations/{third['id']}").json())["queue_position"] and v
     )
@@ -88,7 +88,7 @@ def test_a_notebook_beyond_the_quota_waits_with_a_reason(client) -> None:
     wait_for(lambda: events, 10, "the first event")
     assert events[0]["state"] == "pending" and events[0]["queue_position"] == 1
     time.sleep(0.3)
-    checked(alice.delete(f"allocations/{first['id']}"))
+    alice.delete(f"allocations/{first['id']}")
     listener.join(timeout=15)
     assert not listener.is_alive()
     assert events[-1]["state"] == "running"
@@ -105,7 +105,7 @@ def test_notebook_claims_its_quota_back_from_borrowed_training(client) -> None:
     jobs = [submit(bob, command="sleep 120", gpus=1) for _ in range(2)]
     for job in jobs:
         wait_state(bob, job["id"], "running")
-    notebook = checked(alice.post("allocations", json={"gpus": 0.25})).json()
+    notebook = alice.post("allocations", json={"gpus": 0.25}).json()
     ready = wait_for(
         lambda: (
             (v := alice.get(f"allocations/{notebook['id']}").json())["state"] == "running" and v
@@ -123,26 +123,24 @@ def test_notebook_claims_its_quota_back_from_borrowed_training(client) -> None:
 
 def test_admins_shape_the_queue_tree(client) -> None:
     admin = client((), admin=True)
-    made = checked(admin.post("queues", json={"name": "research", "priority": 1}))
+    made = admin.post("queues", json={"name": "research", "priority": 1})
     assert made.status_code == 201, made.text
     assert made.json()["deserved_gpus"] is None
     for name, deserved in (("research-a", 1), ("research-b", 0.5)):
-        child = checked(
-            admin.post(
-                "queues",
-                json={
-                    "name": name,
-                    "parent": "research",
-                    "deserved_gpus": deserved,
-                    "members": ["someone"],
-                },
-            )
+        child = admin.post(
+            "queues",
+            json={
+                "name": name,
+                "parent": "research",
+                "deserved_gpus": deserved,
+                "members": ["someone"],
+            },
         )
         assert child.status_code == 201, child.text
-    tree = {q["name"]: q for q in checked(admin.get("queues")).json()}
+    tree = {q["name"]: q for q in admin.get("queues").json()}
     assert tree["research"]["children"] == ["research-a", "research-b"]
     assert tree["research-a"]["members"] == ["someone"]
-    changed = checked(admin.patch("queues/research-b", json={"over_quota_weight": 3}))
+    changed = admin.patch("queues/research-b", json={"over_quota_weight": 3})
     assert changed.json()["over_quota_weight"] == 3 and changed.json()["deserved_gpus"] == 0.5
     for body, words in (
         ({"name": "research"}, "exists"),
@@ -150,23 +148,23 @@ def test_admins_shape_the_queue_tree(client) -> None:
         ({"name": "neg", "deserved_gpus": -1}, "deserved_gpus: must be >= 0"),
         ({"name": "x", "weight": 2}, "weight: unknown field"),
     ):
-        refused = checked(admin.post("queues", json=body))
+        refused = admin.post("queues", json=body)
         assert refused.status_code in (400, 409) and words in refused.json()["message"], body
-    cycle = checked(admin.patch("queues/research", json={"parent": "research-a"}))
+    cycle = admin.patch("queues/research", json={"parent": "research-a"})
     assert cycle.status_code == 400 and "cycle" in cycle.json()["message"]
-    busy = checked(admin.delete("queues/research"))
+    busy = admin.delete("queues/research")
     assert busy.status_code == 409 and "child queues" in busy.json()["message"]
     for name in ("research-a", "research-b", "research"):
-        assert checked(admin.delete(f"queues/{name}")).status_code == 204
-    assert checked(admin.get("queues/research")).status_code == 404
+        assert admin.delete(f"queues/{name}").status_code == 204
+    assert admin.get("queues/research").status_code == 404
 
 
 def test_a_queue_with_work_cannot_be_deleted(client) -> None:
     admin = client((), admin=True)
-    checked(admin.post("queues", json={"name": "temp", "deserved_gpus": 0, "members": []}))
+    admin.post("queues", json={"name": "temp", "deserved_gpus": 0, "members": []})
     job = submit(admin, project="temp", command="sleep 60", gpus=0.25)
-    refused = checked(admin.delete("queues/temp"))
+    refused = admin.delete("queues/temp")
     assert refused.status_code == 409 and "active workloads" in refused.json()["message"]
-    checked(admin.delete(f"workloads/{job['id']}"))
+    admin.delete(f"workloads/{job['id']}")
     wait_state(admin, job["id"], "cancelled")
-    assert checked(admin.delete("queues/temp")).status_code == 204
+    assert admin.delete("queues/temp").status_code == 204

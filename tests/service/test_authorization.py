@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from hubharness import ACCESS_SCOPE, API_PATH, READ_SCOPE, ServiceProcess
-from service_client import checked, service_config, submit
+from service_client import CHECKED, service_config, submit
 
 
 @dataclass
@@ -47,13 +47,16 @@ def world(hub, tmp_path_factory) -> World:
             base_url=hub.service_url(API_PATH),
             headers={"Authorization": f"token {token}"},
             timeout=30,
+            event_hooks=CHECKED,
         )
         for key, token in tokens.items()
     }
-    clients["anonymous"] = httpx.Client(base_url=hub.service_url(API_PATH), timeout=30)
+    clients["anonymous"] = httpx.Client(
+        base_url=hub.service_url(API_PATH), timeout=30, event_hooks=CHECKED
+    )
     alice_job = submit(clients["alice"], command="sleep 120", gpus=0.25)["id"]
     bob_job = submit(clients["bob"], command="sleep 120", gpus=0.25)["id"]
-    allocation = checked(clients["alice"].post("allocations", json={"gpus": 0.25})).json()["id"]
+    allocation = clients["alice"].post("allocations", json={"gpus": 0.25}).json()["id"]
     yield World(clients, names, alice_job, bob_job, allocation)
     for client in clients.values():
         client.close()
@@ -237,9 +240,7 @@ def _fill_body(body: Any, world: World) -> Any:
     ids=[row[0] for row in REFUSALS],
 )
 def test_refusal(world: World, who, method, path, body, status, words) -> None:
-    response = checked(
-        world.clients[who].request(method, _fill(path, world), json=_fill_body(body, world))
-    )
+    response = world.clients[who].request(method, _fill(path, world), json=_fill_body(body, world))
     assert response.status_code == status, response.text
     assert words in response.json()["message"]
 
@@ -247,26 +248,26 @@ def test_refusal(world: World, who, method, path, body, status, words) -> None:
 def test_refusals_change_nothing(world: World) -> None:
     """After the whole table ran, bob's job and alice's allocation are as they were."""
     admin = world.clients["admin"]
-    bob_job = checked(admin.get(f"workloads/{world.bob_job}")).json()
+    bob_job = admin.get(f"workloads/{world.bob_job}").json()
     assert bob_job["state"] in ("pending", "running")
     assert bob_job["user"] == world.names["bob"]
-    allocation = checked(admin.get(f"allocations/{world.alice_allocation}")).json()
+    allocation = admin.get(f"allocations/{world.alice_allocation}").json()
     assert allocation["state"] in ("pending", "running")
-    queue = checked(admin.get("queues/vision")).json()
+    queue = admin.get("queues/vision").json()
     assert queue["deserved_gpus"] == 1
 
 
 def test_users_see_only_their_own_workloads(world: World) -> None:
-    listed = checked(world.clients["alice"].get("workloads")).json()
+    listed = world.clients["alice"].get("workloads").json()
     assert {item["user"] for item in listed} == {world.names["alice"]}
-    everyone = checked(world.clients["admin"].get("workloads")).json()
+    everyone = world.clients["admin"].get("workloads").json()
     assert {world.names["alice"], world.names["bob"]} <= {item["user"] for item in everyone}
 
 
 def test_other_users_on_the_gpu_map_are_anonymous(world: World) -> None:
     holders = [
         holder
-        for node in checked(world.clients["alice"].get("nodes")).json()
+        for node in world.clients["alice"].get("nodes").json()
         for gpu in node["gpus"]
         for holder in gpu["holders"]
     ]
@@ -278,13 +279,13 @@ def test_other_users_on_the_gpu_map_are_anonymous(world: World) -> None:
 
 def test_admin_may_act_for_anyone(world: World) -> None:
     admin = world.clients["admin"]
-    assert checked(admin.get(f"workloads/{world.bob_job}")).status_code == 200
+    assert admin.get(f"workloads/{world.bob_job}").status_code == 200
     job = submit(admin, command="sleep 30", gpus=0.25, project="nlp")
     assert job["project"] == "nlp" and job["user"] == world.names["admin"]
-    assert checked(admin.delete(f"workloads/{job['id']}")).status_code == 200
-    created = checked(admin.post("queues", json={"name": "authz-scratch", "deserved_gpus": 0}))
+    assert admin.delete(f"workloads/{job['id']}").status_code == 200
+    created = admin.post("queues", json={"name": "authz-scratch", "deserved_gpus": 0})
     assert created.status_code == 201, created.text
-    assert checked(admin.delete("queues/authz-scratch")).status_code == 204
+    assert admin.delete("queues/authz-scratch").status_code == 204
 
 
 def test_members_listed_in_the_config_belong_without_a_group(hub, world: World) -> None:
@@ -292,8 +293,9 @@ def test_members_listed_in_the_config_belong_without_a_group(hub, world: World) 
     client = httpx.Client(
         base_url=hub.service_url(API_PATH),
         headers={"Authorization": f"token {hub.token_for('guest-listed')}"},
+        event_hooks=CHECKED,
     )
     with client:
-        me = checked(client.get("user")).json()
+        me = client.get("user").json()
         assert me["projects"] == ["guests"]
         assert me["admin"] is False

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from hubharness import module_service
-from service_client import checked, service_config, submit, wait_for, wait_state, workload
+from service_client import service_config, submit, wait_for, wait_state, workload
 
 ONE_LINER = (
     f"{shlex.quote(sys.executable)} -c 'from hub_ext.client import checkpointed; checkpointed()'"
@@ -21,9 +21,9 @@ service = module_service(service_config(gpus=2, grace=1), "checkpoints")
 
 
 def drain(client) -> None:
-    for item in checked(client.get("workloads?active")).json():
+    for item in client.get("workloads?active").json():
         client.delete(f"workloads/{item['id']}")
-    wait_for(lambda: not checked(client.get("workloads?active")).json(), 20, "drained")
+    wait_for(lambda: not client.get("workloads?active").json(), 20, "drained")
 
 
 def test_the_job_that_checkpointed_is_evicted_not_the_one_started_last(
@@ -78,16 +78,16 @@ def test_a_job_reports_its_checkpoint_through_the_api(service, hub, make_user, a
         lambda: (w := workload(alice, job["id"]))["checkpointed_at"] and w, 20, "a checkpoint"
     )
     logs = f"workloads/{job['id']}/logs"
-    wait_for(lambda: "told" in checked(alice.get(logs)).text, 10, "the one-liner to return")
+    wait_for(lambda: "told" in alice.get(logs).text, 10, "the one-liner to return")
     assert told["state"] == "running"
-    gone = checked(carol.post(f"workloads/{job['id']}/checkpoint"))
+    gone = carol.post(f"workloads/{job['id']}/checkpoint")
     assert gone.status_code == 404 and "not found" in gone.json()["message"]
-    by_admin = checked(admin.post(f"workloads/{job['id']}/checkpoint"))
+    by_admin = admin.post(f"workloads/{job['id']}/checkpoint")
     assert by_admin.status_code == 200
     assert by_admin.json()["checkpointed_at"] >= told["checkpointed_at"]
-    checked(alice.delete(f"workloads/{job['id']}"))
+    alice.delete(f"workloads/{job['id']}")
     wait_state(alice, job["id"], "cancelled")
-    late = checked(alice.post(f"workloads/{job['id']}/checkpoint"))
+    late = alice.post(f"workloads/{job['id']}/checkpoint")
     assert late.status_code == 409 and "only a running job" in late.json()["message"]
 
 
@@ -96,11 +96,9 @@ def test_a_bad_checkpoint_interval_is_refused_naming_the_field(
     service, make_user, api, value
 ) -> None:
     alice = api(make_user(groups=["vision"])[1])
-    answer = checked(
-        alice.post(
-            "workloads", json={"command": "true", "gpus": 0.5, "checkpoint_interval_seconds": value}
-        )
+    answer = alice.post(
+        "workloads", json={"command": "true", "gpus": 0.5, "checkpoint_interval_seconds": value}
     )
     assert answer.status_code == 400
     assert answer.json()["message"].startswith("checkpoint_interval_seconds: ")
-    assert checked(alice.get("workloads")).json() == []
+    assert alice.get("workloads").json() == []

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 from hubharness import free_port, module_service
-from service_client import checked, service_config, submit, wait_state
+from service_client import service_config, submit, wait_state
 
 pytestmark = pytest.mark.service
 
@@ -91,14 +91,14 @@ def test_submit_declares_a_checkpoint_interval(user, api) -> None:
     alice = user()
     client = api(alice.token)
     job = submitted_id(alice("submit", "-g", "1", "--checkpoint-interval", "10m", "--", "true"))
-    assert checked(client.get(f"workloads/{job}")).json()["checkpoint_interval_seconds"] == 600
+    assert client.get(f"workloads/{job}").json()["checkpoint_interval_seconds"] == 600
 
 
 def test_submit_names_gpu_models(user, api) -> None:
     alice = user()
     client = api(alice.token)
     job = submitted_id(alice("submit", "-g", "1", "--gpu-model", "declared", "--", "true"))
-    assert checked(client.get(f"workloads/{job}")).json()["gpu_model"] == ["declared"]
+    assert client.get(f"workloads/{job}").json()["gpu_model"] == ["declared"]
     never = alice("submit", "-g", "1", "--gpu-model", "H100", "--gpu-model", "B200", "--", "true")
     assert never.returncode == 1 and "Traceback" not in never.stderr
     assert never.stderr.startswith(
@@ -251,7 +251,7 @@ def test_ctrl_c_stops_following_but_not_the_job(user, api) -> None:
     stderr = follow.stderr.read()
     assert f"stopped following job {job}; it goes on" in stderr and "Traceback" not in stderr
     client = api(alice.token)
-    assert checked(client.get(f"workloads/{job}")).json()["state"] == "running"
+    assert client.get(f"workloads/{job}").json()["state"] == "running"
     assert alice("cancel", str(job)).returncode == 0
 
 
@@ -489,7 +489,7 @@ def test_a_sweep_runs_at_most_parallel_jobs_with_its_values_and_cancels_as_one(
     sweep = int(match.group(1))
     assert f"frachub cancel --sweep {sweep}" in submitted.stdout
     client = api(alice.token)
-    members = checked(client.get(f"sweeps/{sweep}")).json()["workloads"]
+    members = client.get(f"sweeps/{sweep}").json()["workloads"]
     assert [m["id"] for m in members] == list(range(sweep, sweep + 4))
     assert [m["name"] for m in members] == [f"hpo-{i}" for i in range(4)]
     assert members[3]["env"]["FRACHUB_SWEEP_LR"] == "0.01"
@@ -497,7 +497,7 @@ def test_a_sweep_runs_at_most_parallel_jobs_with_its_values_and_cancels_as_one(
 
     wait_state(client, sweep, "running")
     wait_state(client, sweep + 1, "running")
-    held = checked(client.get(f"workloads/{sweep + 2}")).json()
+    held = client.get(f"workloads/{sweep + 2}").json()
     assert held["state"] == "pending"
     assert (
         held["pending_reason"]

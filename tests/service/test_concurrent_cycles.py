@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_client import checked, service_config, submit, wait_for, wait_state, workload
+from service_client import service_config, submit, wait_for, wait_state, workload
 
 from .conftest import DATABASES, database_config
 
@@ -79,7 +79,7 @@ HOLDING = ("running", "preempting", "cancelling", "stopping")
 
 def holding(admin: httpx.Client) -> list[dict]:
     query = "&".join(f"state={state}" for state in HOLDING)
-    return checked(admin.get(f"workloads?{query}&limit=500")).json()
+    return admin.get(f"workloads?{query}&limit=500").json()
 
 
 def assert_no_gpu_given_twice(admin: httpx.Client) -> None:
@@ -118,7 +118,7 @@ def test_requests_are_answered_while_a_cycle_decides_and_nothing_is_applied_stal
 
     # while it waits: a notebook, concurrent submissions, a list and a cancel are answered;
     # nlp's notebook is inside its quota on an idle GPU: granted in the 201 itself
-    notebook = checked(bob.post("allocations", json={"gpus": 1})).json()
+    notebook = bob.post("allocations", json={"gpus": 1}).json()
     # nlp's notebook is inside its quota on an idle GPU: granted in the 201 itself
     assert notebook["state"] == "running", notebook
     answers: list[httpx.Response] = []
@@ -133,9 +133,9 @@ def test_requests_are_answered_while_a_cycle_decides_and_nothing_is_applied_stal
     for thread in threads:
         thread.join()
     assert [answer.status_code for answer in answers] == [201] * 12, [a.text for a in answers]
-    listed = checked(carol.get("workloads?limit=50")).json()
+    listed = carol.get("workloads?limit=50").json()
     assert len(listed) == 12
-    cancelled = checked(alice.delete(f"workloads/{first}")).json()
+    cancelled = alice.delete(f"workloads/{first}").json()
     assert cancelled["state"] == "cancelled"
     assert held.holding, "the cycle finished before the requests were made"
 
@@ -150,7 +150,7 @@ def test_requests_are_answered_while_a_cycle_decides_and_nothing_is_applied_stal
     assert [event["type"] for event in done["events"]] == ["submitted", "cancelled"]
     assert_no_gpu_given_twice(admin)
     assert workload(bob, notebook["id"])["state"] == "running"
-    stored = checked(carol.get("workloads?limit=50")).json()
+    stored = carol.get("workloads?limit=50").json()
     assert sorted(item["id"] for item in stored) == sorted(a.json()["id"] for a in answers)
 
 
@@ -245,10 +245,10 @@ def test_requests_are_answered_between_two_slices_of_a_cycle_and_each_decision_i
     applied = members[states.index("running")]
     waiting = [member for member, state in zip(members, states, strict=True) if state == "pending"]
     # a cancel is answered, and makes that member's start, decided already, stale
-    assert checked(alice.delete(f"workloads/{waiting[0]}")).json()["state"] == "cancelled"
+    assert alice.delete(f"workloads/{waiting[0]}").json()["state"] == "cancelled"
     # nlp's notebook is decided on the cycle's outcome, which counts the starts not applied
     # yet: granted in its 201 on the one GPU the cycle left idle
-    notebook = checked(bob.post("allocations", json={"gpus": 1})).json()
+    notebook = bob.post("allocations", json={"gpus": 1}).json()
     assert notebook["state"] == "running", notebook
     assert sliced.holding, "the cycle's apply finished before the requests were made"
 

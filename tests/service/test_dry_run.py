@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from hubharness import module_service
-from service_client import checked, service_config, wait_for
+from service_client import service_config, wait_for
 
 SLEEP = ["python", "-c", "import time; time.sleep(120)"]
 
@@ -31,7 +31,7 @@ def member(service, make_user, api):
 
     yield make
     for client in clients:  # leave the cluster idle for the next test
-        for item in checked(client.get("workloads", params={"active": 1})).json():
+        for item in client.get("workloads", params={"active": 1}).json():
             path = "allocations" if item["kind"] == "interactive" else "workloads"
             client.delete(f"{path}/{item['id']}")
         wait_for(
@@ -41,9 +41,7 @@ def member(service, make_user, api):
 
 
 def dry_run(client: httpx.Client, *requests: dict, **fields) -> list[dict]:
-    answer = checked(
-        client.post("allocations/dry-run", json={"requests": list(requests), **fields})
-    )
+    answer = client.post("allocations/dry-run", json={"requests": list(requests), **fields})
     assert answer.status_code == 200, answer.text
     return answer.json()["results"]
 
@@ -66,7 +64,7 @@ def test_on_an_idle_cluster_choices_start_now_or_never(member) -> None:
     assert "vision deserves 1 GPU; a notebook of 2 GPUs can never start" in beyond["message"]
     assert huge["outcome"] == "never" and "the largest node has 2 GPUs" in huge["message"]
     # a dry run stores nothing
-    assert checked(alice.get("workloads")).json() == []
+    assert alice.get("workloads").json() == []
 
 
 def test_the_hints_match_what_then_happens(member) -> None:
@@ -74,7 +72,7 @@ def test_the_hints_match_what_then_happens(member) -> None:
     _, bob = member("vision")
     _, carol = member("nlp")
     # alice's preemptible job borrows nlp's idle GPU
-    job = checked(alice.post("workloads", json={"command": SLEEP, "gpus": 2})).json()
+    job = alice.post("workloads", json={"command": SLEEP, "gpus": 2}).json()
     running(alice, "workloads", job)
 
     (hint,) = dry_run(carol, {"gpus": 1})
@@ -85,20 +83,20 @@ def test_the_hints_match_what_then_happens(member) -> None:
         "they get 1s to save their work"
     )
     # what then happens: carol's notebook starts once alice's job has been evicted
-    notebook = checked(carol.post("allocations", json={"gpus": 1})).json()
+    notebook = carol.post("allocations", json={"gpus": 1}).json()
     running(carol, "allocations", notebook)
     evicted = carol.get(f"allocations/{notebook['id']}").json()
     assert evicted["state"] == "running"
     assert alice.get(f"workloads/{job['id']}").json()["state"] == "pending"
 
     # bob's notebook would wait on vision's quota, now that alice holds it with a notebook
-    checked(alice.delete(f"workloads/{job['id']}"))
-    held = checked(alice.post("allocations", json={"gpus": 1})).json()
+    alice.delete(f"workloads/{job['id']}")
+    held = alice.post("allocations", json={"gpus": 1}).json()
     running(alice, "allocations", held)
     (wait,) = dry_run(bob, {"gpus": 0.5})
     assert wait["outcome"] == "wait", wait
     assert "vision's notebooks already use its deserved 1 GPU" in wait["message"]
-    waiting = checked(bob.post("allocations", json={"gpus": 0.5})).json()
+    waiting = bob.post("allocations", json={"gpus": 0.5}).json()
     seen = wait_for(
         lambda: (
             "deserved" in (v := bob.get(f"allocations/{waiting['id']}").json())["pending_reason"]
@@ -114,14 +112,12 @@ def test_a_dry_run_for_someone_else_needs_the_admin_scope(member) -> None:
     alice, _ = member("vision")
     _, bob = member("vision")
     admin_name, admin = member(admin=True)
-    refused = checked(
-        bob.post("allocations/dry-run", json={"user": alice, "requests": [{"gpus": 1}]})
-    )
+    refused = bob.post("allocations/dry-run", json={"user": alice, "requests": [{"gpus": 1}]})
     assert refused.status_code == 403 and "custom:frachub:admin" in refused.json()["message"]
     (result,) = dry_run(admin, {"gpus": 1}, user=alice)
     assert result["outcome"] == "now"
     # the admin is in no project: told to name one, not to ask an admin
-    nobody = checked(admin.post("allocations/dry-run", json={"requests": [{"gpus": 1}]}))
+    nobody = admin.post("allocations/dry-run", json={"requests": [{"gpus": 1}]})
     assert nobody.status_code == 400, nobody.text
     assert nobody.json()["message"] == (
         "project: is required: "
@@ -154,14 +150,14 @@ def test_a_dry_run_for_someone_else_needs_the_admin_scope(member) -> None:
 )
 def test_a_job_that_can_never_start_is_refused_at_submit(member, body, words) -> None:
     _, alice = member("vision")
-    refused = checked(alice.post("workloads", json={"command": SLEEP, **body}))
+    refused = alice.post("workloads", json={"command": SLEEP, **body})
     assert refused.status_code == 409, refused.text
     assert words in refused.json()["message"]
-    assert checked(alice.get("workloads")).json() == []
+    assert alice.get("workloads").json() == []
 
 
 def test_a_gang_that_fits_the_idle_cluster_is_taken(member) -> None:
     _, alice = member("vision")
-    gang = checked(alice.post("workloads", json={"command": SLEEP, "gpus": 1, "replicas": 2}))
+    gang = alice.post("workloads", json={"command": SLEEP, "gpus": 1, "replicas": 2})
     assert gang.status_code == 201, gang.text
     running(alice, "workloads", gang.json())

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from hubharness import ServiceProcess, module_service
-from service_client import checked, wait_for
+from service_client import wait_for
 
 if not os.environ.get("CI"):  # CI installs it with the test extra, and must run this
     pytest.importorskip("schemathesis")
@@ -116,14 +116,14 @@ def test_schemathesis_finds_no_server_error_nor_mismatch(
     # healthy afterwards: another user is served at once, and cycles still run
     _, token = make_user(groups=["vision"])
     user = api(token)
-    assert checked(user.get("")).status_code == 200
-    job = checked(user.post("workloads", json={"command": "true", "gpus": 0.5})).json()
+    assert user.get("").status_code == 200
+    job = user.post("workloads", json={"command": "true", "gpus": 0.5}).json()
     wait_for(
-        lambda: checked(user.get(f"workloads/{job['id']}")).json()["pending_reason"],
+        lambda: user.get(f"workloads/{job['id']}").json()["pending_reason"],
         10,
         "a cycle to explain why the job waits",
     )
-    assert checked(user.delete(f"workloads/{job['id']}")).status_code == 200
+    assert user.delete(f"workloads/{job['id']}").status_code == 200
 
 
 def tally(report: Path) -> tuple[int, int]:

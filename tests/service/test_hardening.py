@@ -11,7 +11,7 @@ import re
 
 import httpx
 from hubharness import SERVICE_PREFIX, ServiceProcess, module_service
-from service_client import checked, service_config, submit, wait_for, wait_state
+from service_client import CHECKED, service_config, submit, wait_for, wait_state
 
 BIG = 10_000_000
 MAX_ID = 2**63 - 1
@@ -113,17 +113,17 @@ def test_poison_requests_hurt_nobody_and_store_nothing(service, make_user, api) 
     _, admin_token = make_user(admin=True)
     clients = {"user": api(alice_token, timeout=60), "admin": api(admin_token, timeout=60)}
     bob, admin = api(bob_token), clients["admin"]
-    checked(admin.post("queues", json={"name": "hardening-q", "deserved_gpus": 0}))
+    admin.post("queues", json={"name": "hardening-q", "deserved_gpus": 0})
 
     def queues() -> list:
         fields = ("name", "parent", "deserved_gpus", "limit_gpus", "priority", "members")
-        return [{k: q[k] for k in fields} for q in checked(admin.get("queues")).json()]
+        return [{k: q[k] for k in fields} for q in admin.get("queues").json()]
 
     queues_before = queues()
     assert others_work(bob) == []
     hurt: dict[str, list[str]] = {}
     for who, method, path, body, words in POISONS:
-        response = checked(send(clients[who], method, path, body))
+        response = send(clients[who], method, path, body)
         label = f"{method} {path[:60]} {str(body)[:80]}"
         assert 400 <= response.status_code < 500, (label, response.text[:300])
         message = response.json()["message"]
@@ -134,8 +134,8 @@ def test_poison_requests_hurt_nobody_and_store_nothing(service, make_user, api) 
             hurt[label] = failed
     assert hurt == {}
     # nothing stored: alice has no workloads or allocations, the queues are as they were
-    assert checked(admin.get("workloads", params={"user": alice})).json() == []
-    assert checked(admin.get("allocations", params={"user": alice})).json() == []
+    assert admin.get("workloads", params={"user": alice}).json() == []
+    assert admin.get("allocations", params={"user": alice}).json() == []
     assert queues() == queues_before
 
 
@@ -144,17 +144,19 @@ def test_records_name_who_acted(hub, service, make_user, api) -> None:
     admin_name, admin_token = make_user(admin=True)
     owner, admin = api(alice_token), api(admin_token)
     spawner = httpx.Client(
-        base_url=owner.base_url, headers={"Authorization": f"token {hub.frachub_token}"}
+        base_url=owner.base_url,
+        headers={"Authorization": f"token {hub.frachub_token}"},
+        event_hooks=CHECKED,
     )
     with spawner:
         cancelled = {}
         for who, client in (("its owner", owner), (f"admin {admin_name}", admin)):
             job = submit(owner, command="sleep 60", gpus=0.25)
             wait_state(owner, job["id"], "running")
-            checked(client.delete(f"workloads/{job['id']}"))
+            client.delete(f"workloads/{job['id']}")
             cancelled[who] = wait_state(owner, job["id"], "cancelled")
-        notebook = checked(spawner.post("allocations", json={"user": alice, "gpus": 0.25}))
-        released = checked(spawner.delete(f"allocations/{notebook.json()['id']}")).json()
+        notebook = spawner.post("allocations", json={"user": alice, "gpus": 0.25})
+        released = spawner.delete(f"allocations/{notebook.json()['id']}").json()
     for who, record in cancelled.items():
         assert record["message"] == f"cancelled by {who}"
         assert f"stopping at the request of {who}" in [e["message"] for e in record["events"]]
@@ -163,7 +165,7 @@ def test_records_name_who_acted(hub, service, make_user, api) -> None:
 
 def test_405_names_the_allowed_methods(service, make_user, api) -> None:
     _, token = make_user(groups=["vision"])
-    response = checked(api(token).put("workloads/1"))
+    response = api(token).put("workloads/1")
     assert response.status_code == 405
     assert response.headers["Allow"] == "DELETE, GET"
 
@@ -214,8 +216,8 @@ def test_abandoned_follows_and_event_streams_end(service, make_user, api) -> Non
     wait_state(owner, job["id"], "running")
     wait_for(lambda: "started" in owner.get(f"workloads/{job['id']}/logs").text, 10, "output")
     # a notebook holding vision's whole quota, and a second one that must wait for it
-    checked(api(first_token).post("allocations", json={"gpus": 1}))
-    waiting = checked(api(second_token).post("allocations", json={"gpus": 1})).json()
+    api(first_token).post("allocations", json={"gpus": 1})
+    waiting = api(second_token).post("allocations", json={"gpus": 1}).json()
     assert waiting["state"] == "pending"
     baseline = task_count(service, owner_token)
     try:
@@ -235,9 +237,9 @@ def test_abandoned_follows_and_event_streams_end(service, make_user, api) -> Non
         )
         assert settled
     finally:
-        checked(owner.delete(f"workloads/{job['id']}"))
+        owner.delete(f"workloads/{job['id']}")
         for token in (first_token, second_token):
-            for allocation in checked(api(token).get("allocations?state=pending,running")).json():
-                checked(api(token).delete(f"allocations/{allocation['id']}"))
-    text = json.dumps(checked(owner.get(f"workloads/{job['id']}")).json())
+            for allocation in api(token).get("allocations?state=pending,running").json():
+                api(token).delete(f"allocations/{allocation['id']}")
+    text = json.dumps(owner.get(f"workloads/{job['id']}").json())
     assert "cancel" in text

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hubharness import ServiceProcess
-from service_client import checked, service_config, submit, wait_for, wait_state
+from service_client import service_config, submit, wait_for, wait_state
 
 SAMPLING = """
 c.FracHubService.usage_sample_interval = 0.2
@@ -53,7 +53,7 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         wait_state(alice, waiting["id"], "pending")
 
         def mine() -> dict | None:
-            answer = checked(alice.get("history", params=recent())).json()
+            answer = alice.get("history", params=recent()).json()
             seen = [p for p in points(answer, "vision") if p["pending"] >= 1]
             return answer if seen and seen[-1]["allocated_gpus"] == 1 else None
 
@@ -64,7 +64,7 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         assert (last["deserved_gpus"], last["running"], last["cluster_gpus"]) == (1, 1, 2)
         assert last["fair_share_gpus"] >= 1
 
-        refused = checked(alice.get("history?project=nlp"))
+        refused = alice.get("history?project=nlp")
         assert refused.status_code == 403 and "nlp" in refused.json()["message"]
         for query, field in (
             ("points=0", "points"),
@@ -74,18 +74,18 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
             ("start=yesterday", "start"),
             ("start=", "start"),
         ):
-            bad = checked(alice.get(f"history?{query}"))
+            bad = alice.get(f"history?{query}")
             assert bad.status_code == 400, query
             assert bad.json()["message"].startswith(f"{field}:"), bad.json()
 
-        everything = checked(admin.get("history", params={"points": 10})).json()
+        everything = admin.get("history", params={"points": 10}).json()
         assert {"vision", "nlp", "guests"} <= {i["project"] for i in everything["projects"]}
         assert "" not in {i["project"] for i in everything["projects"]}
         assert 1 <= len(everything["cluster"]) <= 10
         cluster = everything["cluster"][-1]
         assert (cluster["cluster_gpus"], cluster["running"]) == (2, 1)
         assert cluster["pending"] >= 1
-        one = checked(admin.get("history", params={"project": "nlp"})).json()
+        one = admin.get("history", params={"project": "nlp"}).json()
         assert [item["project"] for item in one["projects"]] == ["nlp"]
         assert one["cluster"], "an admin naming a project still gets the cluster"
 
@@ -98,9 +98,9 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         assert [(r[0], r[1]) for r in rows[1:]] == [("vision", name)]
         assert float(rows[1][2]) > 0
         assert sheet.text.endswith("\r\n")
-        others = checked(alice.get("usage.csv?user=someone-else"))
+        others = alice.get("usage.csv?user=someone-else")
         assert others.status_code == 403 and "custom:frachub:admin" in others.json()["message"]
-        too_long = checked(alice.get(f"usage.csv?start={_iso(time.time() - 400 * DAY)}"))
+        too_long = alice.get(f"usage.csv?start={_iso(time.time() - 400 * DAY)}")
         assert too_long.status_code == 400
         assert too_long.json()["message"] == "start: must be at most 366 days before end"
         all_rows = list(csv.reader(io.StringIO(admin.get("usage.csv").text)))
@@ -124,7 +124,7 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
         wait_state(alice, job["id"], "running")
 
         def held() -> dict | None:
-            answer = checked(admin.get("history", params=recent())).json()
+            answer = admin.get("history", params=recent()).json()
             cluster = answer["cluster"] or []
             return answer if cluster and cluster[-1]["allocated_gpus"] == 1 else None
 
@@ -160,7 +160,7 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
             assert left.fetchone() == (0,)
             (kept,) = db.execute("SELECT count(*) FROM usage_samples").fetchone()
             assert kept > 0
-        again = checked(admin.get("history", params=recent())).json()
+        again = admin.get("history", params=recent()).json()
         first = datetime.fromisoformat(again["cluster"][0]["time"].replace("Z", "+00:00"))
         assert first.timestamp() < stopped_at, "samples from before the restart are kept"
     finally:

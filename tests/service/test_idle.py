@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hubharness import API_PATH, Hub, ServiceProcess, running_hub
-from service_client import checked, service_config, wait_for
+from service_client import CHECKED, service_config, wait_for
 
 IDLE_LIMIT = 4
 SINGLEUSER = Path(sys.executable).with_name("jupyterhub-singleuser")
@@ -64,6 +64,7 @@ def spawner_api(gpu_hub: Hub, service: ServiceProcess) -> Iterator[httpx.Client]
         base_url=gpu_hub.service_url(API_PATH),
         headers={"Authorization": f"token {gpu_hub.frachub_token}"},
         timeout=30,
+        event_hooks=CHECKED,
     ) as client:
         yield client
 
@@ -82,7 +83,7 @@ class Researcher:
         )
 
     def servers(self) -> dict:
-        return checked(self.client.get(f"users/{self.name}")).json()["servers"]
+        return self.client.get(f"users/{self.name}").raise_for_status().json()["servers"]
 
     def start(self, server_name: str = "") -> None:
         path = (
@@ -120,11 +121,9 @@ def researcher(gpu_hub: Hub, request: pytest.FixtureRequest) -> Iterator[Researc
 
 
 def allocate(api: httpx.Client, user: str, server_name: str = "", **body) -> dict:
-    created = checked(
-        api.post(
-            "allocations",
-            json={"user": user, "server_name": server_name, "gpus": 0.5, **body},
-        )
+    created = api.post(
+        "allocations",
+        json={"user": user, "server_name": server_name, "gpus": 0.5, **body},
     )
     assert created.status_code == 201, created.text
     return wait_for(
@@ -136,7 +135,7 @@ def allocate(api: httpx.Client, user: str, server_name: str = "", **body) -> dic
 
 
 def events(api: httpx.Client, allocation_id: int) -> list[tuple[str, str]]:
-    detail = checked(api.get(f"workloads/{allocation_id}")).json()
+    detail = api.get(f"workloads/{allocation_id}").json()
     return [(event["type"], event["message"]) for event in detail["events"]]
 
 

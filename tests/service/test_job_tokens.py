@@ -16,11 +16,11 @@ import shlex
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 from hubharness import module_service, running_hub
 from service_client import (
-    checked,
     service_config,
     submit,
     wait_for,
@@ -51,7 +51,7 @@ service = module_service(service_config(gpus=2, grace=1), "job-tokens")
 def job_token(client: httpx.Client, workload_id: int) -> str:
     logs = f"workloads/{workload_id}/logs"
     text = wait_for(
-        lambda: (t := checked(client.get(logs)).text) and "told" in t and t, 30, "the job's report"
+        lambda: (t := client.get(logs).text) and "told" in t and t, 30, "the job's report"
     )
     match = re.search(r"^token=(\S+)$", text, re.M)
     assert match, text
@@ -69,7 +69,7 @@ def test_a_job_checkpoints_with_its_own_token_and_nothing_else(
     job = submit(alice, command=JOB, gpus=0.5, name="saver")
     token = job_token(alice, job["id"])
     assert workload(alice, job["id"])["checkpointed_at"] is not None
-    logs = checked(alice.get(f"workloads/{job['id']}/logs")).text
+    logs = alice.get(f"workloads/{job['id']}/logs").text
     assert f"url={hub.service_bind_url}/services/frachub/" in logs
 
     # in the hub: a token of alice's with the two scopes, and no more
@@ -86,9 +86,9 @@ def test_a_job_checkpoints_with_its_own_token_and_nothing_else(
     assert own.status_code == 403, own.text
 
     mine = api(token)
-    seen = checked(mine.get(f"workloads/{job['id']}"))
+    seen = mine.get(f"workloads/{job['id']}")
     assert seen.status_code == 200 and seen.json()["name"] == "saver"
-    again = checked(mine.post(f"workloads/{job['id']}/checkpoint"))
+    again = mine.post(f"workloads/{job['id']}/checkpoint")
     assert again.status_code == 200
     refusals = {
         "submit": mine.post("workloads", json={"command": "true", "gpus": 0.5}),
@@ -98,7 +98,6 @@ def test_a_job_checkpoints_with_its_own_token_and_nothing_else(
         "queues": mine.get("queues"),
     }
     for what, answer in refusals.items():
-        checked(answer)
         assert answer.status_code == 403, (what, answer.text)
         assert "needs the scope custom:frachub:" in answer.json()["message"], (what, answer.text)
     for path in (
@@ -107,17 +106,17 @@ def test_a_job_checkpoints_with_its_own_token_and_nothing_else(
         f"workloads/{bobs['id']}",
         f"workloads/{bobs['id']}/checkpoint",
     ):
-        answer = checked(mine.post(path) if path.endswith("checkpoint") else mine.get(path))
+        answer = mine.post(path) if path.endswith("checkpoint") else mine.get(path)
         assert answer.status_code == 404, (path, answer.text)
     assert workload(alice, other["id"])["checkpointed_at"] is None
     assert workload(alice, other["id"])["state"] == "running"
 
-    checked(alice.delete(f"workloads/{job['id']}"))
+    alice.delete(f"workloads/{job['id']}")
     wait_state(alice, job["id"], "cancelled")
     wait_token_refused(hub.api_url, token)
     for item in (other, bobs):
         owner = alice if item is other else bob
-        checked(owner.delete(f"workloads/{item['id']}"))
+        owner.delete(f"workloads/{item['id']}")
         wait_state(owner, item["id"], "cancelled")
 
 
@@ -130,9 +129,9 @@ def test_a_running_jobs_token_outlives_a_restart_of_the_service_and_dies_with_th
     service.restart()
     assert hub.whoami(token)["scopes"]
     mine = api(token)
-    told = checked(mine.post(f"workloads/{job['id']}/checkpoint"))
+    told = mine.post(f"workloads/{job['id']}/checkpoint")
     assert told.status_code == 200, told.text
-    checked(alice.delete(f"workloads/{job['id']}"))
+    alice.delete(f"workloads/{job['id']}")
     wait_state(alice, job["id"], "cancelled")
     wait_token_refused(hub.api_url, token)
 
@@ -181,6 +180,15 @@ def printed_token(backend: CredentialedBackend, workload_id: int) -> str:
     return match.group(1)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has ended: no longer in /proc, or a zombie its parent has not reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_user, tmp_path):
     """A restarted service adopts each running attempt from its stored handle; one whose
     process is gone gets no exit from the backend, and its token is revoked all the same."""
@@ -202,7 +210,12 @@ def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_use
         second_handle = await first.start(spec(42, user, PRINTS_TOKEN))
         token = printed_token(first, 42)
         await first.backend.stop(42, {k: v for k, v in second_handle.items() if k != TOKEN_KEY}, 0)
-        await asyncio.sleep(0.5)  # it ended while "the service was down": nobody polled
+        # it ended while "the service was down": nobody polled
+        pids = [replica["pid"] for replica in second_handle["replicas"]]
+        deadline = time.monotonic() + 10
+        while not all(process_gone(pid) for pid in pids):
+            assert time.monotonic() < deadline, f"the killed job's processes {pids} still run"
+            await asyncio.sleep(0.02)
         restarted = CredentialedBackend(local_backend(tmp_path), tokens, "http://svc/", 3600)
         # killed with its wrapper: no exit file, so no exit will ever be reported
         assert restarted.adopt(42, second_handle) is False

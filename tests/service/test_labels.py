@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from hubharness import module_service
-from service_client import checked, service_config, submit, wait_for, wait_state, workload
+from service_client import service_config, submit, wait_for, wait_state, workload
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -30,7 +30,7 @@ service = module_service(service_config(extra=INVENTORY), "labels")
 def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(service, make_user, api):
     _, token = make_user(groups=("lab",))
     client = api(token)
-    nodes = {node["name"]: node for node in checked(client.get("nodes")).json()}
+    nodes = {node["name"]: node for node in client.get("nodes").json()}
     assert nodes["a100-b-1"]["labels"] == {ZONE: "b"}
     assert nodes["t4"]["gpu_model"] == "T4"
 
@@ -76,9 +76,7 @@ def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(service, mak
 )
 def test_a_bad_gpu_model_is_refused_naming_the_field(service, make_user, api, value):
     _, token = make_user(groups=("lab",))
-    response = checked(
-        api(token).post("workloads", json={"command": "true", "gpus": 1, "gpu_model": value})
-    )
+    response = api(token).post("workloads", json={"command": "true", "gpus": 1, "gpu_model": value})
     assert response.status_code == 400
     assert response.json()["message"].startswith("gpu_model: must be a GPU model name")
 
@@ -88,10 +86,10 @@ def test_a_dry_run_naming_a_gpu_model_is_decided_on_that_model(service, make_use
     be preempted and the T4 free, "0.5 of an A100" waits (and the allocation then does wait),
     while "0.5 of any GPU" starts now and "0.5 of an H100" never."""
     admin = api(make_user(admin=True)[1])
-    for item in checked(admin.get("workloads", params={"active": 1})).json():
+    for item in admin.get("workloads", params={"active": 1}).json():
         admin.delete(f"workloads/{item['id']}")
     wait_for(
-        lambda: not checked(admin.get("workloads", params={"active": 1})).json(),
+        lambda: not admin.get("workloads", params={"active": 1}).json(),
         what="the cluster to be idle",
     )
     _, token = make_user(groups=("lab",))
@@ -99,17 +97,15 @@ def test_a_dry_run_naming_a_gpu_model_is_decided_on_that_model(service, make_use
     for _ in range(3):
         job = submit(client, gpus=4, gpu_model="A100", preemptible=False, command="sleep 120")
         wait_state(client, job["id"], "running")
-    answer = checked(
-        client.post(
-            "allocations/dry-run",
-            json={
-                "requests": [
-                    {"gpus": 0.5, "gpu_model": "A100"},
-                    {"gpus": 0.5},
-                    {"gpus": 0.5, "gpu_model": ["H100"]},
-                ]
-            },
-        )
+    answer = client.post(
+        "allocations/dry-run",
+        json={
+            "requests": [
+                {"gpus": 0.5, "gpu_model": "A100"},
+                {"gpus": 0.5},
+                {"gpus": 0.5, "gpu_model": ["H100"]},
+            ]
+        },
     )
     assert answer.status_code == 200, answer.text
     on_a100, anywhere, on_h100 = answer.json()["results"]
@@ -118,14 +114,12 @@ def test_a_dry_run_naming_a_gpu_model_is_decided_on_that_model(service, make_use
     assert anywhere["outcome"] == "now" and "t4" in anywhere["message"], anywhere
     assert on_h100["outcome"] == "never", on_h100
     # what the hint said is what happens
-    held = checked(client.post("allocations", json={"gpus": 0.5, "gpu_model": "A100"}))
+    held = client.post("allocations", json={"gpus": 0.5, "gpu_model": "A100"})
     assert held.status_code in (200, 201, 202), held.text
     assert workload(client, held.json()["id"])["state"] == "pending"
-    checked(client.delete(f"allocations/{held.json()['id']}"))
-    bad = checked(
-        client.post("allocations/dry-run", json={"requests": [{"gpus": 0.5, "gpu_model": 7}]})
-    )
+    client.delete(f"allocations/{held.json()['id']}")
+    bad = client.post("allocations/dry-run", json={"requests": [{"gpus": 0.5, "gpu_model": 7}]})
     assert bad.status_code == 400
     assert bad.json()["message"].startswith("requests[0].gpu_model: must be a GPU model"), bad.text
-    for item in checked(client.get("workloads", params={"active": 1})).json():
+    for item in client.get("workloads", params={"active": 1}).json():
         client.delete(f"workloads/{item['id']}")

@@ -18,7 +18,7 @@ import pytest
 from hubharness import ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE, module_service
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
-from service_client import checked, service_config, submit, wait_state
+from service_client import service_config, submit, wait_state
 
 from hub_ext.kernelspec import DISPLAY_NAME, write_kernelspec
 
@@ -224,7 +224,7 @@ def test_interrupting_follow_leaves_the_job_running_until_cancelled(kernel, api)
     assert f"Stopped following job {job}; it goes on" in seen and "Traceback" not in seen
 
     client = api(kernel.token)
-    assert checked(client.get(f"workloads/{job}")).json()["state"] == "running"
+    assert client.get(f"workloads/{job}").json()["state"] == "running"
     cancelled = ok(kernel, f"%frachub cancel {job}")
     assert re.match(rf"Cancell(ing|ed) job {job} ", cancelled.stdout)
     wait_state(client, job, "cancelled")
@@ -285,4 +285,4 @@ def test_refusals_are_one_line(kernel, hub, api) -> None:
     run = execute(kernel, "%%frachub submit --gpus 4 --name refused\nprint(1)")
     assert run.reply["status"] == "error" and "not submitted" in run.error["traceback"][0]
     assert not list((kernel.cwd / "frachub-jobs").glob("refused-*"))
-    checked(bob.delete(f"workloads/{others}"))
+    bob.delete(f"workloads/{others}")

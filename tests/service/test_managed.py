@@ -7,7 +7,7 @@ import sys
 
 import httpx
 from hubharness import API_PATH, Hub
-from service_client import checked, service_config, submit, wait_state
+from service_client import CHECKED, service_config, submit, wait_state
 
 
 def test_hub_managed_service_schedules_work(tmp_path) -> None:
@@ -20,11 +20,12 @@ def test_hub_managed_service_schedules_work(tmp_path) -> None:
             base_url=hub.service_url(API_PATH),
             headers={"Authorization": f"token {hub.token_for('managed-alice')}"},
             timeout=30,
+            event_hooks=CHECKED,
         ) as alice:
-            info = checked(alice.get("")).json()
+            info = alice.get("").json()
             assert info["inventory"] == "declared" and info["gpus"] == 1
             job = submit(alice, command="echo managed", gpus=0.5)
             assert wait_state(alice, job["id"], "succeeded")["exit_code"] == 0
-            assert "managed" in checked(alice.get(f"workloads/{job['id']}/logs")).text
+            assert "managed" in alice.get(f"workloads/{job['id']}/logs").text
         # the hub ran it in its own working directory: the store is there
         assert (tmp_path / "hub" / "frachub-data" / "frachub.sqlite").exists()

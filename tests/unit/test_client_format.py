@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,6 @@ from hub_ext.client.jobs import command_from
 from hub_ext.client.reports import Table, describe_report, jobs_table, quota_report, state_line
 from hub_ext.client.session import NotConfigured, service_url
 from hub_ext.kernelspec import DISPLAY_NAME, write_kernelspec
-from hub_ext.magics import script_path
 from scheduler.common.quantities import format_duration
 
 pytestmark = pytest.mark.unit
@@ -286,14 +285,6 @@ def test_state_lines_say_where_a_job_is() -> None:
     assert state_line(workload()) == "job 12 (resnet) is running on ws GPU 1 (0.5)"
     failed = workload(state="failed", exit_code=3, message="exited with code 3")
     assert state_line(failed) == "job 12 (resnet) failed with exit code 3: exited with code 3"
-
-
-def test_cell_scripts_never_overwrite(tmp_path: Path) -> None:
-    first = script_path(tmp_path, "my job/1", NOW + timedelta(hours=1, minutes=0))
-    assert first.name == "my-job-1-20261122T151000Z.py"
-    first.write_text("")
-    assert script_path(tmp_path, "my job/1", NOW + timedelta(hours=1)).name.endswith("Z-2.py")
-    assert script_path(tmp_path, None, NOW).name == "cell-20261122T141000Z.py"
 
 
 def test_kernelspec_is_written_and_rewritten(tmp_path: Path) -> None:

@@ -213,7 +213,7 @@ def test_the_table_finds_an_upward_import(tmp_path: Path, monkeypatch) -> None:
     "code",
     [
         "import hub_ext.client",
-        "import hub_ext.magics",
+        # (the magics need IPython, the hub extra: tests/extras/test_magics.py checks them)
         # the entry point, building the tree for a job command as `frachub jobs` does
         "from hub_ext.cli.main import build_parser; build_parser(['jobs'])",
     ],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ from scheduler.engine import (
 )
 from scheduler.engine.lifecycle import (
     ALLOWED,
-    KEPT_FIELDS,
     Ended,
     Evicted,
     Freed,
@@ -41,7 +39,6 @@ from scheduler.engine.lifecycle import (
     Stop,
     vocabulary,
 )
-from scheduler.service.persistence.orm import WorkloadRecord
 
 pytestmark = pytest.mark.unit
 
@@ -347,35 +344,6 @@ def test_the_pages_get_the_states_and_their_groups() -> None:
     assert words["names"]["PENDING"] == "pending"
     assert words["active"] == [state.value for state in ACTIVE_STATES]
     assert words["cancellable"] == ["pending", "running", "preempting"]
-
-
-def test_the_store_row_keeps_every_kept_field_under_its_name() -> None:
-    """Adding a ``KEPT`` field to ``Life`` needs a column of that name, nothing else."""
-    lifecycle = Lifecycle(grace_seconds=30)
-    lifecycle.submit(life("7", 7), 0)
-    lifecycle.submit(life("8", 8), 0)
-    lifecycle.start("7", ONE, 3)
-    lifecycle.evict("7", EvictReason.RECLAIM, "8", 4)
-    record = WorkloadRecord(
-        id=7,
-        name="job-7",
-        user="u",
-        project="a",
-        kind="training",
-        command=["true"],
-        gpus=1.0,
-        replicas=1,
-        priority=0,
-        preemptible=True,
-        min_runtime=0.0,
-        submitted_at=7.0,
-    )
-    record.keep(lifecycle["7"])
-    assert (record.state, record.claimant_id) == ("preempting", 8)
-    again = record.as_life()
-    assert set(KEPT_FIELDS) <= set(vars(Life(again.ask)))
-    assert again.kept_values() == lifecycle["7"].kept_values()
-    assert again.ask == replace(life("7", 7).ask, user="u")
 
 
 def test_a_restart_is_counted_when_it_happens(lives: Lifecycle) -> None:

@@ -167,7 +167,7 @@ def test_default_run_until_is_when_nothing_changes(tmp_path, capsys) -> None:
 
 def test_placement_frachub_runs(capsys) -> None:
     """``placement: frachub`` used to exit 2: the engine had no such scorer."""
-    assert main(["scenario", "run", str(EXAMPLES / "23_frachub_placement.yaml")]) == 0
+    assert main(["scenario", "run", str(EXAMPLES / "27_frachub_placement.yaml")]) == 0
     output = json.loads(capsys.readouterr().out)
     assert output["workloads"]["half"]["placement"][0]["gpus"][0]["index"] == 1
 
