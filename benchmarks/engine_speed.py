@@ -19,7 +19,7 @@ machine) beside wall time (``time.perf_counter``):
    snapshot is reported beside it);
 3. the process's peak resident memory (``ru_maxrss``): run one size per process.
 
-Targets (issue 13), on CPU time: full cycle p50 <= 0.5 s at 1,000 nodes and <= 2.4 s at
+Targets, on CPU time: full cycle p50 <= 0.5 s at 1,000 nodes and <= 2.4 s at
 4,000 (KAI's figure), notebook decision p99 < 10 ms, peak RSS <= 2 GiB.
 
     .venv/bin/python benchmarks/engine_speed.py                 # 1,000 nodes, frachub

@@ -3,13 +3,11 @@ as a job's script, and that loading them loads no engine."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from heavy_imports import heavy_modules_after
 
 from hub_ext.magics import script_path
 
@@ -30,17 +28,5 @@ def test_cell_scripts_never_overwrite(tmp_path: Path) -> None:
 def test_the_magics_load_no_engine() -> None:
     """As tests/unit/test_layers.py checks for the REST client and the CLI: the magics, in
     every notebook's kernel, import without the engine and its number crunchers."""
-    heavy = ("scheduler.engine", "numpy", "sortedcontainers")
-    check = (
-        "import hub_ext.magics\nimport sys\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({heavy})))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", check],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.strip() == "[]", f"hub_ext.magics imported {result.stdout.strip()}"
+    loaded = heavy_modules_after("import hub_ext.magics")
+    assert loaded == [], f"hub_ext.magics imported {loaded}"

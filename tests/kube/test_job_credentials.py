@@ -1,4 +1,4 @@
-"""A job's own credentials on Kubernetes (issue 12, item 1): the hub token the service issues
+"""A job's own credentials on Kubernetes: the hub token the service issues
 each job reaches its pods from a Secret, never as a plain value in the Job's spec; the Secret
 is owned by the attempt's Jobs, so it goes when they go; a retried start replaces it."""
 

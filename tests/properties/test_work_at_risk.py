@@ -1,4 +1,4 @@
-"""Hypothesis properties of work at risk (issue 12), over the random scenarios of
+"""Hypothesis properties of work at risk, over the random scenarios of
 ``test_invariants`` with random checkpoint intervals and a small ``Policy.loss_bound``:
 
 1. every eviction and move reports the work it destroys: ``lost_seconds`` is the time since the

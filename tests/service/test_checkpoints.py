@@ -1,4 +1,4 @@
-"""Checkpoints through the real service (issue 12): a job tells FracHub it saved its work,
+"""Checkpoints through the real service: a job tells FracHub it saved its work,
 through the API (``hub_ext.client.checkpointed()``, run inside the job) or by a file in its
 ``FRACHUB_CHECKPOINT_DIR`` (the local backend sees it), and the scheduler then evicts the
 work that loses the least, saying how much was lost."""

@@ -1,4 +1,4 @@
-"""One request cannot hurt another (issue 14): each poison request an attacker or a careless
+"""One request cannot hurt another: each poison request an attacker or a careless
 user sent is answered 4xx with the field named, stores nothing, and leaves every other user's
 requests and the next scheduling cycle working at once; abandoned streams end with their
 client."""

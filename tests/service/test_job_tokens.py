@@ -1,4 +1,4 @@
-"""Every job's own credentials (issue 12, item 1), with a real hub, the real service and real
+"""Every job's own credentials, with a real hub, the real service and real
 job processes: the service issues the job's owner a hub token limited to
 ``access:services!service=frachub`` and ``custom:frachub:job`` when the job starts, puts it in
 the job's environment with ``FRACHUB_URL``, and revokes it when the job ends.

@@ -61,7 +61,7 @@ def test_a_gang_stays_in_one_zone_and_a_job_waits_for_its_gpu_model(service, mak
     assert reason.startswith("waits for a GPU of model A100 (its gpu_model): needs 1 GPU"), reason
     assert "other models do not count" in reason, reason
 
-    # a model the cluster does not have can never start: refused at once (issue 18), in the
+    # a model the cluster does not have can never start: refused at once, in the
     # engine's words
     never = client.post("workloads", json={"command": "true", "gpus": 0.5, "gpu_model": "H100"})
     assert never.status_code == 409, never.text

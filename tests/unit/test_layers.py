@@ -21,13 +21,11 @@ and inside functions alike) and names each import that points the wrong way.
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from heavy_imports import heavy_modules_after
 
 pytestmark = pytest.mark.unit
 
@@ -221,14 +219,5 @@ def test_the_table_finds_an_upward_import(tmp_path: Path, monkeypatch) -> None:
 def test_the_client_and_the_cli_load_no_engine(code: str) -> None:
     """The REST client, the magics and the ``frachub`` command (but for the commands that
     drive the scheduler) install and import without the engine and its number crunchers."""
-    heavy = ("scheduler.engine", "numpy", "sortedcontainers")
-    check = f"{code}\nimport sys\nprint(sorted(m for m in sys.modules if m.startswith({heavy})))"
-    result = subprocess.run(
-        [sys.executable, "-c", check],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.strip() == "[]", f"{code!r} imported {result.stdout.strip()}"
+    loaded = heavy_modules_after(code)
+    assert loaded == [], f"{code!r} imported {loaded}"

@@ -1,4 +1,4 @@
-"""Checkpoints (issue 12): a job's declared checkpoint interval and its last reported
+"""Checkpoints: a job's declared checkpoint interval and its last reported
 checkpoint, so the engine counts the work an eviction would destroy from the last save.
 
 Revision ID: 0006
