@@ -11,7 +11,8 @@ state and the pluggable ``Policy``), ``standing`` (that state kept from cycle to
 change by change, for ``lifecycle``), ``actions/`` (one module per action: allocate,
 consolidate, reclaim, preempt; beside them the victim search, the service order and the
 quota check), ``reasons`` (pending reasons in words), ``cycle`` (the order of it all),
-``feasibility`` (whether a request can ever start, decided on the idle cluster),
+``feasibility`` (whether a request can ever start, decided on the idle cluster), ``dryrun``
+(what would happen to it if it arrived now),
 ``borrowing`` (which running work is beyond its project's quota, reported with the cycle's
 result).
 """

@@ -23,8 +23,8 @@ from scheduler.engine import (
     decide,
     scorer_named,
 )
+from scheduler.engine.dryrun import dry_run
 from scheduler.engine.feasibility import never_starts
-from scheduler.service.policies.dryrun import dry_run
 from scheduler.service.requests import (
     parse_allocation,
     parse_submission,

@@ -3,7 +3,7 @@
 The spawn form shows, beside each GPU choice, whether it would start now, start once borrowed
 GPUs are reclaimed from another project, wait (and why), or never start. Each request is
 decided alone, as if it arrived now, by the engine's arrival path on the service's standing
-session (``scheduler/service/policies/dryrun.py``); nothing is stored and nobody's queue position
+session (``scheduler/engine/dryrun.py``); nothing is stored and nobody's queue position
 moves. A request may name GPU models (``gpu_model``, as an allocation may), and is then
 decided on those models' GPUs only. The same refusals as a real allocation apply first: a
 shape no GPU here holds (of its models), or a notebook beyond the deserved quota it must stay
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler.engine.dryrun import dry_run, never
 from scheduler.engine.feasibility import never_starts
 from scheduler.service.access import READ
 from scheduler.service.handlers.workloads import WorkloadAccess
-from scheduler.service.policies.dryrun import dry_run, never
 from scheduler.service.requests import parse_dry_run
 
 ARRIVAL = "dry-run"

@@ -1,4 +1,4 @@
 """Pure decisions the service makes around the engine, no I/O: which of a cycle's decisions
 still hold (``decisions``), when an idle notebook is warned and stopped (``idle_policy``),
-how a sweep expands and how many of its jobs run at once (``sweeps``), and what a dry run
-would do (``dryrun``)."""
+and how a sweep expands and how many of its jobs run at once (``sweeps``). What a dry run
+would do is the engine's own decision: ``scheduler/engine/dryrun.py``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.common.placement import describe_placement
+from scheduler.common.quantities import plural
 from scheduler.engine import Evict, EvictReason, Move, Session, Start, Workload, decide
 
 NOW = "now"
@@ -68,7 +69,7 @@ def dry_run(standing: Session, arrival: Workload, now: float, grace_seconds: flo
         moved = sum(isinstance(d, Move) for d in mine)
         text = "starts now" + (f" on {where}" if where else "")
         if moved:
-            text += f" (moving {_count(moved, 'running workload')} to make room)"
+            text += f" (moving {plural(moved, 'running workload')} to make room)"
         return Verdict(NOW, text)
     owners = {w.name: w for w in standing.running.values()}
     queues = sorted({owners[d.workload].queue for d in evicted if d.workload in owners})
@@ -76,25 +77,21 @@ def dry_run(standing: Session, arrival: Workload, now: float, grace_seconds: flo
     if all(d.reason is EvictReason.PREEMPT for d in evicted):
         return Verdict(
             PREEMPT,
-            f"starts after preempting {_count(len(evicted), 'lower-priority workload')} of "
+            f"starts after preempting {plural(len(evicted), 'lower-priority workload')} of "
             f"{arrival.queue}{grace}",
             reclaims_from=tuple(queues),
         )
     return Verdict(
         RECLAIM,
         f"starts after reclaiming GPUs that {_names(queues)} borrowed "
-        f"({_count(len(evicted), 'workload')}){grace}",
+        f"({plural(len(evicted), 'workload')}){grace}",
         reclaims_from=tuple(queues),
     )
 
 
 def never(reason: str) -> Verdict:
-    """``reason`` is the service's never-start check's, which says "can never start"."""
+    """``reason`` is ``feasibility.never_starts``'s, which says "can never start"."""
     return Verdict(NEVER, reason)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _names(names: list[str]) -> str:
