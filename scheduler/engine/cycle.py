@@ -26,18 +26,24 @@ from scheduler.engine.model import CycleResult, Pending, QueueStatus, Snapshot, 
 from scheduler.engine.session import Policy, Session
 
 
-def run_cycle(snapshot: Snapshot, now: float, policy: Policy) -> CycleResult:
+def run_cycle(
+    snapshot: Snapshot, now: float, policy: Policy, *, report_borrowed: bool = False
+) -> CycleResult:
     """Decide what starts, what is evicted or moved, and why everything else waits."""
-    return decide(Session(snapshot, now, policy))
+    return decide(Session(snapshot, now, policy), report_borrowed=report_borrowed)
 
 
-def decide(session: Session) -> CycleResult:
+def decide(session: Session, *, report_borrowed: bool = False) -> CycleResult:
     """Run one cycle on a session (from a snapshot, or a ``Session.fork`` of a settled one).
 
     Each pending workload, in service order, first tries idle capacity and, failing that,
     makes room, before the next one is served: a later, smaller workload must not take the
     idle GPUs an earlier claim was about to complete with evictions. The session is left in
     the state its decisions describe, so it can be forked for the next arrivals.
+
+    ``report_borrowed`` fills ``CycleResult.borrowed``: a walk over the running work of
+    every project beyond its quota, which a driver that shows it (the service) asks for and
+    the others (simulators, dry runs, feasibility checks) do not pay for.
     """
     order = ServiceOrder(session, list(session.pending.values()))
     failures = Failures()
@@ -80,7 +86,7 @@ def decide(session: Session) -> CycleResult:
         outcome = try_start(session, workload, failures)
         if outcome is not None:
             outcomes[workload.name] = outcome
-    return _result(session, outcomes)
+    return _result(session, outcomes, report_borrowed)
 
 
 def _make_room(
@@ -102,7 +108,7 @@ def _make_room(
     return started, suffix or preempt_suffix
 
 
-def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
+def _result(session: Session, outcomes: dict[str, Outcome], report_borrowed: bool) -> CycleResult:
     waiting = [
         w for w in session.pending.values() if w.name in outcomes or w.name in session.reserved
     ]
@@ -134,7 +140,7 @@ def _result(session: Session, outcomes: dict[str, Outcome]) -> CycleResult:
         pending=pending,
         queues=queues,
         next_wakeup=session.next_wakeup(),
-        borrowed=borrowed(session, queues),
+        borrowed=borrowed(session, queues) if report_borrowed else {},
     )
 
 

@@ -326,4 +326,4 @@ class CycleResult:
     """The earliest instant a min_runtime protection ends; the driver should run a cycle then."""
     borrowed: Mapping[str, str] = field(default_factory=dict)
     """Running work beyond its project's quota -> who may take its GPUs back, in words
-    (``scheduler.engine.borrowing``)."""
+    (``scheduler.engine.borrowing``); filled only when ``decide`` is asked to report it."""

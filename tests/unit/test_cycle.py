@@ -371,13 +371,15 @@ def test_the_result_names_the_work_beyond_its_projects_quota_latest_started_firs
             running("mine", "ws", [(3, 1000)], queue="b", start_seq=4),
         ),
     )
-    result = run_cycle(snapshot, 0.0, PACK)
+    result = run_cycle(snapshot, 0.0, PACK, report_borrowed=True)
     # a holds 3 GPUs on a 1-GPU quota; its non-preemptible work is never reclaimed, so of its
     # preemptible work, everything from the start that passes the quota on borrows
     words = (
         "a is using 3 GPUs, beyond its 1 GPU quota; may be preempted when b or c need their GPUs"
     )
     assert result.borrowed == {"early": words, "late": words}
+    # a driver that does not show it does not pay for the walk
+    assert run_cycle(snapshot, 0.0, PACK).borrowed == {}
 
 
 def test_nothing_borrows_within_quota_and_a_lone_project_borrows_from_nobody_named() -> None:
@@ -386,7 +388,7 @@ def test_nothing_borrows_within_quota_and_a_lone_project_borrows_from_nobody_nam
         (Queue("a", deserved_gpus=1), Queue("b", deserved_gpus=1)),
         (running("one", "ws", [(0, 1000)], queue="a"),),
     )
-    assert run_cycle(within, 0.0, PACK).borrowed == {}
+    assert run_cycle(within, 0.0, PACK, report_borrowed=True).borrowed == {}
     alone = Snapshot(
         (Node("ws", 2),),
         (Queue("a", deserved_gpus=1), Queue("b", deserved_gpus=0)),
@@ -395,7 +397,7 @@ def test_nothing_borrows_within_quota_and_a_lone_project_borrows_from_nobody_nam
             running("two", "ws", [(1, 1000)], queue="a", start_seq=2),
         ),
     )
-    assert run_cycle(alone, 0.0, PACK).borrowed == {
+    assert run_cycle(alone, 0.0, PACK, report_borrowed=True).borrowed == {
         "two": "a is using 2 GPUs, beyond its 1 GPU quota; "
         "may be preempted when another project needs its quota"
     }

@@ -103,7 +103,7 @@ class FastPath:
             # now, and deciding it again costs as much as a cycle. (The claims held for
             # reserved claimants stay taken on the fork's ledger.)
             fork.pending = {name: w for name, w in fork.pending.items() if name in names}
-            result = decide(fork)
+            result = decide(fork, report_borrowed=True)
         except Exception:  # the full cycle decides them anyway, and says what went wrong
             self.log.exception("the fast path failed for %d arrivals", len(offered))
             self.settled = None

@@ -574,7 +574,7 @@ class SchedulingLoop:
         event loop uses but the session handed to it (whose policy's scorer is the one the
         fast path is not using, see ``_policies``)."""
         began = time.thread_time()
-        result = decide(session)
+        result = decide(session, report_borrowed=True)
         self.metrics.engine_cpu.inc(time.thread_time() - began)
         return session, result
 
