@@ -41,6 +41,7 @@ from hub_ext.client.session import (
     FracHubError,
     NotConfigured,
 )
+from scheduler.common.contract import CHECKPOINT_MARK
 from scheduler.common.scopes import SERVICE_PREFIX
 from scheduler.common.states import (
     ACTIVE_STATES,
@@ -92,8 +93,6 @@ def connect(
 # set in every job by the backend (scheduler/common/contract.py)
 WORKLOAD_ID_ENV = "FRACHUB_WORKLOAD_ID"
 CHECKPOINT_DIR_ENV = "FRACHUB_CHECKPOINT_DIR"
-CHECKPOINT_MARK = ".frachub-checkpointed"
-"""The file ``checkpointed()`` touches when the job carries no credentials for the API."""
 
 
 def _own_workload_id(env: Mapping[str, str]) -> int:

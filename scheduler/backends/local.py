@@ -39,6 +39,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validat
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
+from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
@@ -65,9 +66,6 @@ exit "$code"
 """
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-CHECKPOINT_SCAN_LIMIT = 10_000
-"""Entries of a checkpoint directory looked at per poll: a job that keeps more files than
-that is reported by the ones seen (or reports itself through the API)."""
 
 
 @dataclass
@@ -192,6 +190,7 @@ class LocalBackend(LoggingConfigurable):
         self._attempts: dict[str, _Attempt] = {}
         self._inventory: Inventory | None = None
         self._inventory_read_at = 0.0
+        self._checkpoints = CheckpointScanner(os.path.join(self.data_dir, "checkpoints"), self.log)
 
     # --- Backend protocol ---------------------------------------------------------------------
 
@@ -263,12 +262,14 @@ class LocalBackend(LoggingConfigurable):
         attempts whose checkpoint directory holds a file newer than the last one reported.
 
         Cost: one ``waitpid`` per own replica, one read of ``/proc/<pid>/stat`` per adopted
-        one; exit files are read only for adopted replicas that have ended; one walk of each
-        running attempt's checkpoint directory (at most ``CHECKPOINT_SCAN_LIMIT`` entries).
+        one; exit files are read only for adopted replicas that have ended. Checkpoint
+        directories are read by another thread, a bounded part per poll
+        (``scheduler.backends.checkpoints``): this takes what it found so far.
         """
         exits: list[Exit | Checkpoint] = []
+        saved = self._checkpoints.newest(a.workload_id for a in self._attempts.values())
         for token, attempt in list(self._attempts.items()):
-            newest = self._newest_checkpoint(attempt.workload_id)
+            newest = saved.get(attempt.workload_id)
             if newest is not None and (
                 attempt.checkpointed_at is None or newest > attempt.checkpointed_at
             ):
@@ -290,30 +291,6 @@ class LocalBackend(LoggingConfigurable):
                 self._terminate(attempt, self.gang_stop_grace_seconds)
         return exits
 
-    def _newest_checkpoint(self, workload_id: int) -> float | None:
-        """The modification time of the newest file under the job's ``FRACHUB_CHECKPOINT_DIR``
-        (None: no file). Symlinks are neither followed nor counted: the directory is the
-        user's."""
-        newest: float | None = None
-        seen = 0
-        stack = [os.path.join(self.data_dir, "checkpoints", str(workload_id))]
-        while stack and seen < CHECKPOINT_SCAN_LIMIT:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                seen += 1
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        mtime = entry.stat(follow_symlinks=False).st_mtime
-                        newest = mtime if newest is None else max(newest, mtime)
-                except OSError:
-                    continue
-        return newest
-
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""
         path = self._log_file(workload_id, replica)
@@ -329,6 +306,7 @@ class LocalBackend(LoggingConfigurable):
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
         self._attempts.clear()
+        self._checkpoints.close()
 
     # --- starting -----------------------------------------------------------------------------
 

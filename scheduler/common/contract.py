@@ -37,6 +37,10 @@ NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """Containers: GPU UUIDs, read by the NVIDIA container runtime."""
 DEVICE_VARIABLES = (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES)
 
+CHECKPOINT_MARK = ".frachub-checkpointed"
+"""The file in ``FRACHUB_CHECKPOINT_DIR`` that ``hub_ext.client.checkpointed()`` touches when
+the job carries no credentials for the API; the local backend looks at it on every poll."""
+
 UuidLookup = Callable[[str, int], str]
 """(node, GPU index) -> GPU UUID; ``Inventory.uuid`` is one."""
 
