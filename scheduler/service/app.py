@@ -47,6 +47,7 @@ from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.hub.directory import HubDirectory
+from scheduler.service.hub.hubapi import HUB_TIMEOUT
 from scheduler.service.hub.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.hub.jobtokens import CredentialedBackend, HubTokens
 from scheduler.service.persistence import datalock
@@ -356,6 +357,13 @@ class FracHubService(Application):
             return base.rstrip("/") + "/"
         return base.rstrip("/") + prefix + "/"
 
+    hub_timeout = Float(
+        HUB_TIMEOUT,
+        help="""Seconds the service waits for the hub's answer, connecting included (token
+        checks, group lookups, job tokens, idle checks): past it a request answers 503 "the
+        hub is unavailable" rather than hanging.""",
+    ).tag(config=True)
+
     group_cache_seconds = Float(
         30.0, help="How long the hub's answer about a user's groups is reused."
     ).tag(config=True)
@@ -374,7 +382,8 @@ class FracHubService(Application):
     @default("hub_auth")
     def _hub_auth(self) -> HubAuth:
         prefix = self.service_prefix
-        return make_hub_auth(self, prefix)  # HubOAuth: tokens, and the panel's cookie
+        # HubOAuth: tokens, and the panel's cookie
+        return make_hub_auth(self, prefix, self.hub_timeout)
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -440,7 +449,10 @@ class FracHubService(Application):
             "hub_auth": self.hub_auth,
             "scheduling_loop": loop,
             "directory": HubDirectory(
-                self.hub_auth.api_url, self.hub_auth.api_token, self.group_cache_seconds
+                self.hub_auth.api_url,
+                self.hub_auth.api_token,
+                self.group_cache_seconds,
+                self.hub_timeout,
             ),
             "metrics": metrics,
             "backend_name": self.backend_class.__name__,
@@ -541,7 +553,7 @@ class FracHubService(Application):
                 self.service_url,
             )
             return backend
-        tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token)
+        tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout)
         return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
 
     async def serve(self) -> None:
@@ -603,7 +615,7 @@ class FracHubService(Application):
         if self.idle_check_interval > 0:
             idle = IdlePoller(
                 loop,
-                HubServers(self.hub_auth.api_url, self.hub_auth.api_token),
+                HubServers(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout),
                 IdleSettings(self.idle_check_interval, self.idle_warning_fraction),
                 log=self.log,
             )
