@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
+import re
 import signal
 import time
 from dataclasses import replace
@@ -114,6 +116,51 @@ class Switchboard(httputil.HTTPServerConnectionDelegate):
 
     def on_close(self, server_conn: object) -> None:
         self.app.on_close(server_conn)
+
+
+SECRET_IN_URL = re.compile(r"(?i)([?&;](?:token|access_token|code|state|_xsrf)=)[^&;\s\"'#]+")
+"""A credential in a query string: a hub token (``?token=``, ``?access_token=``), and the
+OAuth callback's one-time code and state."""
+SECRET_IN_HEADER = re.compile(
+    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:token|bearer|basic)\s+)[^\s\"',;}]+"
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials a URL or an ``Authorization`` header may carry replaced
+    by ``[redacted]``."""
+    return SECRET_IN_HEADER.sub(rf"\1{REDACTED}", SECRET_IN_URL.sub(rf"\1{REDACTED}", text))
+
+
+class RedactSecrets(logging.Filter):
+    """Rewrites a log record so no token reaches a log file: tornado's own lines (an
+    uncaught exception, a refused request) and ours name the request's URL, whose query
+    string may hold the caller's token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+REDACT_SECRETS = RedactSecrets()
+LOGGERS_TO_REDACT = ("tornado.access", "tornado.application", "tornado.general")
+
+
+def redact_logs(service_log: logging.Logger) -> None:
+    """Put ``REDACT_SECRETS`` on every logger the service's requests are logged by (ours,
+    tornado's, which HubAuth writes to as well) and on the handlers that write what reaches
+    the root logger, Python's last-resort handler included."""
+    for logger in (service_log, *map(logging.getLogger, LOGGERS_TO_REDACT)):
+        logger.addFilter(REDACT_SECRETS)
+        for handler in logger.handlers:
+            handler.addFilter(REDACT_SECRETS)
+    for handler in [*logging.getLogger().handlers, logging.lastResort]:
+        if handler is not None:
+            handler.addFilter(REDACT_SECRETS)
 
 
 class FracHubService(Application):
@@ -410,6 +457,7 @@ class FracHubService(Application):
                 "JUPYTERHUB_API_TOKEN and JUPYTERHUB_API_URL"
             )
             self.exit(2)
+        redact_logs(self.log)
 
     def _sync_config_queues(self, store: Store) -> None:
         """Make the database's config-managed queues match ``queues``."""
