@@ -11,10 +11,15 @@ from pathlib import Path
 import pytest
 
 from hub_ext.cli.backup import backup, restore
+from scheduler.common.states import WorkloadState
+from scheduler.engine import Kind, Request, WorkloadRequest
+from scheduler.engine.lifecycle import Milestone
+from scheduler.engine.model import EvictReason
 from scheduler.service.app import REDACT_SECRETS, redact, redact_logs
 from scheduler.service.handlers.allocations import notebook_name
 from scheduler.service.handlers.pages import COOKIE_SECRET_FILE, cookie_secret
-from scheduler.service.persistence.orm import NAME_LENGTH
+from scheduler.service.persistence.orm import NAME_LENGTH, EventRecord, TooLong, WorkloadRecord
+from scheduler.service.persistence.store import open_store
 
 
 def test_a_notebook_name_fits_its_column_and_stays_distinct() -> None:
@@ -31,6 +36,43 @@ def test_a_notebook_name_fits_its_column_and_stays_distinct() -> None:
     assert all(len(name) <= NAME_LENGTH for name in names)
     # the same server always gets the same name
     assert notebook_name("alice", "s" * 255) == notebook_name("alice", "s" * 255)
+
+
+def test_a_string_longer_than_its_column_is_refused_on_sqlite_too(tmp_path: Path) -> None:
+    """The store's backstop behind the edge's checks: SQLite would keep a 256-character
+    name whole where PostgreSQL refuses it; both refuse it now, in the same words."""
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ask = WorkloadRequest.of(Kind.TRAINING, Request(gpus=0.25), project="vision", user="alice")
+    for name, fits in (("n" * NAME_LENGTH, True), ("n" * (NAME_LENGTH + 1), False)):
+        record = WorkloadRecord.asking(
+            ask, name=name, state="pending", command="true", env={}, submitted_at=1.0
+        )
+        store.add(record)
+        if fits:
+            store.commit()
+            continue
+        with pytest.raises(TooLong, match=r"workloads\.name: 256 characters, more than the 255"):
+            store.commit()
+    store.close()
+
+
+def test_every_word_stored_in_a_short_column_fits_it() -> None:
+    """Event types, states, kinds and stop reasons are the code's own words: each fits."""
+    words = [
+        *(state.value for state in WorkloadState),
+        *(milestone.value for milestone in Milestone),
+        *(reason.value for reason in EvictReason),
+        *(kind.value for kind in Kind),
+        "cancel",
+        "max-runtime",
+        "idle-cleared",
+        "idle-warning",
+        "idle-stop",
+        "server-gone",
+    ]
+    limit = EventRecord.__table__.c.type.type.length
+    assert limit == WorkloadRecord.__table__.c.stop_reason.type.length == 32
+    assert [word for word in words if len(word) > limit] == []
 
 
 TOKEN = "0123456789abcdef0123456789abcdef"

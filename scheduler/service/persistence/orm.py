@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, event
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column
 
 from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
 from scheduler.common.states import WorkloadState
@@ -23,6 +23,27 @@ from scheduler.engine.lifecycle import KEPT_FIELDS, Life
 
 class Base(DeclarativeBase):
     pass
+
+
+class TooLong(ValueError):
+    """A string longer than its column: a bug in the edge's checks, refused alike on every
+    database (PostgreSQL refuses it, SQLite would keep it whole)."""
+
+
+@event.listens_for(Base, "before_insert", propagate=True)
+@event.listens_for(Base, "before_update", propagate=True)
+def _refuse_too_long(mapper: Mapper, connection: Any, target: Base) -> None:
+    for attribute in mapper.column_attrs:
+        column = attribute.columns[0]
+        length = getattr(column.type, "length", None)
+        if not isinstance(column.type, String) or length is None:
+            continue
+        value = getattr(target, attribute.key)
+        if isinstance(value, str) and len(value) > length:
+            raise TooLong(
+                f"{mapper.local_table.name}.{column.name}: {len(value)} characters, more than "
+                f"the {length} it holds"
+            )
 
 
 ACTIVE_STATES = tuple(state.value for state in lifecycle.ACTIVE_STATES)
