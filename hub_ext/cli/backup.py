@@ -2,7 +2,8 @@
 
 A backup holds both databases, copied with SQLite's online backup API (a consistent
 snapshot, safe while the hub and the service write to them in WAL mode), the secrets that
-make the databases usable (the service token, the hub's cookie secret, the shared passwords),
+make the databases usable (the service token, the hub's and the service's cookie secrets
+(a restore keeps everyone logged in), the shared passwords),
 the operator's ``*_extra.py`` settings and, unless ``--no-logs``, the job logs. Checkpoints
 and users' homes are users' data: back them up with the machine's own tools.
 
@@ -30,6 +31,7 @@ DATABASES = ("jupyterhub.sqlite", "frachub.sqlite")
 SECRETS = (
     "frachub-service-token",
     "jupyterhub_cookie_secret",
+    "cookie_secret",  # the service's (handlers/pages.py COOKIE_SECRET_FILE): its logins
     "password",
     "admin-password",
     "jupyterhub_config_extra.py",

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
+import re
 import signal
 import time
 from dataclasses import replace
@@ -47,6 +49,7 @@ from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.hub.directory import HubDirectory
+from scheduler.service.hub.hubapi import HUB_TIMEOUT
 from scheduler.service.hub.idle import HubServers, IdlePoller, IdleSettings
 from scheduler.service.hub.jobtokens import CredentialedBackend, HubTokens
 from scheduler.service.persistence import datalock
@@ -113,6 +116,51 @@ class Switchboard(httputil.HTTPServerConnectionDelegate):
 
     def on_close(self, server_conn: object) -> None:
         self.app.on_close(server_conn)
+
+
+SECRET_IN_URL = re.compile(r"(?i)([?&;](?:token|access_token|code|state|_xsrf)=)[^&;\s\"'#]+")
+"""A credential in a query string: a hub token (``?token=``, ``?access_token=``), and the
+OAuth callback's one-time code and state."""
+SECRET_IN_HEADER = re.compile(
+    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:token|bearer|basic)\s+)[^\s\"',;}]+"
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials a URL or an ``Authorization`` header may carry replaced
+    by ``[redacted]``."""
+    return SECRET_IN_HEADER.sub(rf"\1{REDACTED}", SECRET_IN_URL.sub(rf"\1{REDACTED}", text))
+
+
+class RedactSecrets(logging.Filter):
+    """Rewrites a log record so no token reaches a log file: tornado's own lines (an
+    uncaught exception, a refused request) and ours name the request's URL, whose query
+    string may hold the caller's token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+REDACT_SECRETS = RedactSecrets()
+LOGGERS_TO_REDACT = ("tornado.access", "tornado.application", "tornado.general")
+
+
+def redact_logs(service_log: logging.Logger) -> None:
+    """Put ``REDACT_SECRETS`` on every logger the service's requests are logged by (ours,
+    tornado's, which HubAuth writes to as well) and on the handlers that write what reaches
+    the root logger, Python's last-resort handler included."""
+    for logger in (service_log, *map(logging.getLogger, LOGGERS_TO_REDACT)):
+        logger.addFilter(REDACT_SECRETS)
+        for handler in logger.handlers:
+            handler.addFilter(REDACT_SECRETS)
+    for handler in [*logging.getLogger().handlers, logging.lastResort]:
+        if handler is not None:
+            handler.addFilter(REDACT_SECRETS)
 
 
 class FracHubService(Application):
@@ -356,6 +404,13 @@ class FracHubService(Application):
             return base.rstrip("/") + "/"
         return base.rstrip("/") + prefix + "/"
 
+    hub_timeout = Float(
+        HUB_TIMEOUT,
+        help="""Seconds the service waits for the hub's answer, connecting included (token
+        checks, group lookups, job tokens, idle checks): past it a request answers 503 "the
+        hub is unavailable" rather than hanging.""",
+    ).tag(config=True)
+
     group_cache_seconds = Float(
         30.0, help="How long the hub's answer about a user's groups is reused."
     ).tag(config=True)
@@ -374,7 +429,8 @@ class FracHubService(Application):
     @default("hub_auth")
     def _hub_auth(self) -> HubAuth:
         prefix = self.service_prefix
-        return make_hub_auth(self, prefix)  # HubOAuth: tokens, and the panel's cookie
+        # HubOAuth: tokens, and the panel's cookie
+        return make_hub_auth(self, prefix, self.hub_timeout)
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -401,6 +457,7 @@ class FracHubService(Application):
                 "JUPYTERHUB_API_TOKEN and JUPYTERHUB_API_URL"
             )
             self.exit(2)
+        redact_logs(self.log)
 
     def _sync_config_queues(self, store: Store) -> None:
         """Make the database's config-managed queues match ``queues``."""
@@ -440,7 +497,10 @@ class FracHubService(Application):
             "hub_auth": self.hub_auth,
             "scheduling_loop": loop,
             "directory": HubDirectory(
-                self.hub_auth.api_url, self.hub_auth.api_token, self.group_cache_seconds
+                self.hub_auth.api_url,
+                self.hub_auth.api_token,
+                self.group_cache_seconds,
+                self.hub_timeout,
             ),
             "metrics": metrics,
             "backend_name": self.backend_class.__name__,
@@ -541,7 +601,7 @@ class FracHubService(Application):
                 self.service_url,
             )
             return backend
-        tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token)
+        tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout)
         return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
 
     async def serve(self) -> None:
@@ -603,7 +663,7 @@ class FracHubService(Application):
         if self.idle_check_interval > 0:
             idle = IdlePoller(
                 loop,
-                HubServers(self.hub_auth.api_url, self.hub_auth.api_token),
+                HubServers(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout),
                 IdleSettings(self.idle_check_interval, self.idle_warning_fraction),
                 log=self.log,
             )

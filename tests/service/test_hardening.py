@@ -243,3 +243,22 @@ def test_abandoned_follows_and_event_streams_end(service, make_user, api) -> Non
                 api(token).delete(f"allocations/{allocation['id']}")
     text = json.dumps(owner.get(f"workloads/{job['id']}").json())
     assert "cancel" in text
+
+
+def test_a_token_in_a_url_never_reaches_the_log(service, make_user) -> None:
+    """A token sent in the query string (refused: tokens go in the header) is logged as
+    ``[redacted]``, by the service's request log and by tornado's warning alike."""
+    _, token = make_user(groups=["vision"])
+    with httpx.Client(base_url=service.api_url, event_hooks=CHECKED) as client:
+        for path in (
+            f"workloads?token={token}",
+            f"workloads?limit=5&access_token={token}",
+            f"no-such-endpoint?token={token}",
+        ):
+            assert client.get(path).status_code in (403, 404)
+    log = wait_for(
+        lambda: (text := service.log_text()).count("token=[redacted]") >= 3 and text,
+        10,
+        "the refused requests in the service's log",
+    )
+    assert token not in log

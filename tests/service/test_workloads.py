@@ -277,3 +277,33 @@ def test_logs_never_follow_a_symlink_planted_by_the_job(user, service) -> None:
     response = alice.get(f"workloads/{job['id']}/logs")
     assert response.status_code == 404
     assert "secret" not in response.text
+
+
+def test_a_long_notebook_name_fits_its_column_on_either_database(user) -> None:
+    """A server name may be 255 characters, and so may ``notebook-<user>-<server>`` be
+    no longer: the stored name is cut to fit with a hash of the whole (two long server names
+    still differ), on SQLite as on PostgreSQL, whose varchar(255) refused the row (500)."""
+    alice = user()
+    made = []
+    for server in ("s" * 255, "s" * 254 + "t"):
+        response = alice.post("allocations", json={"server_name": server, "gpus": 0.25})
+        assert response.status_code == 201, response.text
+        made.append(response.json())
+    try:
+        stored = {
+            item["id"]: item
+            for item in alice.get("allocations").json()
+            if item["id"] in {allocation["id"] for allocation in made}
+        }
+        assert len(stored) == 2
+        names = set()
+        for allocation in made:
+            row = stored[allocation["id"]]
+            assert row["server_name"] == allocation["server_name"]
+            assert row["name"] == allocation["name"]
+            assert len(row["name"]) <= 255 and row["name"].startswith("notebook-")
+            names.add(row["name"])
+        assert len(names) == 2
+    finally:
+        for allocation in made:
+            alice.delete(f"allocations/{allocation['id']}")

@@ -14,6 +14,7 @@ server is warned and then stopped when idle that long (``scheduler/service/hub/i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -28,11 +29,25 @@ from scheduler.engine.lifecycle import CANCELLABLE
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.workloads import STATES, WorkloadAccess
-from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.persistence.orm import NAME_LENGTH, WorkloadRecord
 from scheduler.service.requests import parse_allocation
 from scheduler.service.views import workload_json
 
 MAX_WAIT = 60.0
+HASH_LENGTH = 8
+
+
+def notebook_name(user: str, server_name: str) -> str:
+    """``notebook-<user>``, or ``notebook-<user>-<server>`` for a named server, as the
+    lists show it. A user and a server name may each be 255 characters, more than the name
+    column holds together: a longer name keeps its first characters and ends in a short hash
+    of the whole, so it fits the column on every database and two long names still differ.
+    The full server name is stored on its own (``server_name``)."""
+    name = f"notebook-{user}" + (f"-{server_name}" if server_name else "")
+    if len(name) <= NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:HASH_LENGTH]
+    return f"{name[: NAME_LENGTH - HASH_LENGTH - 1]}-{digest}"
 
 
 class AllocationAccess(WorkloadAccess):
@@ -89,7 +104,7 @@ class AllocationListHandler(AllocationAccess):
         self.refuse_never_starting(ask)
         record = WorkloadRecord.asking(
             ask,
-            name=f"notebook-{user}" + (f"-{request.server_name}" if request.server_name else ""),
+            name=notebook_name(user, request.server_name),
             command=None,
             working_dir=None,
             env={},

@@ -14,19 +14,25 @@ cannot be forged across sites, so token requests skip the check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+import aiohttp
 from jupyterhub.services.auth import HubOAuth, HubOAuthenticated
+from sqlalchemy.exc import DBAPIError, OperationalError
 from tornado import web
-from traitlets import validate
+from tornado.log import app_log
+from traitlets import Float, validate
 
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import JOB, Caller
 from scheduler.service.hub.directory import HubDirectory, HubDirectoryError
+from scheduler.service.hub.hubapi import HUB_TIMEOUT, hub_unavailable
+from scheduler.service.persistence.orm import NAME_LENGTH
 from scheduler.service.persistence.store import WorkloadPage
 from scheduler.service.requests import NAME, PageRequest, cursor_after, parse_page
 from scheduler.service.scheduling.loop import SchedulingLoop
@@ -40,19 +46,54 @@ MAX_LIST_VALUE = 255
 
 
 class ServiceOAuth(HubOAuth):
-    """``HubOAuth`` for a service that may start without the hub's OAuth variables.
+    """``HubOAuth`` for a service that may start without the hub's OAuth variables, and
+    whose token checks give up on a stalled hub.
 
     ``HubOAuth`` refuses an empty client id or API token as soon as it is built. The service
     reports a missing token itself, with what to do about it, and its client id is the one
     the hub gives every service (``service-<name>``) when $JUPYTERHUB_CLIENT_ID is not set
-    (an external service run by hand)."""
+    (an external service run by hand).
+
+    ``HubOAuth`` itself waits on the hub as long as its HTTP client does (minutes) and
+    answers a hub it cannot reach with a 500 naming the hub's URL and the service's host;
+    here each check waits ``hub_timeout`` seconds at most, and an outage answers 503 in
+    words that name the hub only."""
+
+    hub_timeout = Float(
+        HUB_TIMEOUT, help="Seconds to wait for the hub's answer, connecting included."
+    ).tag(config=True)
 
     @validate("oauth_client_id", "api_token")
     def _ensure_not_empty(self, proposal: Any) -> Any:
         return proposal.value
 
+    async def _api_request(self, method: str, url: str, /, **kwargs: Any) -> Any:
+        kwargs.setdefault(
+            "timeout",
+            aiohttp.ClientTimeout(total=self.hub_timeout),
+        )
+        try:
+            return await super()._api_request(method, url, **kwargs)
+        except web.HTTPError as error:
+            # HubOAuth raises its own error inside ``except``: the cause is the context
+            cause = error.__context__
+            if isinstance(cause, aiohttp.ClientConnectorError):
+                cause = cause.os_error
+            if isinstance(cause, asyncio.TimeoutError | aiohttp.ClientError | OSError):
+                outage = hub_unavailable(
+                    cause if isinstance(cause, asyncio.TimeoutError | OSError) else OSError(),
+                    self.hub_timeout,
+                )
+            elif error.status_code == 502:  # the hub answered 5xx
+                outage = "the hub is unavailable: it answered with an error; try again shortly"
+            else:
+                outage = None
+            if outage is None:
+                raise
+            raise web.HTTPError(503, outage) from None
 
-def make_hub_auth(parent: object, prefix: str) -> HubOAuth:
+
+def make_hub_auth(parent: object, prefix: str, timeout: float = HUB_TIMEOUT) -> HubOAuth:
     """The service's one ``HubOAuth``: tokens for the API, the OAuth cookie for browsers."""
     name = os.environ.get("JUPYTERHUB_SERVICE_NAME") or "frachub"
     return ServiceOAuth(
@@ -60,6 +101,18 @@ def make_hub_auth(parent: object, prefix: str) -> HubOAuth:
         base_url=prefix,
         cache_max_age=60,
         oauth_client_id=os.environ.get("JUPYTERHUB_CLIENT_ID") or f"service-{name}",
+        hub_timeout=timeout,
+    )
+
+
+DATABASE_UNAVAILABLE = "the database is unavailable; try again shortly"
+
+
+def database_outage(error: BaseException) -> bool:
+    """Whether ``error`` says the database could not be reached or used (refused, down,
+    locked, a connection lost mid-request), rather than that a statement was wrong."""
+    return isinstance(error, OperationalError) or (
+        isinstance(error, DBAPIError) and error.connection_invalidated
     )
 
 
@@ -98,6 +151,12 @@ class JSONErrors(web.RequestHandler):
     def _handle_request_exception(self, error: BaseException) -> None:
         if isinstance(error, InvalidSpec):
             self.send_error(error.status_hint, exc_info=(type(error), error, error.__traceback__))
+            return
+        if database_outage(error) and not self._finished:
+            # the driver's words name the database's host: the log has them, the caller not
+            app_log.warning("%s: the database is unavailable: %s", self._request_summary(), error)
+            outage = web.HTTPError(503, DATABASE_UNAVAILABLE)
+            self.send_error(503, exc_info=(type(outage), outage, None))
             return
         super()._handle_request_exception(error)
 
@@ -144,11 +203,23 @@ class APIHandler(HubOAuthenticated, JSONErrors):
 
     def _handle_request_exception(self, error: BaseException) -> None:
         # before the error is written: the answer must not wait on a session left broken
-        self.loop.store.end(failed=True)
+        self._end_transaction(failed=True)
         super()._handle_request_exception(error)
 
     def on_finish(self) -> None:
-        self.loop.store.end(failed=self.get_status() >= 400)
+        self._end_transaction(failed=self.get_status() >= 400)
+
+    def _end_transaction(self, failed: bool) -> None:
+        """Commit or roll back; a database that is down fails the rollback too, and the
+        caller is still answered (503, by ``_handle_request_exception``)."""
+        try:
+            self.loop.store.end(failed=failed)
+        except DBAPIError as error:
+            if not database_outage(error):
+                raise
+            app_log.warning("the database is unavailable: %s", error)
+            with contextlib.suppress(DBAPIError):
+                self.loop.store.session.rollback()
 
     # -- streams end with their client -----------------------------------------------------
 
@@ -209,6 +280,10 @@ class APIHandler(HubOAuthenticated, JSONErrors):
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             raise web.HTTPError(
                 403, f"this token lacks {' or '.join(sorted(self.hub_auth.access_scopes))}"
+            )
+        if len(model["name"]) > NAME_LENGTH:
+            raise web.HTTPError(
+                403, f"user names longer than {NAME_LENGTH} characters cannot use FracHub"
             )
         kind = model.get("kind", "user")
         groups = model.get("groups")

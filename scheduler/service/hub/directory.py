@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import HTTPClientError
 
-from scheduler.service.hub.hubapi import HubApi
+from scheduler.service.hub.hubapi import HUB_TIMEOUT, HubApi, hub_unavailable
 
 
 class HubDirectoryError(RuntimeError):
@@ -21,8 +21,10 @@ class HubDirectoryError(RuntimeError):
 
 
 class HubDirectory(HubApi):
-    def __init__(self, api_url: str, api_token: str, ttl: float = 30.0) -> None:
-        super().__init__(api_url, api_token)
+    def __init__(
+        self, api_url: str, api_token: str, ttl: float = 30.0, timeout: float = HUB_TIMEOUT
+    ) -> None:
+        super().__init__(api_url, api_token, timeout)
         self.ttl = ttl
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
 
@@ -32,14 +34,15 @@ class HubDirectory(HubApi):
             return cached[1]
         try:
             response = await self.fetch("GET", f"/users/{quote(user, safe='')}")
-        except HTTPClientError as error:
-            if error.code == 404:
+        except (HTTPClientError, OSError) as error:
+            if isinstance(error, HTTPClientError) and error.code == 404:
                 groups: frozenset[str] = frozenset()
                 self._cache[user] = (time.monotonic(), groups)
                 return groups
-            raise HubDirectoryError(f"the hub refused a group lookup for {user}: {error}") from None
-        except OSError as error:
-            raise HubDirectoryError(f"the hub is unreachable: {error}") from None
+            outage = hub_unavailable(error, self.timeout)
+            raise HubDirectoryError(
+                outage or f"the hub refused a group lookup for {user}: {error}"
+            ) from None
         groups = frozenset(json.loads(response.body).get("groups") or ())
         self._cache[user] = (time.monotonic(), groups)
         return groups

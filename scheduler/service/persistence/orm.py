@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, event
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column
 
 from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
 from scheduler.common.states import WorkloadState
@@ -25,9 +25,36 @@ class Base(DeclarativeBase):
     pass
 
 
+class TooLong(ValueError):
+    """A string longer than its column: a bug in the edge's checks, refused alike on every
+    database (PostgreSQL refuses it, SQLite would keep it whole)."""
+
+
+@event.listens_for(Base, "before_insert", propagate=True)
+@event.listens_for(Base, "before_update", propagate=True)
+def _refuse_too_long(mapper: Mapper, connection: Any, target: Base) -> None:
+    for attribute in mapper.column_attrs:
+        column = attribute.columns[0]
+        length = getattr(column.type, "length", None)
+        if not isinstance(column.type, String) or length is None:
+            continue
+        value = getattr(target, attribute.key)
+        if isinstance(value, str) and len(value) > length:
+            raise TooLong(
+                f"{mapper.local_table.name}.{column.name}: {len(value)} characters, more than "
+                f"the {length} it holds"
+            )
+
+
 ACTIVE_STATES = tuple(state.value for state in lifecycle.ACTIVE_STATES)
 """States the scheduler still acts on, as stored; every other state is final."""
 FINAL_STATES = tuple(state.value for state in lifecycle.FINAL_STATES)
+
+NAME_LENGTH = 255
+"""Characters a stored name holds (workload, user, project, server and queue names): the
+edge refuses longer input, and a name the service derives is cut to fit
+(``scheduler/service/handlers/allocations.py``), so PostgreSQL never refuses a row that
+SQLite would silently keep."""
 
 
 class WorkloadRecord(Base):
@@ -43,15 +70,15 @@ class WorkloadRecord(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(255))
-    user: Mapped[str] = mapped_column(String(255))
-    project: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    project: Mapped[str] = mapped_column(String(NAME_LENGTH))
     kind: Mapped[str] = mapped_column(String(32))
     state: Mapped[str] = mapped_column(String(32))
     command: Mapped[Any] = mapped_column(JSON(none_as_null=True), nullable=True)
     working_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     env: Mapped[dict] = mapped_column(JSON, default=dict)
-    server_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    server_name: Mapped[str | None] = mapped_column(String(NAME_LENGTH), nullable=True)
     gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_model: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
@@ -196,8 +223,8 @@ class QueueRecord(Base):
 
     __tablename__ = "queues"
 
-    name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    parent: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    parent: Mapped[str | None] = mapped_column(String(NAME_LENGTH), nullable=True)
     deserved_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     over_quota_weight: Mapped[float] = mapped_column(Float, default=1.0)
     limit_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -232,8 +259,8 @@ class UsageRecord(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), index=True)
-    user: Mapped[str] = mapped_column(String(255), index=True)
-    project: Mapped[str] = mapped_column(String(255), index=True)
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
+    project: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
     gpus: Mapped[float] = mapped_column(Float)
     start: Mapped[float] = mapped_column(Float, index=True)
     end: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
@@ -248,7 +275,7 @@ class UsageSampleRecord(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     time: Mapped[float] = mapped_column(Float, index=True)
-    project: Mapped[str] = mapped_column(String(255), index=True)
+    project: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
     allocated_gpus: Mapped[float] = mapped_column(Float)
     deserved_gpus: Mapped[float] = mapped_column(Float)
     fair_share_gpus: Mapped[float] = mapped_column(Float)
