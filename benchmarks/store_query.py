@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 from alembic import command
-from sqlalchemy import create_engine, event, insert, text
+from sqlalchemy import Column, create_engine, event, insert, inspect, text
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -70,12 +70,28 @@ SPACING = 10.0
 """Seconds between two submissions: 100,000 workloads span the last 12 days."""
 
 
+def later_columns() -> list[Column]:
+    """The workloads' columns that later migrations than 0007 added (0009's idempotency key):
+    the "before" store has them too, empty and unindexed, so that the ORM of today can read
+    and write it; only the list indexes differ, which is what the benchmark compares."""
+    engine = create_engine("sqlite://")
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0007")
+        old = {column["name"] for column in inspect(connection).get_columns("workloads")}
+    engine.dispose()
+    return [column for column in WorkloadRecord.__table__.columns if column.name not in old]
+
+
 def fill(url: str, args: argparse.Namespace) -> dict[str, str]:
-    """The workloads, their events and usage intervals, at schema 0007; the names the cases
-    use (the heaviest and a light user, the heaviest user's project)."""
+    """The workloads, their events and usage intervals, at schema 0007 (with
+    ``later_columns``); the names the cases use (the heaviest and a light user, the
+    heaviest user's project)."""
     engine = create_engine(engine_url(url))
     with engine.begin() as connection:
         command.upgrade(_alembic_config(connection), "0007")
+        for column in later_columns():
+            kind = column.type.compile(engine.dialect)
+            connection.execute(text(f"ALTER TABLE workloads ADD COLUMN {column.name} {kind}"))
     rng = random.Random(args.seed)
     start = time.time() - args.workloads * SPACING - 3600
     workloads, events, usage = [], [], []
@@ -144,8 +160,12 @@ def store_at(url: str) -> Store:
 
 
 def upgrade(url: str) -> None:
+    """From the "before" store to today's schema: ``later_columns`` out, and every
+    migration after 0007 (which puts them back, with their indexes)."""
     engine = create_engine(engine_url(url))
     with engine.begin() as connection:
+        for column in later_columns():
+            connection.execute(text(f"ALTER TABLE workloads DROP COLUMN {column.name}"))
         command.upgrade(_alembic_config(connection), "head")
     engine.dispose()
 

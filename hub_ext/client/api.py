@@ -40,9 +40,11 @@ from hub_ext.client.session import (
     ClientCore,
     FracHubError,
     NotConfigured,
+    new_idempotency_key,
+    worth_retrying,
 )
 from scheduler.common.contract import CHECKPOINT_MARK
-from scheduler.common.scopes import SERVICE_PREFIX
+from scheduler.common.scopes import IDEMPOTENCY_HEADER, SERVICE_PREFIX
 from scheduler.common.states import (
     ACTIVE_STATES,
     HOLDING_STATES,
@@ -203,6 +205,7 @@ class FracHubClient(ClientCore):
         service picks the user's only project; if they have several it refuses (400 on
         ``project``), and then ``default_project``, when there is one, is used instead.
         ``fields`` pass further Submission fields (``kind``, ``priority``, …) unchanged.
+        A submission that gets no answer is sent again (``_submit``) and stored once.
         """
         body: dict[str, Any] = {"command": command if isinstance(command, str) else list(command)}
         optional = {
@@ -217,7 +220,7 @@ class FracHubClient(ClientCore):
         body.update({key: value for key, value in optional.items() if value is not None})
         body.update(fields)
         try:
-            return self._json("POST", "workloads", json=body)
+            return self._submit(body)
         except FracHubError as error:
             # "project: is required: alice is in vision, nlp" (400) when none was named
             if (
@@ -226,8 +229,35 @@ class FracHubClient(ClientCore):
                 and error.status == 400
                 and error.message.startswith("project:")
             ):
-                return self._json(
-                    "POST", "workloads", json={**body, "project": self.default_project}
+                return self._submit({**body, "project": self.default_project})
+            raise
+
+    def _submit(self, body: dict[str, Any]) -> Any:
+        """``POST workloads`` under a new idempotency key, sent again under the same key
+        while no answer comes (``worth_retrying``: a dropped connection, a 503 while the
+        service restarts), a few times with growing pauses, telling the user. The service
+        stores the job once however many of the tries reached it, and answers each with it.
+        """
+        headers = {IDEMPOTENCY_HEADER: new_idempotency_key()}
+        tries = len(self.retry_delays) + 1
+        for attempt, delay in enumerate(self.retry_delays, start=1):
+            try:
+                return self._json("POST", "workloads", json=body, headers=headers)
+            except FracHubError as error:
+                if not worth_retrying(error):
+                    raise
+                self.notice(
+                    f"submitting: {error}; trying again in {delay:g} s (try {attempt + 1} of "
+                    f"{tries}; the job is stored once however many tries arrive)"
+                )
+            time.sleep(delay)
+        try:
+            return self._json("POST", "workloads", json=body, headers=headers)
+        except FracHubError as error:
+            if worth_retrying(error) and tries > 1:
+                error.message += (
+                    f" (sent {tries} times; should one of them have arrived, the job is stored "
+                    "once: list your jobs before submitting it again)"
                 )
             raise
 

@@ -5,6 +5,9 @@ not the service's). Both faces of the client (``hub_ext.client.api``) stand on t
 from __future__ import annotations
 
 import re
+import sys
+import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,6 +22,14 @@ SERVER_TOKEN_ENV = "JUPYTERHUB_API_TOKEN"  # a notebook server's own token
 PROJECT_ENV = "FRACHUB_PROJECT"
 
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+
+RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
+"""Seconds before each new try of a submission that got no answer: five tries within about
+8 s (and the requests' own time), then the last error is the answer."""
+RETRY_STATUSES = frozenset({502, 503, 504})
+"""A gateway's or the service's "not now" (the proxy while the service restarts, the
+service while the hub or the database is away): the request may or may not have been
+carried out."""
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -53,6 +64,24 @@ class NotConfigured(FracHubError):
 class Unreachable(FracHubError):
     """No answer from the service (connection refused, timeout, dropped stream), or an answer
     that is not the service's (an HTML page from the proxy or the hub)."""
+
+
+def worth_retrying(error: FracHubError) -> bool:
+    """Whether a request that failed with ``error`` may succeed if sent again: no answer
+    came (refused, dropped or timed-out connection) or a 502/503/504. A submission is sent
+    again only under its idempotency key, so that one that did arrive is stored once."""
+    return error.status in RETRY_STATUSES or (isinstance(error, Unreachable) and not error.status)
+
+
+def new_idempotency_key() -> str:
+    """A new ``Idempotency-Key`` value: a random UUID, quoted as the IETF draft writes it."""
+    return f'"{uuid.uuid4()}"'
+
+
+def tell_stderr(message: str) -> None:
+    """The default ``notice``: one ``frachub:`` line on stderr (the CLI's stderr, or the
+    notebook's, where the magics run)."""
+    print(f"frachub: {message}", file=sys.stderr, flush=True)
 
 
 # --- connecting ---------------------------------------------------------------------------------
@@ -93,6 +122,8 @@ class ClientCore:
     token_source: where the token came from (a flag, a variable, a setting), named when the
         hub does not accept it.
     url_source: where the URL came from, named when the service cannot be reached.
+    notice: tells the user what the client is doing while they wait (a submission sent
+        again); one line on stderr by default.
     """
 
     def __init__(
@@ -104,6 +135,7 @@ class ClientCore:
         timeout: float = 30.0,
         token_source: str = "the token",
         url_source: str = f"{URL_ENV} or --url",
+        notice: Callable[[str], None] = tell_stderr,
     ) -> None:
         self.url = service_url(url)
         self.api_url = self.url + API_PATH
@@ -111,6 +143,8 @@ class ClientCore:
         self.timeout = timeout
         self.token_source = token_source
         self.url_source = url_source
+        self.notice = notice
+        self.retry_delays: tuple[float, ...] = RETRY_DELAYS
         self.headers = {
             "Authorization": f"token {token}",
             "Accept": "application/json",

@@ -31,6 +31,9 @@ MAX_ID = 2**63 - 1
 MAX_GPU_MODELS = 16
 MAX_NAME_LENGTH = 253
 """Kubernetes' own bound on a label key; GPU model names and label values stay well inside."""
+MAX_IDEMPOTENCY_KEY = 200
+"""Characters of an ``Idempotency-Key`` (printable ASCII): a UUID (36) or a client's own
+composite key fits, and the stored column stays small."""
 
 
 def shown(value: Any, limit: int = 40) -> str:

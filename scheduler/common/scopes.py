@@ -13,6 +13,9 @@ from __future__ import annotations
 SERVICE_NAME = "frachub"
 SERVICE_PREFIX = f"/services/{SERVICE_NAME}/"
 API_PATH = "api/v1/"  # the service's REST API, under SERVICE_PREFIX
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""Sent with a submission, and again with its retries: the service stores one job per key
+(``scheduler/service/idempotency.py``; the client's ``submit`` sends a new one each time)."""
 ACCESS_SCOPE = f"access:services!service={SERVICE_NAME}"
 READ_SCOPE = "custom:frachub:read"
 SUBMIT_SCOPE = "custom:frachub:submit"

@@ -8,11 +8,15 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from hubharness import free_port, module_service
 from service_client import service_config, submit, wait_state
@@ -534,3 +538,100 @@ def test_a_sweep_runs_at_most_parallel_jobs_with_its_values_and_cancels_as_one(
     )
     assert too_many.returncode == 1
     assert too_many.stderr == "frachub: sweep.parameters: make 400 jobs; a sweep has at most 256\n"
+
+
+HOP_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding")
+"""Not passed on: httpx has read (and decoded) the body, which goes with a length of its own."""
+
+
+class LosingProxy:
+    """Between the CLI and the hub, on a port of its own: every request goes on to the hub,
+    but the answers to the first submissions are lost the way the probe lost them while the
+    service was killed. Each of ``losses`` in turn: "503" (the submission reached the
+    service, which stored it, and the client got the hub proxy's 503 instead of its answer)
+    or "drop" (it reached the service and the connection closed before any answer)."""
+
+    def __init__(self, upstream: str, losses: list[str]) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.losses = losses
+        self.keys: list[str | None] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy.forward(self)
+
+            do_POST = do_DELETE = do_GET
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def forward(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        headers = {
+            k: v for k, v in handler.headers.items() if k.lower() not in ("host", "connection")
+        }
+        answer = httpx.request(
+            handler.command, self.upstream + handler.path, headers=headers, content=body
+        )
+        submitting = handler.command == "POST" and handler.path.rstrip("/").endswith("/workloads")
+        if submitting:
+            self.keys.append(handler.headers.get("Idempotency-Key"))
+        loss = self.losses.pop(0) if submitting and self.losses else None
+        if loss == "drop":
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if loss == "503":
+            answer = httpx.Response(503, text="<html>503 Service Unavailable</html>")
+        handler.send_response(answer.status_code)
+        for name, value in answer.headers.items():
+            if name.lower() not in HOP_HEADERS:
+                handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(answer.content)))
+        handler.end_headers()
+        handler.wfile.write(answer.content)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def losing_proxy(hub) -> Iterator[Callable[[list[str]], LosingProxy]]:
+    made: list[LosingProxy] = []
+
+    def make(losses: list[str]) -> LosingProxy:
+        made.append(LosingProxy(hub.url, losses))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
+def test_a_submission_whose_answers_are_lost_is_sent_again_and_stored_once(
+    user, api, losing_proxy
+) -> None:
+    """The probe's case: the service stored the job, the client got a 503 (then, the second
+    time, no answer at all); the CLI sends it again under the same key, says so, and ends
+    with the one job the service stored."""
+    alice = user()
+    proxy = losing_proxy(["503", "drop"])
+    env = {**alice.env, "FRACHUB_URL": f"{proxy.url}/services/frachub/"}
+    submitted = alice("submit", "-g", "0.25", "--name", "once", "--", "sleep 30", env=env)
+    job = submitted_id(submitted)
+    assert len(proxy.keys) == 3 and proxy.keys[0] and len(set(proxy.keys)) == 1
+    notes = [line for line in submitted.stderr.splitlines() if line.startswith("frachub: ")]
+    assert len(notes) == 2, submitted.stderr
+    assert "503" in notes[0] and "trying again in 0.5 s (try 2 of 5;" in notes[0]
+    assert "lost the connection" in notes[1] and "trying again in 1 s (try 3 of 5;" in notes[1]
+    client = api(alice.token)
+    assert [item["id"] for item in client.get("workloads").json()] == [job]
+    client.delete(f"workloads/{job}")

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,8 @@ from hubharness import ServiceProcess
 from service_client import service_config, submit, wait_for, wait_state, workload
 from sqlalchemy import create_engine
 
+from hub_ext.client.api import FracHubClient
+from hub_ext.client.session import FracHubError
 from scheduler.service.persistence.store import engine_url
 
 from .conftest import DATABASES, database_config
@@ -187,4 +190,57 @@ def test_sigkill_during_a_burst_of_submissions(crashable, alice) -> None:
     heads = [workload(alice, item["id"])["queue_position"] for item in pending[:3]]
     assert heads == sorted(heads)  # submission order is the queue order, restart or not
     for item in listed:
+        alice.delete(f"workloads/{item['id']}")
+
+
+def test_sigkill_during_the_clients_submissions_stores_each_once(
+    crashable, hub, make_user, api
+) -> None:
+    """The probe's case, with the client: submissions answered 503 (or not at all) while
+    the service is SIGKILLed and started again are sent again under their idempotency keys,
+    and every one ends as exactly one job, however many of its tries the service stored."""
+    _, token = make_user(groups=["vision"])
+    answered: dict[str, int] = {}
+    failed: dict[str, str] = {}
+    retried: list[str] = []
+    stop = threading.Event()
+
+    def submitter(worker: int) -> None:
+        with FracHubClient(hub.service_url(), token, notice=retried.append, timeout=5) as c:
+            for n in range(10_000):
+                if stop.is_set():
+                    return
+                name = f"probe-{worker}-{n}"
+                try:
+                    answered[name] = c.submit("sleep 300", gpus=1, name=name)["id"]
+                except FracHubError as error:
+                    failed[name] = str(error)
+
+    threads = [threading.Thread(target=submitter, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(answered) >= 40, 30, "40 answered submissions")
+    crashable.kill(signal.SIGKILL)
+    crashable.start()
+    wait_for(lambda: len(answered) >= 100, 60, "100 answered submissions")
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+    engine = create_engine(engine_url(crashable.database_url))
+    with engine.connect() as db:
+        rows = db.exec_driver_sql("SELECT id, name FROM workloads").fetchall()
+    engine.dispose()
+    stored = Counter(name for _, name in rows)
+    print(
+        f"{len(answered) + len(failed)} submissions, {len(retried)} tries sent again, "
+        f"{len(failed)} failed after every try, {len(rows)} rows, "
+        f"{sum(count > 1 for count in stored.values())} stored twice"
+    )
+    assert retried, "the kill fell between submissions: nothing was sent again"
+    assert not failed, list(failed.items())[:3]
+    assert [name for name, count in stored.items() if count > 1] == []
+    assert {name: id_ for id_, name in rows} == answered
+    alice = api(token)
+    for item in alice.get("workloads?limit=500&active").json():
         alice.delete(f"workloads/{item['id']}")

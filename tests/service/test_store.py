@@ -10,6 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, insert, inspect
+from sqlalchemy.exc import IntegrityError
 
 from scheduler.engine import Kind, Request, WorkloadRequest
 from scheduler.service.persistence.orm import Base, EventRecord, UsageRecord, WorkloadRecord
@@ -141,6 +142,12 @@ def _dump(url: str) -> dict[str, list[tuple]]:
     }
 
 
+def _columns_of(before: dict[str, list[tuple]], dump: dict[str, list[tuple]]) -> dict:
+    """``dump`` with only the columns ``before`` had: a later migration adds columns at the
+    end of a table (0009: the idempotency key), which the rows from before leave empty."""
+    return {table: [row[: len(before[table][0])] for row in rows] for table, rows in dump.items()}
+
+
 def _indexes(url: str) -> dict[str, list[str]]:
     engine = create_engine(engine_url(url))
     try:
@@ -169,7 +176,7 @@ def test_a_0007_database_gains_the_list_indexes_and_keeps_every_row(url) -> None
     assert {"ix_workloads_user", "ix_workloads_state"} <= set(_indexes(url))
 
     store = open_store(url)
-    assert _dump(url) == before
+    assert _columns_of(before, _dump(url)) == before
     indexes = _indexes(url)
     assert indexes["ix_workloads_user_id_state"] == ["user", "id", "state"]
     assert indexes["ix_workloads_project_id_state"] == ["project", "id", "state"]
@@ -202,6 +209,54 @@ def test_a_0007_database_gains_the_list_indexes_and_keeps_every_row(url) -> None
     assert {"ix_workloads_user", "ix_workloads_project", "ix_workloads_state"} <= set(_indexes(url))
     assert "ix_workloads_user_id_state" not in _indexes(url)
     assert len(sql(url, "SELECT id FROM workloads")) == 301
+
+
+def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None:
+    """0009 adds each workload's idempotency key and body digest, unique per user: the rows
+    from before have none (and many NULL keys never collide), a key finds its workload, the
+    same key is refused for a second workload of the same user but not of another, and a
+    downgrade takes the columns away again."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0008")
+        for table, rows in _rows(30).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):
+        sql(url, "SELECT setval('workloads_id_seq', 30)")
+    before = _dump(url)
+
+    store = open_store(url)
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(HEAD,)]
+    assert sql(url, "SELECT count(*) FROM workloads WHERE idempotency_key IS NULL") == [(30,)]
+    after = _dump(url)
+    assert _columns_of(before, after) == before
+    assert {row[len(before["workloads"][0]) :] for row in after["workloads"]} == {(None, None)}
+    assert _indexes(url)["ix_workloads_user_idempotency_key"] == ["user", "idempotency_key"]
+    with store.engine.connect() as connection:  # the schema is the one the ORM declares
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    added = ("add_index", "remove_index", "add_column", "remove_column")
+    assert not [d for d in differences if d[0] in added], differences
+    first = _job(name="keyed", idempotency_key="k-1", request_digest="d" * 64)
+    store.add(first, _job(name="bob's", user="bob", idempotency_key="k-1"), _job(name="none"))
+    store.commit()
+    assert store.submitted_with("alice", "k-1") is first
+    assert store.submitted_with("bob", "k-1").name == "bob's"
+    assert store.submitted_with("alice", "k-2") is None
+    assert len(store.active_workloads()) == 23
+    store.add(_job(name="again", idempotency_key="k-1"))
+    with pytest.raises(IntegrityError):
+        store.flush()
+    store.end(failed=True)
+    assert [r.name for r in store.workloads(users=["alice"], limit=5).records] == ["none", "keyed"]
+    store.close()
+
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0008")
+    engine.dispose()
+    assert "ix_workloads_user_idempotency_key" not in _indexes(url)
+    assert len(sql(url, "SELECT id FROM workloads")) == 33
 
 
 def test_a_newer_database_is_refused(url) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -211,6 +212,78 @@ def test_bad_submissions_are_refused_and_store_nothing(user, body, words) -> Non
         response = alice.post("workloads", json=body)
     assert response.status_code == 400, response.text
     assert words in response.json()["message"]
+    assert alice.get("workloads").json() == []
+
+
+KEY = "Idempotency-Key"
+
+
+def test_a_retried_submission_with_its_key_stores_one_job(user) -> None:
+    """A retry (the same key, the same body) is answered with the first job and stores
+    nothing, also when the retries arrive together; the same key with another body is
+    refused; another user's identical key is their own; a sweep is found by its key too."""
+    alice, bob = user(), user()
+    body = {"command": "sleep 60", "gpus": 0.25, "name": "keyed"}
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+    first = alice.post("workloads", json=body, headers={KEY: f'"{key}"'})
+    assert first.status_code == 201, first.text
+    assert "Idempotent-Replayed" not in first.headers
+    job = first.json()["id"]
+    # the same body in another field order, the key bare rather than quoted: the same request
+    again = alice.post("workloads", json=dict(reversed(body.items())), headers={KEY: key})
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] == job and again.json()["name"] == "keyed"
+    assert again.headers["Location"] == first.headers["Location"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert [item["id"] for item in alice.get("workloads").json()] == [job]
+
+    other = alice.post("workloads", json={**body, "gpus": 0.5}, headers={KEY: key})
+    assert other.status_code == 422, other.text
+    message = other.json()["message"]
+    assert message.startswith(f"{KEY}: ") and "another body" in message and str(job) in message
+
+    bobs = bob.post("workloads", json=body, headers={KEY: key})
+    assert bobs.status_code == 201 and bobs.json()["id"] != job
+    assert "Idempotent-Replayed" not in bobs.headers
+    assert [item["id"] for item in bob.get("workloads").json()] == [bobs.json()["id"]]
+
+    def send(_: int) -> httpx.Response:
+        return alice.post("workloads", json=body, headers={KEY: "burst"})
+
+    with ThreadPoolExecutor(6) as pool:  # retries racing the first: one job for all
+        burst = list(pool.map(send, range(6)))
+    assert [answer.status_code for answer in burst] == [201] * 6
+    assert len({answer.json()["id"] for answer in burst}) == 1
+    assert sum("Idempotent-Replayed" in answer.headers for answer in burst) == 5
+
+    sweep = {"command": "sleep 60", "gpus": 0.25, "sweep": {"parameters": {"lr": [1, 2]}}}
+    sweeps = [alice.post("workloads", json=sweep, headers={KEY: "s"}) for _ in range(2)]
+    assert [answer.status_code for answer in sweeps] == [201, 201]
+    assert sweeps[0].json()["id"] == sweeps[1].json()["id"]
+    assert sweeps[1].headers["Location"].endswith(f"/sweeps/{sweeps[0].json()['id']}")
+    assert [m["id"] for m in sweeps[1].json()["workloads"]] == [
+        m["id"] for m in sweeps[0].json()["workloads"]
+    ]
+    assert len(alice.get("workloads").json()) == 4  # the job, the burst's, two sweep members
+    drain(alice)
+    drain(bob)
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("k" * 201, "must be 1 to 200 printable ASCII characters"),
+        ("", "got 0 characters"),
+        ('""', "empty quoted string"),
+        ("caf\xe9".encode("latin-1"), "got other characters"),
+    ],
+    ids=["too-long", "empty", "empty-quoted", "not-ascii"],
+)
+def test_a_bad_idempotency_key_is_refused_naming_the_header(user, value, words) -> None:
+    alice = user()
+    response = alice.post("workloads", json={"command": "true", "gpus": 0.25}, headers={KEY: value})
+    assert response.status_code == 400, response.text
+    assert response.json()["message"].startswith(f"{KEY}: ") and words in response.text
     assert alice.get("workloads").json() == []
 
 

@@ -11,6 +11,7 @@ from tornado.iostream import StreamClosedError
 
 from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
+from scheduler.common.scopes import IDEMPOTENCY_HEADER
 from scheduler.engine import WorkloadRequest, default_priority, feasibility
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
 from scheduler.fields import InvalidSpec
@@ -18,6 +19,7 @@ from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.hub.directory import HubDirectoryError
 from scheduler.service.hub.jobtokens import token_id_of
+from scheduler.service.idempotency import REPLAYED_HEADER, body_digest, idempotency_key
 from scheduler.service.persistence.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
 from scheduler.service.policies.sweeps import member_env
 from scheduler.service.requests import (
@@ -189,7 +191,35 @@ class WorkloadListHandler(WorkloadAccess):
 
     async def post(self) -> None:
         self.require(SUBMIT)
-        submission = parse_submission(self.json_body())
+        key = idempotency_key(self.request.headers.get_list(IDEMPOTENCY_HEADER))
+        body = self.json_body()
+        if key is None:
+            stored = await self._submit(body)
+        else:
+            # a retry arriving while the first is still being stored waits, then finds it
+            async with self.loop.key_turns.turn((self.caller.name, key)):
+                digest = body_digest(body)
+                first = self.loop.store.submitted_with(self.caller.name, key)
+                if first is None:
+                    stored = await self._submit(body, key=key, digest=digest)
+                else:
+                    stored = self._replay(first, digest)
+        # a sweep is answered as the sweep, at its own address
+        base = self.request.path.rstrip("/")
+        if stored[0].sweep_id is None:
+            self.set_header("Location", f"{base}/{stored[0].id}")
+            self.write_json(workload_json(stored[0], self.loop), status=201)
+        else:
+            self.set_header("Location", f"{base.rsplit('/', 1)[0]}/sweeps/{stored[0].id}")
+            self.write_json(sweep_json(stored[0].id, stored, self.loop), status=201)
+
+    async def _submit(
+        self, body: object, key: str | None = None, digest: str | None = None
+    ) -> list[WorkloadRecord]:
+        """Store what ``body`` asks for: the workload, or a sweep's members. With an
+        idempotency ``key``, the workload (a sweep's first member) keeps it and the body's
+        ``digest``."""
+        submission = parse_submission(body)
         asked = submission.ask
         ceiling = default_priority(asked.kind, False)
         if asked.priority > ceiling and not self.caller.is_admin:
@@ -205,11 +235,25 @@ class WorkloadListHandler(WorkloadAccess):
         ask = replace(asked, project=project, user=self.caller.name, min_runtime=min_runtime)
         self.refuse_never_starting(ask)
         if submission.sweep is not None:
-            await self._submit_sweep(submission, ask)
-            return
-        (record,) = await self.loop.submit([self._record(submission, ask)])
-        self.set_header("Location", f"{self.request.path.rstrip('/')}/{record.id}")
-        self.write_json(workload_json(record, self.loop), status=201)
+            return await self._submit_sweep(submission, ask, key, digest)
+        record = self._record(submission, ask)
+        record.idempotency_key, record.request_digest = key, digest
+        return await self.loop.submit([record])
+
+    def _replay(self, first: WorkloadRecord, digest: str) -> list[WorkloadRecord]:
+        """A retry of the submission that stored ``first``: the same answer as the first time
+        (201, the workload or sweep as it is now), storing nothing. The same key with
+        another body is a client's mistake, refused (422) rather than answered."""
+        if first.request_digest != digest:
+            raise web.HTTPError(
+                422,
+                f"{IDEMPOTENCY_HEADER}: this key was first sent with another body (it made "
+                f"workload {first.id}); send a new key for a new submission",
+            )
+        self.set_header(REPLAYED_HEADER, "true")
+        if first.sweep_id == first.id:
+            return self.loop.store.sweep_members(first.id)
+        return [self.loop.records.get(first.id, first)]
 
     @staticmethod
     def _record(submission: Submission, ask: WorkloadRequest) -> WorkloadRecord:
@@ -221,13 +265,17 @@ class WorkloadListHandler(WorkloadAccess):
             env=submission.env,
         )
 
-    async def _submit_sweep(self, submission: Submission, ask: WorkloadRequest) -> None:
+    async def _submit_sweep(
+        self, submission: Submission, ask: WorkloadRequest, key: str | None, digest: str | None
+    ) -> list[WorkloadRecord]:
         """Every member in one transaction, with consecutive ids; the sweep's id is its first
-        member's. All are stored or none is, and no cycle sees part of a sweep."""
+        member's, which alone keeps the idempotency key. All are stored or none is, and no
+        cycle sees part of a sweep."""
         sweep = submission.sweep
         assert sweep is not None
         combinations = list(sweep.members())
         records = [self._record(submission, ask) for _ in combinations]
+        records[0].idempotency_key, records[0].request_digest = key, digest
 
         def name_members(records: list[WorkloadRecord]) -> None:
             first = records[0].id
@@ -238,11 +286,7 @@ class WorkloadListHandler(WorkloadAccess):
                 record.name = f"{stem}-{index}"
                 record.env = {**submission.env, **member_env(first, index, values)}
 
-        await self.loop.submit(records, before_commit=name_members)
-        sweep_id = records[0].id
-        base = self.request.path.rstrip("/").rsplit("/", 1)[0]
-        self.set_header("Location", f"{base}/sweeps/{sweep_id}")
-        self.write_json(sweep_json(sweep_id, records, self.loop), status=201)
+        return await self.loop.submit(records, before_commit=name_members)
 
 
 class WorkloadHandler(WorkloadAccess):

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, event
 from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column
 
+from scheduler.common.limits import MAX_IDEMPOTENCY_KEY
 from scheduler.common.placement import GpuShare, Placement, ReplicaPlacement
 from scheduler.common.states import WorkloadState
 from scheduler.engine import Kind, Queue, Request, Workload, WorkloadRequest, lifecycle
@@ -67,6 +68,9 @@ class WorkloadRecord(Base):
         Index("ix_workloads_user_id_state", "user", "id", "state"),
         Index("ix_workloads_project_id_state", "project", "id", "state"),
         Index("ix_workloads_state_id", "state", "id"),
+        # a user's idempotency keys are theirs alone, and one key makes one workload: a
+        # retried submission finds the first instead of storing a second (migration 0009)
+        Index("ix_workloads_user_idempotency_key", "user", "idempotency_key", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -118,6 +122,12 @@ class WorkloadRecord(Base):
     sweep_parallel: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Jobs of a sweep: how many of its members may hold GPUs at once (the service holds the
     others back from the engine, see ``scheduler/service/policies/sweeps.py``)."""
+    idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY), nullable=True)
+    """The ``Idempotency-Key`` it was submitted with (a sweep: on its first member only);
+    None when the client sent none. Kept, like the row, for ``workload_retention_days``."""
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    """With a key: the SHA-256 of the body it was submitted with, so that the same key with
+    another body is refused rather than answered with this workload."""
 
     @property
     def placement(self) -> Placement:

@@ -237,6 +237,14 @@ class Store:
         records = list(self.session.scalars(page))
         return WorkloadPage(records[:limit], len(records) > limit, total)
 
+    def submitted_with(self, user: str, key: str) -> WorkloadRecord | None:
+        """The workload ``user`` submitted with ``Idempotency-Key`` ``key`` (a sweep's first
+        member), while its record is kept; read from the unique (user, key) index."""
+        query = select(WorkloadRecord).where(
+            WorkloadRecord.user == user, WorkloadRecord.idempotency_key == key
+        )
+        return self.session.scalars(query).one_or_none()
+
     def sweep_members(self, sweep_id: int) -> list[WorkloadRecord]:
         """A sweep's jobs in order (``scheduler/service/policies/sweeps.py``)."""
         query = select(WorkloadRecord).where(WorkloadRecord.sweep_id == sweep_id)

@@ -80,7 +80,7 @@ from scheduler.service.scheduling.arrivals import FastPath
 from scheduler.service.scheduling.effects import Effects, Stops
 from scheduler.service.scheduling.joblog import write_milestone
 from scheduler.service.scheduling.roster import Roster
-from scheduler.service.scheduling.submissions import BeforeCommit, GroupCommit
+from scheduler.service.scheduling.submissions import BeforeCommit, GroupCommit, KeyTurns
 
 MAX_CYCLES_PER_RUN = 100
 SLICE_SECONDS = 0.005
@@ -157,6 +157,8 @@ class SchedulingLoop:
             log=self.log,
         )
         self._group = GroupCommit(self.add_all, self.log)
+        self.key_turns = KeyTurns()
+        """Submissions with one idempotency key take turns (``submissions.KeyTurns``)."""
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="frachub-engine")
         """Where cycles decide: one thread, so cycles never overlap."""
         self._policies = [replace(self.policy, scorer=copy.deepcopy(policy.scorer)) for _ in "ab"]

@@ -5,13 +5,17 @@ The first submission of a burst schedules the commit for the end of this turn of
 loop, and every caller is answered once the one transaction holding its workloads has
 committed, so a 201 still means stored. Should the shared transaction fail, each submission
 is tried again in a transaction of its own, so one cannot fail another.
+
+Submissions that carry the same idempotency key take turns (``KeyTurns``): a retry that
+arrives while the first is still being stored waits for it, then finds its row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 
 from scheduler.service.persistence.orm import WorkloadRecord
 
@@ -75,3 +79,34 @@ class GroupCommit:
             else:
                 if not future.done():
                     future.set_result(records)
+
+
+class KeyTurns:
+    """One request at a time per key: a retried submission (same user, same
+    ``Idempotency-Key``) that arrives while the first is still between its look-up and its
+    commit (asking the hub for groups, waiting for the group commit) waits its turn, and
+    then finds the first one's row instead of storing a second. Locks exist only while a
+    request holds or awaits them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[Hashable, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: Hashable) -> AsyncIterator[None]:
+        lock, holders = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, holders + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, holders = self._locks[key]
+            if holders == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, holders - 1)
+
+    def __len__(self) -> int:
+        """Keys held or awaited now."""
+        return len(self._locks)
