@@ -381,3 +381,34 @@ def test_what_was_asked_is_stored_and_read_back_unchanged(tmp_path, request_) ->
     store.session.expire_all()
     assert store.workload(record.id).asked() == ask
     store.close()
+
+
+def test_a_postgresql_server_that_never_answers_is_given_up_on(monkeypatch) -> None:
+    """A server that accepts the connection and then says nothing (a stalled host, a full
+    backlog behind a proxy) ends in StoreError after the connect timeout, not a hang."""
+    import socket
+    import threading
+
+    from scheduler.service.persistence import store as store_module
+
+    monkeypatch.setattr(store_module, "CONNECT_TIMEOUT", 1)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            open_store(f"postgresql://frachub@127.0.0.1:{port}/frachub")
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(60)  # generous: the point is that it ends at all
+    listener.close()
+    assert outcome, "open_store hung on a server that never answers"
+    assert isinstance(outcome[0], StoreError)
+    assert "timeout" in str(outcome[0]).lower()

@@ -81,6 +81,10 @@ def engine_url(url: str) -> str:
     return url
 
 
+CONNECT_TIMEOUT = 5
+"""Seconds to wait for a PostgreSQL server to accept a connection."""
+
+
 def open_store(url: str) -> Store:
     """Connect, create or upgrade the schema, and return the store."""
     url = engine_url(url)
@@ -88,8 +92,11 @@ def open_store(url: str) -> Store:
         path = url.removeprefix("sqlite:///")
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # a PostgreSQL server that accepts connections but never answers must not hang the
+    # service: libpq gives up connecting after this many seconds (the request then gets 503)
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT} if url.startswith("postgresql") else {}
     try:
-        engine = create_engine(url)
+        engine = create_engine(url, connect_args=connect_args)
     except Exception as error:  # a malformed URL or a missing driver
         raise StoreError(f"cannot use database {url!r}: {error}") from error
     if engine.dialect.name == "sqlite":
