@@ -38,6 +38,7 @@ from typing import Any
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from scheduler.backends import confinement as cg
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.common.contract import (
@@ -51,12 +52,16 @@ from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
 
-# Runs the command as a child, so that it can record the child's status afterwards. ``trap :``
+# Runs the command as a child, so that it can record the child's status afterwards. It first
+# waits for a line (or the end) on stdin: the service moves it into its control groups
+# meanwhile, so that the command starts inside them (``confinement``). ``trap :``
 # keeps the wrapper alive through the SIGTERM sent to the whole process group (the child does
 # not inherit a trap, only an ignored signal would be), and POSIX shells run the trap only
 # after the foreground child has ended. The status is written to a temporary file and renamed,
 # so a reader sees either nothing or the whole number.
 WRAPPER = """exitfile=$1; shift
+read -r _ || :
+exec </dev/null
 trap : TERM INT HUP
 "$@"
 code=$?
@@ -78,8 +83,12 @@ class _Replica:
     pid: int
     start_time: int
     exit_file: str
+    group: str
+    """Its control group (``confinement.group_name``)."""
     process: subprocess.Popen[bytes] | None = None
     ended: bool = False
+    cleared: bool = False
+    """Ended, and none of its processes is left (its group was killed and removed)."""
     exit_code: int | None = None
     message: str = ""
 
@@ -176,6 +185,18 @@ class LocalBackend(LoggingConfigurable):
         seconds, SIGKILL.""",
     ).tag(config=True)
 
+    confinement = CaselessStrEnum(
+        list(cg.MODES),
+        default_value="auto",
+        help="""How each replica's processes are held (docs/service.md, "Confinement"):
+        ``cgroup2`` or ``cgroup1`` (a control group per replica: every process tracked and
+        killed with it; NVIDIA GPUs outside the share denied where a v1 devices hierarchy is
+        mounted), ``session`` (the process group plus a sweep of /proc for the attempt's
+        FRACHUB_ATTEMPT), or ``auto`` (the first of these that works here; the log says
+        which). A cgroup mode that cannot work here falls back to ``session``, with a
+        warning.""",
+    ).tag(config=True)
+
     @validate("declared_inventory")
     def _check_declared(self, proposal: Any) -> list[dict[str, Any]]:
         return validate_declared(proposal.value)
@@ -192,8 +213,21 @@ class LocalBackend(LoggingConfigurable):
         self._attempts: dict[str, _Attempt] = {}
         self._inventory: Inventory | None = None
         self._inventory_read_at = 0.0
+        self._confined: cg.Confinement | None = None
 
     # --- Backend protocol ---------------------------------------------------------------------
+
+    @property
+    def confined(self) -> cg.Confinement:
+        """The confinement in use, chosen (and logged) on first use."""
+        if self._confined is None:
+            chosen, why = cg.choose(self.confinement, cg.scope_of(self.data_dir))
+            if why:
+                self.log.warning("Confinement %s is not available (%s)", self.confinement, why)
+            log = self.log.warning if chosen.root is None else self.log.info
+            log("Local jobs are confined by %s", chosen.describe())
+            self._confined = chosen
+        return self._confined
 
     def inventory(self) -> Inventory:
         """The configured inventory; NVML answers are reused for ``inventory_refresh_seconds``."""
@@ -237,7 +271,8 @@ class LocalBackend(LoggingConfigurable):
 
         Lost means every replica is gone and at least one left no exit file. A gang with one
         such replica but others still running is adopted; ``poll`` then reports it with exit
-        code None and stops the rest.
+        code None and stops the rest. What is left of a lost attempt (its command, when only
+        the wrapper died) is killed before this returns, so a new attempt never runs beside it.
         """
         token = str(handle.get("attempt"))
         if token in self._attempts:
@@ -254,6 +289,7 @@ class LocalBackend(LoggingConfigurable):
             self.log.warning(
                 "Workload %s attempt %s is gone without an exit file", workload_id, token
             )
+            self._clear_now(attempt)
             return False
         self._attempts[token] = attempt
         return True
@@ -261,6 +297,9 @@ class LocalBackend(LoggingConfigurable):
     async def poll(self) -> list[Exit | Checkpoint]:
         """Attempts that ended since the last call, each reported once, and the running
         attempts whose checkpoint directory holds a file newer than the last one reported.
+
+        A replica's end kills what is left in its control group; the attempt's end is reported
+        once every group is empty (a poll or two later when something was left).
 
         Cost: one ``waitpid`` per own replica, one read of ``/proc/<pid>/stat`` per adopted
         one; exit files are read only for adopted replicas that have ended; one walk of each
@@ -276,9 +315,11 @@ class LocalBackend(LoggingConfigurable):
                 exits.append(Checkpoint(attempt.workload_id, newest))
             for replica in attempt.replicas:
                 self._check(replica, attempt)
+            cleared = self._clear(attempt)
             if all(r.ended for r in attempt.replicas):
-                del self._attempts[token]
-                exits.append(self._exit(attempt))
+                if cleared:  # reported once nothing of it is left, its share then free
+                    del self._attempts[token]
+                    exits.append(self._exit(attempt))
             elif attempt.failures and attempt.kill_timer is None and not attempt.killed:
                 failed = attempt.failures[0]
                 self.log.info(
@@ -360,6 +401,9 @@ class LocalBackend(LoggingConfigurable):
         _check_command(argv, envs[0]["PATH"], cwd)
 
         token = f"a{job.restart_count}-{uuid.uuid4().hex[:8]}"
+        for env in envs:
+            env[cg.ATTEMPT_VARIABLE] = token
+        self._kill_earlier_attempts(job.workload_id)
         run_dir = os.path.join(self.data_dir, "run", str(job.workload_id))
         self._forget_old_attempts(run_dir)
         attempt_dir = os.path.join(run_dir, token)
@@ -378,14 +422,20 @@ class LocalBackend(LoggingConfigurable):
                 )
                 exit_file = os.path.join(attempt_dir, f"replica-{rank}.exit")
                 log_file = self._log_file(job.workload_id, rank)
+                group = cg.group_name(job.workload_id, token, rank)
+                self._prepare_group(group, job, rank)
                 attempt.replicas.append(
-                    self._spawn(argv, rank, exit_file, log_file, header, env, cwd, account)
+                    self._spawn(argv, rank, exit_file, log_file, header, env, cwd, account, group)
                 )
         except BaseException:
             for replica_started in attempt.replicas:
                 _signal_group(replica_started.pid, signal.SIGKILL)
                 if replica_started.process is not None:
                     replica_started.process.wait()
+                replica_started.ended = True
+            self._clear_now(attempt)
+            for rank in range(len(job.placement)):
+                cg.remove(self.confined, cg.group_name(job.workload_id, token, rank))
             raise
         return attempt
 
@@ -419,6 +469,7 @@ class LocalBackend(LoggingConfigurable):
         env: dict[str, str],
         cwd: str,
         account: pwd.struct_passwd | None,
+        group: str,
     ) -> _Replica:
         identity: dict[str, Any] = {}
         if account is not None:
@@ -441,7 +492,7 @@ class LocalBackend(LoggingConfigurable):
                 ["/bin/sh", "-c", WRAPPER, "frachub-job", exit_file, *argv],
                 cwd=cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # the wrapper waits on it until it is in its group
                 stdout=fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -452,8 +503,27 @@ class LocalBackend(LoggingConfigurable):
             raise BackendError(f"cannot start replica {rank}: {e.strerror or e}") from e
         finally:
             os.close(fd)
+        try:
+            cg.enter(self.confined, group, process.pid)
+        except OSError as e:
+            process.kill()
+            process.wait()
+            raise BackendError(f"cannot confine replica {rank}: {e.strerror or e}") from e
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()  # the wrapper goes on: the command starts in the group
         stat = _proc_stat(process.pid)
-        return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, process)
+        return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, group, process)
+
+    def _prepare_group(self, group: str, job: JobSpec, rank: int) -> None:
+        """Make the replica's control groups, denying the GPUs it is not shown."""
+        node = job.placement[rank].node
+        every = [gpu.index for gpu in self.inventory().gpus if gpu.node == node]
+        denied = cg.denied_minors(visible_gpus(job.placement, rank), every)
+        try:
+            cg.prepare(self.confined, group, denied)
+        except OSError as e:
+            raise BackendError(f"cannot make the control group of replica {rank}: {e}") from e
 
     def _account(self, user: str) -> pwd.struct_passwd | None:
         """The system account to run as, or None to run as the service's own user."""
@@ -566,7 +636,7 @@ class LocalBackend(LoggingConfigurable):
         loop = asyncio.get_running_loop()
         for replica in attempt.replicas:
             if self._check(replica, attempt):
-                _signal_group(replica.pid, signal.SIGTERM)
+                self._signal(attempt, replica, signal.SIGTERM)
         deadline = loop.time() + max(grace_seconds, 0.0)
         if deadline < attempt.kill_at:
             if attempt.kill_timer is not None:
@@ -583,7 +653,51 @@ class LocalBackend(LoggingConfigurable):
                     attempt.workload_id,
                     replica.index,
                 )
-                _signal_group(replica.pid, signal.SIGKILL)
+                self._signal(attempt, replica, signal.SIGKILL)
+
+    def _signal(self, attempt: _Attempt, replica: _Replica, sig: int) -> None:
+        """Signal every process of a running replica: its control group's, else its process
+        group (the sweep for the rest comes when it has ended: ``_clear``)."""
+        if self.confined.root is None:
+            _signal_group(replica.pid, sig)
+        elif sig == signal.SIGKILL:
+            cg.kill_all(self.confined, replica.group, attempt.token)
+        else:
+            cg.signal_all(self.confined, replica.group, attempt.token, sig)
+
+    def _clear(self, attempt: _Attempt) -> bool:
+        """Kill whatever the ended replicas left running; True once every replica has ended
+        and nothing of them is left."""
+        for replica in attempt.replicas:
+            if replica.ended and not replica.cleared:
+                replica.cleared = cg.kill_all(self.confined, replica.group, attempt.token)
+        return all(r.cleared for r in attempt.replicas)
+
+    def _clear_now(self, attempt: _Attempt, timeout: float = 5.0) -> None:
+        """``_clear`` until nothing is left (blocking: killed processes go within
+        milliseconds); a process still there after ``timeout`` is logged."""
+        deadline = time.monotonic() + timeout
+        while not self._clear(attempt):
+            if time.monotonic() > deadline:
+                self.log.error(
+                    "Workload %s attempt %s: processes outlived SIGKILL for %ss",
+                    attempt.workload_id,
+                    attempt.token,
+                    timeout,
+                )
+                return
+            time.sleep(0.01)
+
+    def _kill_earlier_attempts(self, workload_id: int) -> None:
+        """Kill the groups of this workload's attempts this backend does not watch (one a
+        crashed service left and nobody adopted), so that two attempts never run at once."""
+        for group in cg.groups_of(self.confined, workload_id):
+            token = group[len(f"w{workload_id}-") :].rsplit("-r", 1)[0]
+            if token in self._attempts:
+                continue
+            self.log.warning("Workload %s: killing what is left of attempt %s", workload_id, token)
+            ghost = _Attempt(workload_id, token, [_Replica(0, 0, 0, "", group, ended=True)])
+            self._clear_now(ghost)
 
     def _exit(self, attempt: _Attempt) -> Exit:
         if not attempt.failures:
@@ -612,7 +726,13 @@ class LocalBackend(LoggingConfigurable):
             if handle.get("backend") != HANDLE_KIND:
                 return None
             replicas = [
-                _Replica(i, int(r["pid"]), int(r["start_time"]), str(r["exit_file"]))
+                _Replica(
+                    i,
+                    int(r["pid"]),
+                    int(r["start_time"]),
+                    str(r["exit_file"]),
+                    cg.group_name(workload_id, str(handle["attempt"]), i),
+                )
                 for i, r in enumerate(handle["replicas"])
             ]
             token = str(handle["attempt"])
