@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -48,6 +49,7 @@ from scheduler.common.contract import (
     rendezvous,
     visible_gpus,
 )
+from scheduler.common.files import open_own_file
 from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
@@ -398,7 +400,7 @@ class LocalBackend(LoggingConfigurable):
             )
             for rank in range(len(job.placement))
         ]
-        _check_command(argv, envs[0]["PATH"], cwd)
+        _check_start(argv, envs[0]["PATH"], cwd, account)
 
         token = f"a{job.restart_count}-{uuid.uuid4().hex[:8]}"
         for env in envs:
@@ -478,12 +480,7 @@ class LocalBackend(LoggingConfigurable):
                 "group": account.pw_gid,
                 "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid),
             }
-        try:
-            # O_NOFOLLOW: the log directory belongs to the user, who must not be able to point
-            # the service (perhaps root) at another file.
-            fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            raise BackendError(f"cannot open the log file {log_file}: {e.strerror}") from e
+        fd = _open_log(log_file)
         try:
             if account is not None:
                 os.fchown(fd, account.pw_uid, account.pw_gid)
@@ -562,15 +559,13 @@ class LocalBackend(LoggingConfigurable):
     def _working_dir(self, asked: str | None, default: str) -> str:
         """The directory the job asked for, else its home. Relative paths, and ``~`` or
         ``~/...``, are taken from the job's home (never the service's: ``expanduser`` here
-        would name the service account's home)."""
+        would name the service account's home). Checked by ``_check_start``, as the job's
+        user."""
         if not asked:
             return default
         if asked == "~" or asked.startswith("~/"):
             asked = asked[1:].lstrip("/")
-        path = os.path.normpath(os.path.join(default, asked))
-        if not os.path.isdir(path):
-            raise BackendError(f"working directory {path} does not exist")
-        return path
+        return os.path.normpath(os.path.join(default, asked))
 
     def _environment(
         self,
@@ -760,9 +755,84 @@ def _command_argv(command: str | Sequence[str]) -> list[str]:
     return argv
 
 
+# Run as the job's user by ``_check_start``: exit 3 when the working directory cannot be
+# entered, 4 when a command given by path cannot be run, 5 when none is found on PATH.
+CHECK_AS_USER = """cd -- "$1" 2>/dev/null || exit 3
+case $2 in
+*/*) [ -f "$2" ] && [ -x "$2" ] || exit 4; exit 0 ;;
+esac
+set -f; IFS=:
+for dir in $3; do
+    [ -f "${dir:-.}/$2" ] && [ -x "${dir:-.}/$2" ] && exit 0
+done
+exit 5
+"""
+
+
+def _check_start(argv: list[str], path: str, cwd: str, account: pwd.struct_passwd | None) -> None:
+    """Refuse a job whose working directory or command cannot be used, while nothing has
+    started yet (the shell would only say so in the log, with code 127).
+
+    For a job run as another account, the checks run as that account (a short ``/bin/sh``
+    with its uid and groups): checked as root, "does not exist" against a start would tell
+    anyone whether a path exists under another user's private directory. A missing
+    directory and one the user may not enter get the same answer."""
+    if account is None:
+        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
+            raise BackendError(_no_working_dir(cwd))
+        _check_command(argv, path, cwd)
+        return
+    try:
+        code = subprocess.run(
+            ["/bin/sh", "-c", CHECK_AS_USER, "frachub-check", cwd, argv[0], path],
+            env={"PATH": DEFAULT_PATH},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
+            timeout=30,
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BackendError(
+            f"cannot check the job's working directory as {account.pw_name}: {e}"
+        ) from e
+    if code == 3:
+        raise BackendError(_no_working_dir(cwd))
+    if code == 4:
+        raise BackendError(f"command not found or not executable: {argv[0]}")
+    if code != 0:
+        raise BackendError(f"command not found: {argv[0]} (PATH={path})")
+
+
+def _no_working_dir(path: str) -> str:
+    """One answer for missing and not the user's, so that it tells nothing about others'
+    files."""
+    return f"working directory {path} does not exist or is not yours to enter"
+
+
+def _open_log(path: str) -> int:
+    """The replica's log, opened to append. Its directory is the user's, who must not be able
+    to point the service (perhaps root, which also gives the file to the user) at another
+    file: never through a symlink, and a hard link or special file is replaced by a new
+    file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    try:
+        try:
+            return open_own_file(path, flags)
+        except OSError as e:
+            if e.errno != errno.EMLINK:
+                raise
+        os.unlink(path)  # only the name in the user's directory: the file itself is untouched
+        return open_own_file(path, flags | os.O_EXCL)
+    except OSError as e:
+        raise BackendError(f"cannot open the log file {path}: {e.strerror}") from e
+
+
 def _check_command(argv: list[str], path: str, cwd: str) -> None:
-    """Refuse a command that cannot run, while nothing has started yet (the shell would only
-    say so in the log, with code 127)."""
+    """Refuse a command that cannot run (the service's own user runs the job)."""
     if "/" in argv[0]:
         if not os.access(os.path.join(cwd, argv[0]), os.X_OK):
             raise BackendError(f"command not found or not executable: {argv[0]}")
