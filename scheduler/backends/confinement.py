@@ -225,15 +225,24 @@ def remove(confinement: Confinement, name: str) -> None:
                     os.rmdir(path)
 
 
-def groups_of(confinement: Confinement, workload_id: int) -> list[str]:
-    """Names of the groups left of any attempt of the workload (none in ``session`` mode)."""
+def remove_empty(confinement: Confinement) -> None:
+    """Remove the empty groups a previous run of the service left (attempts whose end it
+    never saw: stopped for good, or their records gone); called before this run makes any."""
+    for name in groups_of(confinement, None):
+        remove(confinement, name)
+
+
+def groups_of(confinement: Confinement, workload_id: int | None) -> list[str]:
+    """Names of the groups left of any attempt of the workload (None: of every workload;
+    none in ``session`` mode)."""
     if confinement.root is None:
         return []
     try:
         names = os.listdir(confinement.root)
     except OSError:
         return []
-    return sorted(n for n in names if n.startswith(f"w{workload_id}-"))
+    prefix = "w" if workload_id is None else f"w{workload_id}-"
+    return sorted(n for n in names if n.startswith(prefix))
 
 
 def sweep(token: str) -> list[int]:

@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -72,6 +73,10 @@ exit "$code"
 """
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+UNKILLABLE_SECONDS = 60.0
+"""How long the processes an ended attempt left may resist SIGKILL before its end is
+reported anyway (a process stuck in the kernel cannot die; its share would never be
+freed)."""
 CHECKPOINT_SCAN_LIMIT = 10_000
 """Entries of a checkpoint directory looked at per poll: a job that keeps more files than
 that is reported by the ones seen (or reports itself through the API)."""
@@ -107,6 +112,8 @@ class _Attempt:
     kill_at: float = float("inf")
     checkpointed_at: float | None = None
     """The newest checkpoint file's time already reported by ``poll``."""
+    ended_at: float | None = None
+    """When ``poll`` first saw every replica ended (monotonic)."""
 
 
 class LocalBackend(LoggingConfigurable):
@@ -216,20 +223,23 @@ class LocalBackend(LoggingConfigurable):
         self._inventory: Inventory | None = None
         self._inventory_read_at = 0.0
         self._confined: cg.Confinement | None = None
+        self._confining = threading.Lock()
 
     # --- Backend protocol ---------------------------------------------------------------------
 
     @property
     def confined(self) -> cg.Confinement:
         """The confinement in use, chosen (and logged) on first use."""
-        if self._confined is None:
-            chosen, why = cg.choose(self.confinement, cg.scope_of(self.data_dir))
-            if why:
-                self.log.warning("Confinement %s is not available (%s)", self.confinement, why)
-            log = self.log.warning if chosen.root is None else self.log.info
-            log("Local jobs are confined by %s", chosen.describe())
-            self._confined = chosen
-        return self._confined
+        with self._confining:  # starts run in threads: the first ones wait for the choice
+            if self._confined is None:
+                chosen, why = cg.choose(self.confinement, cg.scope_of(self.data_dir))
+                if why:
+                    self.log.warning("Confinement %s is not available (%s)", self.confinement, why)
+                log = self.log.warning if chosen.root is None else self.log.info
+                log("Local jobs are confined by %s", chosen.describe())
+                cg.remove_empty(chosen)
+                self._confined = chosen
+            return self._confined
 
     def inventory(self) -> Inventory:
         """The configured inventory; NVML answers are reused for ``inventory_refresh_seconds``."""
@@ -319,7 +329,10 @@ class LocalBackend(LoggingConfigurable):
                 self._check(replica, attempt)
             cleared = self._clear(attempt)
             if all(r.ended for r in attempt.replicas):
-                if cleared:  # reported once nothing of it is left, its share then free
+                if attempt.ended_at is None:
+                    attempt.ended_at = time.monotonic()
+                # reported once nothing of it is left, its share then free
+                if cleared or self._unkillable(attempt):
                     del self._attempts[token]
                     exits.append(self._exit(attempt))
             elif attempt.failures and attempt.kill_timer is None and not attempt.killed:
@@ -667,6 +680,22 @@ class LocalBackend(LoggingConfigurable):
             if replica.ended and not replica.cleared:
                 replica.cleared = cg.kill_all(self.confined, replica.group, attempt.token)
         return all(r.cleared for r in attempt.replicas)
+
+    def _unkillable(self, attempt: _Attempt) -> bool:
+        """True (once, with an error in the log) when the attempt's processes have outlived
+        SIGKILL for ``UNKILLABLE_SECONDS`` (stuck in the kernel, as Slurm's unkillable
+        steps): its end is then reported anyway, rather than never."""
+        assert attempt.ended_at is not None
+        if time.monotonic() - attempt.ended_at < UNKILLABLE_SECONDS:
+            return False
+        self.log.error(
+            "Workload %s attempt %s: processes outlived SIGKILL for %ss (stuck in the "
+            "kernel?); reporting its end anyway",
+            attempt.workload_id,
+            attempt.token,
+            UNKILLABLE_SECONDS,
+        )
+        return True
 
     def _clear_now(self, attempt: _Attempt, timeout: float = 5.0) -> None:
         """``_clear`` until nothing is left (blocking: killed processes go within

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.backends import confinement as cg
+from scheduler.backends import local
 from scheduler.backends.base import Exit, Handle
 from scheduler.backends.local import LocalBackend
 from tests.backends.test_local_backend import REPO, exits_of, log_shows, make_job, run
@@ -294,3 +295,24 @@ def test_denied_minors_are_the_gpus_not_shown(monkeypatch: pytest.MonkeyPatch) -
     assert cg.denied_minors([], [0, 1]) == [0, 1]
     monkeypatch.setattr(cg, "gpu_minors", lambda: [3, 5])  # the driver's minors, PCI order
     assert cg.denied_minors([1], [0, 1]) == [3]
+
+
+def test_an_end_is_reported_even_when_its_processes_cannot_die(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stuck in the kernel outlives SIGKILL: the end still comes, late, rather
+    than a share held forever."""
+    backend = confined_backend(tmp_path / "data", "cgroup2")
+    monkeypatch.setattr(local, "UNKILLABLE_SECONDS", 0.3)
+    monkeypatch.setattr(cg, "kill_all", lambda *args: False)
+
+    async def scenario() -> tuple[Handle, float, Exit]:
+        handle = await backend.start(make_job(6, "true"))
+        started = time.monotonic()
+        [end] = await exits_of(backend, 1)
+        return handle, time.monotonic() - started, end
+
+    handle, waited, end = run(scenario)
+    assert end.exit_code == 0 and waited >= 0.3
+    monkeypatch.undo()  # the group is empty: remove it
+    assert cg.kill_all(backend.confined, cg.group_name(6, handle["attempt"], 0), "")
