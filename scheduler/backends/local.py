@@ -56,14 +56,16 @@ from scheduler.common.paths import HOOK_DIR
 HANDLE_KIND = "local"
 
 # Runs the command as a child, so that it can record the child's status afterwards. It first
-# waits for a line (or the end) on stdin: the service moves it into its control groups
-# meanwhile, so that the command starts inside them (``confinement``). ``trap :``
+# waits for "go" on stdin: the service moves it into its control groups meanwhile, so that the
+# command starts inside them (``confinement``); without "go" (the service died in between,
+# or could not confine it) the command never runs. ``trap :``
 # keeps the wrapper alive through the SIGTERM sent to the whole process group (the child does
 # not inherit a trap, only an ignored signal would be), and POSIX shells run the trap only
 # after the foreground child has ended. The status is written to a temporary file and renamed,
 # so a reader sees either nothing or the whole number.
 WRAPPER = """exitfile=$1; shift
-read -r _ || :
+read -r go || :
+[ "$go" = go ] || exit 125
 exec </dev/null
 trap : TERM INT HUP
 "$@"
@@ -513,15 +515,17 @@ class LocalBackend(LoggingConfigurable):
             raise BackendError(f"cannot start replica {rank}: {e.strerror or e}") from e
         finally:
             os.close(fd)
+        assert process.stdin is not None
         try:
             cg.enter(self.confined, group, process.pid)
+            process.stdin.write(b"go\n")  # the command starts, in the group
         except OSError as e:
             process.kill()
             process.wait()
             raise BackendError(f"cannot confine replica {rank}: {e.strerror or e}") from e
         finally:
-            assert process.stdin is not None
-            process.stdin.close()  # the wrapper goes on: the command starts in the group
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         stat = _proc_stat(process.pid)
         return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, group, process)
 
