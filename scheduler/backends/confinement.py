@@ -107,10 +107,10 @@ def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> Mounts:
     return Mounts(v2, v1)
 
 
-def scope_of(data_dir: str) -> str:
-    """A name for one service's groups (its data directory's), so services and test
-    backends on one machine never touch each other's."""
-    return hashlib.sha256(os.path.abspath(data_dir).encode()).hexdigest()[:12]
+def scope_of(owner: str) -> str:
+    """A name for one service's groups (from its data directory, or a hub's API URL), so
+    services, hubs and test backends on one machine never touch each other's."""
+    return hashlib.sha256(owner.encode()).hexdigest()[:12]
 
 
 def choose(wanted: str, scope: str, mounts: Mounts | None = None) -> tuple[Confinement, str]:
@@ -152,6 +152,11 @@ def _usable(mount: str | None, scope: str) -> str | None:
 def group_name(workload_id: int, token: str, rank: int) -> str:
     """The group of one replica of one attempt (the same name in every hierarchy)."""
     return f"w{workload_id}-{token}-r{rank}"
+
+
+def server_group_name(user: str, server: str) -> str:
+    """The group of a user's notebook server (hub user names may hold any character)."""
+    return "s-" + hashlib.sha256(f"{user}/{server}".encode()).hexdigest()[:16]
 
 
 def prepare(confinement: Confinement, name: str, denied_minors: Iterable[int]) -> None:
