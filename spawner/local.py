@@ -15,23 +15,32 @@ profile's ``kubespawner_override`` sets, with KubeSpawner's own ``_apply_overrid
 merged, ``None`` deleting a key, callables called with the spawner), those traits that a
 local spawner has (``environment``, ``default_url``, ``args``, ``cmd``, ``mem_limit``, ...),
 and says in the log which it skipped.
+
+Each server runs in a control group of its own where the hub can make one, as the local
+backend's jobs do (``scheduler/backends/confinement.py``): the server starts only once it is
+inside, and when it has stopped (or died), whatever it left (kernels, terminals' daemons) is
+killed before its GPU share is released. GPU device nodes are not denied to servers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner
 from jupyterhub.traitlets import Callable
 from kubespawner.spawner import KubeSpawner
-from traitlets import Dict, List, Unicode, Union, default
+from traitlets import CaselessStrEnum, Dict, List, Unicode, Union, default
 
+import scheduler.backends.confinement as cg
 from scheduler.common.contract import prepend_path
 from spawner.mixin import FracSpawnerMixin
 from spawner.profiles import Selection
@@ -50,7 +59,94 @@ def terminal_setting(bin_dir: Path) -> str:
     return f"--ServerApp.terminado_settings={json.dumps({'shell_command': command})}"
 
 
-class FracLocalSpawner(FracSpawnerMixin, LocalProcessSpawner):
+GATE = 'read -r go || :; [ "$go" = go ] || exit 125; exec </dev/null; eval "exec $0"'
+"""The server's command waits for "go" on stdin, sent once it is in its control group."""
+
+
+class ConfinedProcessSpawner(LocalProcessSpawner):
+    """``LocalProcessSpawner`` with each server in a control group of its own; below the
+    FracHub mixin, so that a stop kills the group before the mixin releases the share."""
+
+    confinement = CaselessStrEnum(
+        list(cg.MODES),
+        default_value="auto",
+        config=True,
+        help="""As ``LocalBackend.confinement``: ``auto``, ``cgroup2``, ``cgroup1`` or
+        ``session`` (the server's process group plus a sweep of /proc for its
+        FRACHUB_ATTEMPT).""",
+    )
+
+    _logged_confinement = False
+    _frachub_confinement: cg.Confinement | None = None
+
+    @property
+    def frachub_group(self) -> str:
+        return cg.server_group_name(self.user.name, self.name)
+
+    def frachub_confined(self) -> cg.Confinement:
+        """The confinement in use (chosen once per spawner; logged once per hub), in a
+        scope of the hub's own, named after its API URL."""
+        if self._frachub_confinement is not None:
+            return self._frachub_confinement
+        chosen, why = cg.choose(self.confinement, cg.scope_of(f"servers {self.hub.api_url}"))
+        self._frachub_confinement = chosen
+        if not ConfinedProcessSpawner._logged_confinement:
+            ConfinedProcessSpawner._logged_confinement = True
+            if why:
+                self.log.warning("Confinement %s is not available (%s)", self.confinement, why)
+            self.log.info("Notebook servers are confined by %s", chosen.describe())
+        return chosen
+
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()
+        env[cg.ATTEMPT_VARIABLE] = self.frachub_group  # the session mode's sweep finds it
+        return env
+
+    async def start(self) -> Any:
+        confined = self.frachub_confined()
+        await self.frachub_kill_group(confined)  # what a server that died before left
+        cg.prepare(confined, self.frachub_group, ())
+        shell_cmd, popen_kwargs = self.shell_cmd, self.popen_kwargs
+        if not shell_cmd:  # a configured shell_cmd runs as configured, confined once started
+            self.shell_cmd = ["/bin/sh", "-c", GATE]
+            self.popen_kwargs = {**popen_kwargs, "stdin": subprocess.PIPE}
+        try:
+            address = await super().start()
+        finally:
+            self.shell_cmd, self.popen_kwargs = shell_cmd, popen_kwargs
+        try:
+            cg.enter(confined, self.frachub_group, self.pid)
+            if self.proc is not None and self.proc.stdin is not None:
+                self.proc.stdin.write(b"go\n")
+                self.proc.stdin.close()
+        except OSError as e:
+            self.log.error("Cannot confine %s: %s", self._log_name, e)
+            if self.proc is not None:
+                self.proc.kill()
+            raise
+        return address
+
+    async def stop(self, now: bool = False) -> None:
+        await super().stop(now=now)
+        await self.frachub_kill_group(self.frachub_confined())
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if status is not None:  # the server is gone: so is everything it started
+            await self.frachub_kill_group(self.frachub_confined())
+        return status
+
+    async def frachub_kill_group(self, confined: cg.Confinement, timeout: float = 10) -> None:
+        """SIGKILL what is left in the server's group, until it is empty (and removed)."""
+        deadline = time.monotonic() + timeout
+        while not cg.kill_all(confined, self.frachub_group, self.frachub_group):
+            if time.monotonic() > deadline:
+                self.log.error("Processes of %s outlived SIGKILL", self._log_name)
+                return
+            await asyncio.sleep(0.02)
+
+
+class FracLocalSpawner(FracSpawnerMixin, ConfinedProcessSpawner):
     profile_list = Union(
         [List(Dict()), Callable(), Dict()],
         config=True,

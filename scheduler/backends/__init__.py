@@ -1,6 +1,7 @@
 """Backends apply the scheduler's decisions to the outside world and report what really runs.
 
 ``base`` holds the contract every backend meets; ``local`` runs training as subprocesses on
-this machine with GPUs from NVML or a declared inventory (``inventory``). The Kubernetes
-backend lives beside them. Nothing above a backend knows which one is in use.
+this machine with GPUs from NVML or a declared inventory (``inventory``), each replica held
+in a control group of its own (``confinement``). The Kubernetes backend lives beside them.
+Nothing above a backend knows which one is in use.
 """

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import pwd
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,6 +40,7 @@ from typing import Any
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from scheduler.backends import confinement as cg
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.inventory import load_inventory, validate_declared
@@ -48,16 +51,23 @@ from scheduler.common.contract import (
     rendezvous,
     visible_gpus,
 )
+from scheduler.common.files import open_own_file
 from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
 
-# Runs the command as a child, so that it can record the child's status afterwards. ``trap :``
+# Runs the command as a child, so that it can record the child's status afterwards. It first
+# waits for "go" on stdin: the service moves it into its control groups meanwhile, so that the
+# command starts inside them (``confinement``); without "go" (the service died in between,
+# or could not confine it) the command never runs. ``trap :``
 # keeps the wrapper alive through the SIGTERM sent to the whole process group (the child does
 # not inherit a trap, only an ignored signal would be), and POSIX shells run the trap only
 # after the foreground child has ended. The status is written to a temporary file and renamed,
 # so a reader sees either nothing or the whole number.
 WRAPPER = """exitfile=$1; shift
+read -r go || :
+[ "$go" = go ] || exit 125
+exec </dev/null
 trap : TERM INT HUP
 "$@"
 code=$?
@@ -66,6 +76,10 @@ exit "$code"
 """
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+UNKILLABLE_SECONDS = 60.0
+"""How long the processes an ended attempt left may resist SIGKILL before its end is
+reported anyway (a process stuck in the kernel cannot die; its share would never be
+freed)."""
 
 
 @dataclass
@@ -76,8 +90,12 @@ class _Replica:
     pid: int
     start_time: int
     exit_file: str
+    group: str
+    """Its control group (``confinement.group_name``)."""
     process: subprocess.Popen[bytes] | None = None
     ended: bool = False
+    cleared: bool = False
+    """Ended, and none of its processes is left (its group was killed and removed)."""
     exit_code: int | None = None
     message: str = ""
 
@@ -94,6 +112,8 @@ class _Attempt:
     kill_at: float = float("inf")
     checkpointed_at: float | None = None
     """The newest checkpoint file's time already reported by ``poll``."""
+    ended_at: float | None = None
+    """When ``poll`` first saw every replica ended (monotonic)."""
 
 
 class LocalBackend(LoggingConfigurable):
@@ -174,6 +194,18 @@ class LocalBackend(LoggingConfigurable):
         seconds, SIGKILL.""",
     ).tag(config=True)
 
+    confinement = CaselessStrEnum(
+        list(cg.MODES),
+        default_value="auto",
+        help="""How each replica's processes are held (docs/service.md, "Confinement"):
+        ``cgroup2`` or ``cgroup1`` (a control group per replica: every process tracked and
+        killed with it; NVIDIA GPUs outside the share denied where a v1 devices hierarchy is
+        mounted), ``session`` (the process group plus a sweep of /proc for the attempt's
+        FRACHUB_ATTEMPT), or ``auto`` (the first of these that works here; the log says
+        which). A cgroup mode that cannot work here falls back to ``session``, with a
+        warning.""",
+    ).tag(config=True)
+
     @validate("declared_inventory")
     def _check_declared(self, proposal: Any) -> list[dict[str, Any]]:
         return validate_declared(proposal.value)
@@ -191,8 +223,24 @@ class LocalBackend(LoggingConfigurable):
         self._inventory: Inventory | None = None
         self._inventory_read_at = 0.0
         self._checkpoints = CheckpointScanner(os.path.join(self.data_dir, "checkpoints"), self.log)
+        self._confined: cg.Confinement | None = None
+        self._confining = threading.Lock()
 
     # --- Backend protocol ---------------------------------------------------------------------
+
+    @property
+    def confined(self) -> cg.Confinement:
+        """The confinement in use, chosen (and logged) on first use."""
+        with self._confining:  # starts run in threads: the first ones wait for the choice
+            if self._confined is None:
+                chosen, why = cg.choose(self.confinement, cg.scope_of(self.data_dir))
+                if why:
+                    self.log.warning("Confinement %s is not available (%s)", self.confinement, why)
+                log = self.log.warning if chosen.root is None else self.log.info
+                log("Local jobs are confined by %s", chosen.describe())
+                cg.remove_empty(chosen)
+                self._confined = chosen
+            return self._confined
 
     def inventory(self) -> Inventory:
         """The configured inventory; NVML answers are reused for ``inventory_refresh_seconds``."""
@@ -236,7 +284,8 @@ class LocalBackend(LoggingConfigurable):
 
         Lost means every replica is gone and at least one left no exit file. A gang with one
         such replica but others still running is adopted; ``poll`` then reports it with exit
-        code None and stops the rest.
+        code None and stops the rest. What is left of a lost attempt (its command, when only
+        the wrapper died) is killed before this returns, so a new attempt never runs beside it.
         """
         token = str(handle.get("attempt"))
         if token in self._attempts:
@@ -253,6 +302,7 @@ class LocalBackend(LoggingConfigurable):
             self.log.warning(
                 "Workload %s attempt %s is gone without an exit file", workload_id, token
             )
+            self._clear_now(attempt)
             return False
         self._attempts[token] = attempt
         return True
@@ -260,6 +310,9 @@ class LocalBackend(LoggingConfigurable):
     async def poll(self) -> list[Exit | Checkpoint]:
         """Attempts that ended since the last call, each reported once, and the running
         attempts whose checkpoint directory holds a file newer than the last one reported.
+
+        A replica's end kills what is left in its control group; the attempt's end is reported
+        once every group is empty (a poll or two later when something was left).
 
         Cost: one ``waitpid`` per own replica, one read of ``/proc/<pid>/stat`` per adopted
         one; exit files are read only for adopted replicas that have ended. Checkpoint
@@ -277,9 +330,14 @@ class LocalBackend(LoggingConfigurable):
                 exits.append(Checkpoint(attempt.workload_id, newest))
             for replica in attempt.replicas:
                 self._check(replica, attempt)
+            cleared = self._clear(attempt)
             if all(r.ended for r in attempt.replicas):
-                del self._attempts[token]
-                exits.append(self._exit(attempt))
+                if attempt.ended_at is None:
+                    attempt.ended_at = time.monotonic()
+                # reported once nothing of it is left, its share then free
+                if cleared or self._unkillable(attempt):
+                    del self._attempts[token]
+                    exits.append(self._exit(attempt))
             elif attempt.failures and attempt.kill_timer is None and not attempt.killed:
                 failed = attempt.failures[0]
                 self.log.info(
@@ -335,9 +393,12 @@ class LocalBackend(LoggingConfigurable):
             )
             for rank in range(len(job.placement))
         ]
-        _check_command(argv, envs[0]["PATH"], cwd)
+        _check_start(argv, envs[0]["PATH"], cwd, account)
 
         token = f"a{job.restart_count}-{uuid.uuid4().hex[:8]}"
+        for env in envs:
+            env[cg.ATTEMPT_VARIABLE] = token
+        self._kill_earlier_attempts(job.workload_id)
         run_dir = os.path.join(self.data_dir, "run", str(job.workload_id))
         self._forget_old_attempts(run_dir)
         attempt_dir = os.path.join(run_dir, token)
@@ -356,14 +417,20 @@ class LocalBackend(LoggingConfigurable):
                 )
                 exit_file = os.path.join(attempt_dir, f"replica-{rank}.exit")
                 log_file = self._log_file(job.workload_id, rank)
+                group = cg.group_name(job.workload_id, token, rank)
+                self._prepare_group(group, job, rank)
                 attempt.replicas.append(
-                    self._spawn(argv, rank, exit_file, log_file, header, env, cwd, account)
+                    self._spawn(argv, rank, exit_file, log_file, header, env, cwd, account, group)
                 )
         except BaseException:
             for replica_started in attempt.replicas:
                 _signal_group(replica_started.pid, signal.SIGKILL)
                 if replica_started.process is not None:
                     replica_started.process.wait()
+                replica_started.ended = True
+            self._clear_now(attempt)
+            for rank in range(len(job.placement)):
+                cg.remove(self.confined, cg.group_name(job.workload_id, token, rank))
             raise
         return attempt
 
@@ -397,6 +464,7 @@ class LocalBackend(LoggingConfigurable):
         env: dict[str, str],
         cwd: str,
         account: pwd.struct_passwd | None,
+        group: str,
     ) -> _Replica:
         identity: dict[str, Any] = {}
         if account is not None:
@@ -405,12 +473,7 @@ class LocalBackend(LoggingConfigurable):
                 "group": account.pw_gid,
                 "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid),
             }
-        try:
-            # O_NOFOLLOW: the log directory belongs to the user, who must not be able to point
-            # the service (perhaps root) at another file.
-            fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            raise BackendError(f"cannot open the log file {log_file}: {e.strerror}") from e
+        fd = _open_log(log_file)
         try:
             if account is not None:
                 os.fchown(fd, account.pw_uid, account.pw_gid)
@@ -419,7 +482,7 @@ class LocalBackend(LoggingConfigurable):
                 ["/bin/sh", "-c", WRAPPER, "frachub-job", exit_file, *argv],
                 cwd=cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # the wrapper waits on it until it is in its group
                 stdout=fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -430,8 +493,29 @@ class LocalBackend(LoggingConfigurable):
             raise BackendError(f"cannot start replica {rank}: {e.strerror or e}") from e
         finally:
             os.close(fd)
+        assert process.stdin is not None
+        try:
+            cg.enter(self.confined, group, process.pid)
+            process.stdin.write(b"go\n")  # the command starts, in the group
+        except OSError as e:
+            process.kill()
+            process.wait()
+            raise BackendError(f"cannot confine replica {rank}: {e.strerror or e}") from e
+        finally:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         stat = _proc_stat(process.pid)
-        return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, process)
+        return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, group, process)
+
+    def _prepare_group(self, group: str, job: JobSpec, rank: int) -> None:
+        """Make the replica's control groups, denying the GPUs it is not shown."""
+        node = job.placement[rank].node
+        every = [gpu.index for gpu in self.inventory().gpus if gpu.node == node]
+        denied = cg.denied_minors(visible_gpus(job.placement, rank), every)
+        try:
+            cg.prepare(self.confined, group, denied)
+        except OSError as e:
+            raise BackendError(f"cannot make the control group of replica {rank}: {e}") from e
 
     def _account(self, user: str) -> pwd.struct_passwd | None:
         """The system account to run as, or None to run as the service's own user."""
@@ -470,15 +554,13 @@ class LocalBackend(LoggingConfigurable):
     def _working_dir(self, asked: str | None, default: str) -> str:
         """The directory the job asked for, else its home. Relative paths, and ``~`` or
         ``~/...``, are taken from the job's home (never the service's: ``expanduser`` here
-        would name the service account's home)."""
+        would name the service account's home). Checked by ``_check_start``, as the job's
+        user."""
         if not asked:
             return default
         if asked == "~" or asked.startswith("~/"):
             asked = asked[1:].lstrip("/")
-        path = os.path.normpath(os.path.join(default, asked))
-        if not os.path.isdir(path):
-            raise BackendError(f"working directory {path} does not exist")
-        return path
+        return os.path.normpath(os.path.join(default, asked))
 
     def _environment(
         self,
@@ -544,7 +626,7 @@ class LocalBackend(LoggingConfigurable):
         loop = asyncio.get_running_loop()
         for replica in attempt.replicas:
             if self._check(replica, attempt):
-                _signal_group(replica.pid, signal.SIGTERM)
+                self._signal(attempt, replica, signal.SIGTERM)
         deadline = loop.time() + max(grace_seconds, 0.0)
         if deadline < attempt.kill_at:
             if attempt.kill_timer is not None:
@@ -561,7 +643,67 @@ class LocalBackend(LoggingConfigurable):
                     attempt.workload_id,
                     replica.index,
                 )
-                _signal_group(replica.pid, signal.SIGKILL)
+                self._signal(attempt, replica, signal.SIGKILL)
+
+    def _signal(self, attempt: _Attempt, replica: _Replica, sig: int) -> None:
+        """Signal every process of a running replica: its control group's, else its process
+        group (the sweep for the rest comes when it has ended: ``_clear``)."""
+        if self.confined.root is None:
+            _signal_group(replica.pid, sig)
+        elif sig == signal.SIGKILL:
+            cg.kill_all(self.confined, replica.group, attempt.token)
+        else:
+            cg.signal_all(self.confined, replica.group, attempt.token, sig)
+
+    def _clear(self, attempt: _Attempt) -> bool:
+        """Kill whatever the ended replicas left running; True once every replica has ended
+        and nothing of them is left."""
+        for replica in attempt.replicas:
+            if replica.ended and not replica.cleared:
+                replica.cleared = cg.kill_all(self.confined, replica.group, attempt.token)
+        return all(r.cleared for r in attempt.replicas)
+
+    def _unkillable(self, attempt: _Attempt) -> bool:
+        """True (once, with an error in the log) when the attempt's processes have outlived
+        SIGKILL for ``UNKILLABLE_SECONDS`` (stuck in the kernel, as Slurm's unkillable
+        steps): its end is then reported anyway, rather than never."""
+        assert attempt.ended_at is not None
+        if time.monotonic() - attempt.ended_at < UNKILLABLE_SECONDS:
+            return False
+        self.log.error(
+            "Workload %s attempt %s: processes outlived SIGKILL for %ss (stuck in the "
+            "kernel?); reporting its end anyway",
+            attempt.workload_id,
+            attempt.token,
+            UNKILLABLE_SECONDS,
+        )
+        return True
+
+    def _clear_now(self, attempt: _Attempt, timeout: float = 5.0) -> None:
+        """``_clear`` until nothing is left (blocking: killed processes go within
+        milliseconds); a process still there after ``timeout`` is logged."""
+        deadline = time.monotonic() + timeout
+        while not self._clear(attempt):
+            if time.monotonic() > deadline:
+                self.log.error(
+                    "Workload %s attempt %s: processes outlived SIGKILL for %ss",
+                    attempt.workload_id,
+                    attempt.token,
+                    timeout,
+                )
+                return
+            time.sleep(0.01)
+
+    def _kill_earlier_attempts(self, workload_id: int) -> None:
+        """Kill the groups of this workload's attempts this backend does not watch (one a
+        crashed service left and nobody adopted), so that two attempts never run at once."""
+        for group in cg.groups_of(self.confined, workload_id):
+            token = group[len(f"w{workload_id}-") :].rsplit("-r", 1)[0]
+            if token in self._attempts:
+                continue
+            self.log.warning("Workload %s: killing what is left of attempt %s", workload_id, token)
+            ghost = _Attempt(workload_id, token, [_Replica(0, 0, 0, "", group, ended=True)])
+            self._clear_now(ghost)
 
     def _exit(self, attempt: _Attempt) -> Exit:
         if not attempt.failures:
@@ -590,7 +732,13 @@ class LocalBackend(LoggingConfigurable):
             if handle.get("backend") != HANDLE_KIND:
                 return None
             replicas = [
-                _Replica(i, int(r["pid"]), int(r["start_time"]), str(r["exit_file"]))
+                _Replica(
+                    i,
+                    int(r["pid"]),
+                    int(r["start_time"]),
+                    str(r["exit_file"]),
+                    cg.group_name(workload_id, str(handle["attempt"]), i),
+                )
                 for i, r in enumerate(handle["replicas"])
             ]
             token = str(handle["attempt"])
@@ -618,9 +766,84 @@ def _command_argv(command: str | Sequence[str]) -> list[str]:
     return argv
 
 
+# Run as the job's user by ``_check_start``: exit 3 when the working directory cannot be
+# entered, 4 when a command given by path cannot be run, 5 when none is found on PATH.
+CHECK_AS_USER = """cd -- "$1" 2>/dev/null || exit 3
+case $2 in
+*/*) [ -f "$2" ] && [ -x "$2" ] || exit 4; exit 0 ;;
+esac
+set -f; IFS=:
+for dir in $3; do
+    [ -f "${dir:-.}/$2" ] && [ -x "${dir:-.}/$2" ] && exit 0
+done
+exit 5
+"""
+
+
+def _check_start(argv: list[str], path: str, cwd: str, account: pwd.struct_passwd | None) -> None:
+    """Refuse a job whose working directory or command cannot be used, while nothing has
+    started yet (the shell would only say so in the log, with code 127).
+
+    For a job run as another account, the checks run as that account (a short ``/bin/sh``
+    with its uid and groups): checked as root, "does not exist" against a start would tell
+    anyone whether a path exists under another user's private directory. A missing
+    directory and one the user may not enter get the same answer."""
+    if account is None:
+        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
+            raise BackendError(_no_working_dir(cwd))
+        _check_command(argv, path, cwd)
+        return
+    try:
+        code = subprocess.run(
+            ["/bin/sh", "-c", CHECK_AS_USER, "frachub-check", cwd, argv[0], path],
+            env={"PATH": DEFAULT_PATH},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
+            timeout=30,
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BackendError(
+            f"cannot check the job's working directory as {account.pw_name}: {e}"
+        ) from e
+    if code == 3:
+        raise BackendError(_no_working_dir(cwd))
+    if code == 4:
+        raise BackendError(f"command not found or not executable: {argv[0]}")
+    if code != 0:
+        raise BackendError(f"command not found: {argv[0]} (PATH={path})")
+
+
+def _no_working_dir(path: str) -> str:
+    """One answer for missing and not the user's, so that it tells nothing about others'
+    files."""
+    return f"working directory {path} does not exist or is not yours to enter"
+
+
+def _open_log(path: str) -> int:
+    """The replica's log, opened to append. Its directory is the user's, who must not be able
+    to point the service (perhaps root, which also gives the file to the user) at another
+    file: never through a symlink, and a hard link or special file is replaced by a new
+    file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    try:
+        try:
+            return open_own_file(path, flags)
+        except OSError as e:
+            if e.errno != errno.EMLINK:
+                raise
+        os.unlink(path)  # only the name in the user's directory: the file itself is untouched
+        return open_own_file(path, flags | os.O_EXCL)
+    except OSError as e:
+        raise BackendError(f"cannot open the log file {path}: {e.strerror}") from e
+
+
 def _check_command(argv: list[str], path: str, cwd: str) -> None:
-    """Refuse a command that cannot run, while nothing has started yet (the shell would only
-    say so in the log, with code 127)."""
+    """Refuse a command that cannot run (the service's own user runs the job)."""
     if "/" in argv[0]:
         if not os.access(os.path.join(cwd, argv[0]), os.X_OK):
             raise BackendError(f"command not found or not executable: {argv[0]}")

@@ -3,8 +3,8 @@
 The scopes and API paths (``scopes``), where the data files live (``paths``), the words for a
 workload's states (``states``), the words for quantities (``quantities``, ``messages``), the
 bounds on input and the one GPU-count rule (``limits``), placements and their JSON
-(``placement``), the environment a GPU holder gets (``contract``) and project membership
-(``projects``). Nothing here imports the engine or any other part of FracHub, so the REST
-client, the CLI and the spawner use it without pulling in the scheduler
-(``tests/unit/test_layers.py`` keeps it so).
+(``placement``), the environment a GPU holder gets (``contract``), project membership
+(``projects``) and opening files in users' directories safely (``files``). Nothing here
+imports the engine or any other part of FracHub, so the REST client, the CLI and the spawner
+use it without pulling in the scheduler (``tests/unit/test_layers.py`` keeps it so).
 """

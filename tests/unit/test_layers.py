@@ -84,9 +84,13 @@ AT_MODULE_LEVEL = {6: {0, 4, 5, 6}}
 """Where a layer may import only some of those at module level: the commands load the
 engine, the service and the simulators inside the command that needs them, so that
 ``frachub --help`` and the job commands never do."""
-EXCEPTIONS = {("spawner.kube", "scheduler.backends.kubernetes")}
+EXCEPTIONS = {
+    ("spawner.kube", "scheduler.backends.kubernetes"),
+    ("spawner.local", "scheduler.backends.confinement"),
+}
 """(module, package) pairs allowed past the table: the Kubernetes spawner reserves GPUs
-through the Kubernetes backend's objects and client."""
+through the Kubernetes backend's objects and client; the local spawner holds servers in
+control groups as the local backend holds jobs."""
 
 
 TOPS = {"scheduler": 0, "hub_ext": 4}

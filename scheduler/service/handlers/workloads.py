@@ -9,6 +9,7 @@ from dataclasses import replace
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from scheduler.common.files import open_own_file
 from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
 from scheduler.common.scopes import IDEMPOTENCY_HEADER
@@ -435,9 +436,9 @@ class WorkloadLogsHandler(WorkloadAccess):
 
 
 def _open_log(path: str):
-    """Log files sit in directories their (possibly untrusted) users own: never follow a
-    symlink a job may have put there to make the service read another file."""
-    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+    """Log files sit in directories their (possibly untrusted) users own: never read through a
+    symlink or hard link a job may have put there to make the service read another file."""
+    return os.fdopen(open_own_file(path, os.O_RDONLY), "rb")
 
 
 def sweep_json(sweep_id: int, members: list[WorkloadRecord], loop) -> dict:

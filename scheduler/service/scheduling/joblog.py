@@ -6,14 +6,15 @@ import os
 import time
 
 from scheduler.backends.base import Backend
+from scheduler.common.files import open_own_file
 from scheduler.service.persistence.orm import WorkloadRecord
 
 
 def write_milestone(backend: Backend, record: WorkloadRecord, now: float, text: str) -> None:
     """Append ``text`` as a marked line to every replica's log that exists (a backend whose
     logs live elsewhere has none; an allocation has no log). Never creates a log, never
-    follows a symlink a job may have put in its place, and a log that cannot be written is
-    skipped: the milestone is in the timeline anyway."""
+    writes through a symlink or a hard link a job may have put in its place, and a log that
+    cannot be written is skipped: the milestone is in the timeline anyway."""
     if record.is_allocation:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))
@@ -23,7 +24,7 @@ def write_milestone(backend: Backend, record: WorkloadRecord, now: float, text: 
         if not path:
             continue
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            fd = open_own_file(path, os.O_WRONLY | os.O_APPEND)
         except OSError:
             continue
         try:
