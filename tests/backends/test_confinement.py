@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import processes_with
 
 from scheduler.backends import confinement as cg
 from scheduler.backends import local
@@ -29,21 +30,6 @@ from tests.backends.test_local_backend import REPO, exits_of, log_shows, make_jo
 pytestmark = pytest.mark.backends
 
 MODES = ["cgroup2", "cgroup1", "session"]
-
-
-def processes_with(variable: str) -> list[int]:
-    """Live processes whose environment holds ``variable`` (``NAME=value``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if variable.encode() in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
 
 
 @pytest.fixture

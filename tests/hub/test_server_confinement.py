@@ -9,21 +9,9 @@ import time
 import uuid
 from pathlib import Path
 
+from procs import processes_with
+
 from hub.upharness import Kernel, Up
-
-
-def processes_with(variable: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if variable.encode() in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
 
 
 def test_a_daemon_started_in_a_notebook_ends_with_its_server(tmp_path: Path) -> None:
