@@ -4,9 +4,11 @@ and their refusals as one line without a traceback."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -212,3 +214,44 @@ def test_a_quiet_start_and_ctrl_c_says_what_keeps_running(tmp_path: Path) -> Non
         assert said.rstrip().endswith("no training jobs were running or waiting.")
     finally:
         up.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="PAM mode is for root (CI runs as root)")
+def test_the_team_mode_refuses_an_interpreter_its_users_cannot_run(tmp_path: Path) -> None:
+    """The hub's Python in a virtualenv under a root-owned 0700 directory (as with Python
+    installed in root's home): `frachub up --auth pam` refuses to start, naming the directory
+    and the fix, instead of every spawn failing with an HTTP 500."""
+    outer = Path(tempfile.mkdtemp(prefix="frachub-up-", dir="/tmp"))  # tmp_path is 0700
+    try:
+        outer.chmod(0o755)
+        hidden = outer / "hidden"
+        hidden.mkdir(mode=0o700)
+        venv = hidden / "venv"
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", "--symlinks", str(venv)], check=True
+        )
+        # this environment's packages and the checkout, seen from the new virtualenv
+        site = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        here = [p for p in sys.path if p.endswith("site-packages")]
+        Path(site, "frachub-test.pth").write_text("\n".join([str(REPO), *here]) + "\n")
+        (venv / "bin" / "jupyterhub-singleuser").symlink_to(
+            Path(sys.executable).parent / "jupyterhub-singleuser"
+        )
+        argv = [str(venv / "bin" / "python"), "-m", "hub_ext.cli", "up", "--auth", "pam"]
+        argv += ["--admin", "nobody", "--declared", "--data-dir", str(tmp_path / "data")]
+        result = run(argv, env={"FRACHUB_CHP": "/bin/true"})
+        assert result.returncode == 2, result.stderr
+        assert (
+            f"frachub up: jupyterhub-singleuser lives under {hidden} (mode 0700): user nobody "
+            "cannot run it" in result.stderr
+        )
+        assert f"or chmod o+x {hidden}" in result.stderr
+        assert "re-run scripts/up.sh" in result.stderr and "Traceback" not in result.stderr
+        assert not (tmp_path / "data" / "jupyterhub_config.py").exists()
+    finally:
+        shutil.rmtree(outer)

@@ -19,6 +19,7 @@ from hub_ext.cli.up.datadir import prepare_data_dir, stop_leftovers
 from hub_ext.cli.up.options import (
     LOG_DIR,
     UP_LOCK,
+    Team,
     UpError,
     add_arguments,
     detect_gpus,
@@ -27,6 +28,7 @@ from hub_ext.cli.up.options import (
     team_for,
     write_private,
 )
+from hub_ext.cli.up.reach import accounts_to_check, check_accounts, hub_python
 from scheduler.common.scopes import API_PATH, SERVICE_PREFIX
 
 # httpx, yaml, NVML and the client are imported where they are used, and so is the
@@ -206,6 +208,22 @@ def _check_tls(args: argparse.Namespace) -> None:
             raise UpError(f"{flag} {path}: not a readable file")
 
 
+def _check_reach(args: argparse.Namespace, team: Team) -> None:
+    """Refuse to start a team whose accounts cannot run the hub's Python (every spawn would
+    fail with an HTTP 500); with --write-config-only, only warn (the hub starts later)."""
+    open_to_all = any("*" in queue.get("members", []) for queue in team.queues)
+    users, note = accounts_to_check(list(team.allowed), open_to_all)
+    if note:
+        print(f"frachub up: {note}", file=sys.stderr, flush=True)
+    refusal = check_accounts(users, hub_python())
+    if refusal is None:
+        return
+    if args.write_config_only:
+        print(f"frachub up: warning: {refusal}", file=sys.stderr, flush=True)
+        return
+    raise UpError(refusal)
+
+
 def _up(args: argparse.Namespace) -> int:
     from scheduler.service.persistence import datalock
 
@@ -219,6 +237,8 @@ def _up(args: argparse.Namespace) -> int:
         )
     gpus, gpus_said = detect_gpus(args)
     team = team_for(args, gpus)
+    if team.auth == "pam":
+        _check_reach(args, team)
     prepare_data_dir(data, team)
     try:
         lock = datalock.hold(str(data / UP_LOCK))
