@@ -4,6 +4,7 @@ and their refusals as one line without a traceback."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hub.upharness import SERVICE_API, Up
@@ -180,13 +182,25 @@ def test_a_bad_projects_file_is_one_line(tmp_path: Path, content: str, message: 
 
 
 def test_a_quiet_start_and_ctrl_c_says_what_keeps_running(tmp_path: Path) -> None:
-    """No proxy 404s or ECONNREFUSED traces while the hub starts; Ctrl-C (SIGINT to frachub
-    up alone, as a terminal sends it) names the job that keeps running and how to stop it;
-    the next start adopts it, and with --stop-jobs Ctrl-C cancels it first."""
+    """No proxy 404s, ECONNREFUSED traces or 403 warnings while the hub starts; the banner and
+    the login page say that everything runs as one account, and name the demo's users; Ctrl-C
+    (SIGINT to frachub up alone, as a terminal sends it) names the job that keeps running and
+    how to stop it; the next start adopts it, and with --stop-jobs Ctrl-C cancels it first."""
     up = Up(tmp_path, grace_period=1).start()
     try:
         started = up.log_text()
         assert "404 GET" not in started and "ECONNREFUSED" not in started, started[-3000:]
+        assert "403 GET" not in started and "WARNING" not in started, started[-3000:]
+        service = f"http://127.0.0.1:{up.ports['--service-port']}/services/frachub/"
+        assert f"listening on {service}\n" in started
+        account = pwd.getpwuid(os.geteuid()).pw_name
+        assert (
+            f"  runs as:  {account}: every notebook, terminal and job of every user runs as this "
+            "one Unix account" in started
+        )
+        login = httpx.get(f"{up.url}/hub/login", timeout=30).text
+        assert "Demo users: <b>alice</b>, <b>bob</b>, <b>carol</b>, <b>admin</b>" in login
+        assert f"runs as the Unix account <code>{account}</code>, for every user" in login
         alice = up.client("alice")
         job = alice.post(
             f"{SERVICE_API}workloads", json={"command": "sleep 300", "gpus": 0.5, "name": "stays"}

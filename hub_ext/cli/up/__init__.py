@@ -22,7 +22,8 @@ Two ways to log in (``--auth``):
 * ``shared-password`` (``--demo``, or when not run as root): hub-only users with one shared
   password (generated once, kept in the data directory, printed). Servers and jobs run as
   this Unix user, each user's home under ``<data>/home``: no isolation between users, which
-  is right for one person's workstation or a demo and wrong for a shared machine.
+  is right for one person's workstation or a demo and wrong for a shared machine; the banner
+  and the login page say so.
 
 Operations: the hub's and the service's logs go to ``<data>/hub-logs/`` (rotated) as well as
 the terminal; the data directory is private (0700, 0711 with system accounts so that jobs

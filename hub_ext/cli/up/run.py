@@ -43,23 +43,22 @@ def _wait_ready(
     Asked in an order that makes no noise: the hub and the service on their own ports first,
     then the proxy's API until both routes are in its table, and only then once through the
     proxy. (Asking the proxy before its routes exist made it log a red 404 and an
-    ECONNREFUSED trace for every attempt.)"""
+    ECONNREFUSED trace for every attempt.) The service is asked its health, which needs no
+    token: its API's root answered 403 without one, and logged a warning each time."""
     import httpx
 
     scheme = "https" if args.ssl_cert else "http"
     base = f"{scheme}://127.0.0.1:{args.port}"
+    health = f"{SERVICE_PREFIX}{API_PATH}health"
     checks = (
         lambda client: client.get(f"http://127.0.0.1:{args.hub_port}/hub/api/").status_code == 200,
         lambda client: (
-            client.get(
-                f"http://127.0.0.1:{args.service_port}{SERVICE_PREFIX}{API_PATH}"
-            ).status_code
-            < 500
+            client.get(f"http://127.0.0.1:{args.service_port}{health}").status_code == 200
         ),
         lambda client: _routes_ready(client, args, proxy_token),
         lambda client: (
             client.get(f"{base}/hub/api/").status_code == 200
-            and client.get(f"{base}{SERVICE_PREFIX}{API_PATH}").status_code < 500
+            and client.get(f"{base}{health}").status_code == 200
         ),
     )
     deadline = time.monotonic() + timeout
