@@ -49,6 +49,14 @@ BIN_DIR = Path(sys.executable).parent
 """FracHub's environment's bin/: ``frachub``, ``jupyterhub-singleuser``."""
 
 
+def server_command() -> list[str]:
+    """The jupyterhub-singleuser installed beside the hub's Python, so servers run in
+    FracHub's environment even when its bin/ is not on PATH (``frachub up`` checks that every
+    user can run it)."""
+    beside = BIN_DIR / "jupyterhub-singleuser"
+    return [str(beside)] if beside.exists() else ["jupyterhub-singleuser"]
+
+
 def terminal_setting(bin_dir: Path) -> str:
     """The server's terminals: a login shell, as Jupyter starts them, that then puts
     ``bin_dir`` back first on the PATH (a login shell's /etc/profile sets PATH anew) and
@@ -186,10 +194,7 @@ class FracLocalSpawner(FracSpawnerMixin, ConfinedProcessSpawner):
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:
-        """The jupyterhub-singleuser installed beside the hub's Python, so servers run in
-        FracHub's environment even when its bin/ is not on PATH."""
-        beside = Path(sys.executable).parent / "jupyterhub-singleuser"
-        return [str(beside)] if beside.exists() else ["jupyterhub-singleuser"]
+        return server_command()
 
     @property
     def hub_only_users(self) -> bool:

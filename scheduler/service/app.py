@@ -684,7 +684,9 @@ class FracHubService(Application):
         else:
             switch.app = app
         assert server is not None
-        self.log.info("listening on %s%s", self.service_url, self.service_prefix.lstrip("/"))
+        self.log.info(
+            "listening on %s/%s", self.service_url.rstrip("/"), self.service_prefix.lstrip("/")
+        )
         stopped = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stopped.set)

@@ -154,3 +154,16 @@ def test_the_runnable_docs_are_found() -> None:
     runnable = {d.name: len(blocks(d)) for d in DOCS if MARKER in d.read_text()}
     assert runnable.get("operations.md", 0) >= 4, runnable
     assert {"README.md", "service.md", "panel.md", "kubernetes.md"} <= set(runnable), runnable
+
+
+def test_what_the_docs_say_up_sh_help_does() -> None:
+    """`scripts/up.sh --help` prints the flags with the system's Python and installs nothing
+    (tests/hub/test_up_command.py runs it): no doc may say it sets anything up."""
+    claims = re.compile(r"\b(makes|installs|creates|sets up)\b(?! nothing)")
+    wrong = [
+        f"{doc.name}: {line.strip()}"
+        for doc in DOCS
+        for line in doc.read_text().splitlines()
+        if "up.sh --help" in line and claims.search(line.split("up.sh --help", 1)[1])
+    ]
+    assert not wrong, wrong

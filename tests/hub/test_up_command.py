@@ -4,12 +4,16 @@ and their refusals as one line without a traceback."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hub.upharness import SERVICE_API, Up
@@ -178,13 +182,25 @@ def test_a_bad_projects_file_is_one_line(tmp_path: Path, content: str, message: 
 
 
 def test_a_quiet_start_and_ctrl_c_says_what_keeps_running(tmp_path: Path) -> None:
-    """No proxy 404s or ECONNREFUSED traces while the hub starts; Ctrl-C (SIGINT to frachub
-    up alone, as a terminal sends it) names the job that keeps running and how to stop it;
-    the next start adopts it, and with --stop-jobs Ctrl-C cancels it first."""
+    """No proxy 404s, ECONNREFUSED traces or 403 warnings while the hub starts; the banner and
+    the login page say that everything runs as one account, and name the demo's users; Ctrl-C
+    (SIGINT to frachub up alone, as a terminal sends it) names the job that keeps running and
+    how to stop it; the next start adopts it, and with --stop-jobs Ctrl-C cancels it first."""
     up = Up(tmp_path, grace_period=1).start()
     try:
         started = up.log_text()
         assert "404 GET" not in started and "ECONNREFUSED" not in started, started[-3000:]
+        assert "403 GET" not in started and "WARNING" not in started, started[-3000:]
+        service = f"http://127.0.0.1:{up.ports['--service-port']}/services/frachub/"
+        assert f"listening on {service}\n" in started
+        account = pwd.getpwuid(os.geteuid()).pw_name
+        assert (
+            f"  runs as:  {account}: every notebook, terminal and job of every user runs as this "
+            "one Unix account" in started
+        )
+        login = httpx.get(f"{up.url}/hub/login", timeout=30).text
+        assert "Demo users: <b>alice</b>, <b>bob</b>, <b>carol</b>, <b>admin</b>" in login
+        assert f"runs as the Unix account <code>{account}</code>, for every user" in login
         alice = up.client("alice")
         job = alice.post(
             f"{SERVICE_API}workloads", json={"command": "sleep 300", "gpus": 0.5, "name": "stays"}
@@ -212,3 +228,44 @@ def test_a_quiet_start_and_ctrl_c_says_what_keeps_running(tmp_path: Path) -> Non
         assert said.rstrip().endswith("no training jobs were running or waiting.")
     finally:
         up.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="PAM mode is for root (CI runs as root)")
+def test_the_team_mode_refuses_an_interpreter_its_users_cannot_run(tmp_path: Path) -> None:
+    """The hub's Python in a virtualenv under a root-owned 0700 directory (as with Python
+    installed in root's home): `frachub up --auth pam` refuses to start, naming the directory
+    and the fix, instead of every spawn failing with an HTTP 500."""
+    outer = Path(tempfile.mkdtemp(prefix="frachub-up-", dir="/tmp"))  # tmp_path is 0700
+    try:
+        outer.chmod(0o755)
+        hidden = outer / "hidden"
+        hidden.mkdir(mode=0o700)
+        venv = hidden / "venv"
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", "--symlinks", str(venv)], check=True
+        )
+        # this environment's packages and the checkout, seen from the new virtualenv
+        site = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        here = [p for p in sys.path if p.endswith("site-packages")]
+        Path(site, "frachub-test.pth").write_text("\n".join([str(REPO), *here]) + "\n")
+        (venv / "bin" / "jupyterhub-singleuser").symlink_to(
+            Path(sys.executable).parent / "jupyterhub-singleuser"
+        )
+        argv = [str(venv / "bin" / "python"), "-m", "hub_ext.cli", "up", "--auth", "pam"]
+        argv += ["--admin", "nobody", "--declared", "--data-dir", str(tmp_path / "data")]
+        result = run(argv, env={"FRACHUB_CHP": "/bin/true"})
+        assert result.returncode == 2, result.stderr
+        assert (
+            f"frachub up: jupyterhub-singleuser lives under {hidden} (mode 0700): user nobody "
+            "cannot run it" in result.stderr
+        )
+        assert f"or chmod o+x {hidden}" in result.stderr
+        assert "re-run scripts/up.sh" in result.stderr and "Traceback" not in result.stderr
+        assert not (tmp_path / "data" / "jupyterhub_config.py").exists()
+    finally:
+        shutil.rmtree(outer)

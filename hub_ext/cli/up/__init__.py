@@ -16,11 +16,14 @@ Two ways to log in (``--auth``):
 * ``pam`` (the default when run as root, without ``--demo``): the machine's own accounts.
   Notebooks and jobs run as the user's system account, in that account's home; the users are
   the members named in ``--projects`` and the ``--admin`` accounts, and more can be added on
-  the hub's admin page. This is the mode for a team (docs/operations.md).
+  the hub's admin page. This is the mode for a team (docs/operations.md). It refuses to start
+  when one of those accounts (or ``nobody``, standing in for users not named yet) could not
+  execute the hub's Python (``reach``).
 * ``shared-password`` (``--demo``, or when not run as root): hub-only users with one shared
   password (generated once, kept in the data directory, printed). Servers and jobs run as
   this Unix user, each user's home under ``<data>/home``: no isolation between users, which
-  is right for one person's workstation or a demo and wrong for a shared machine.
+  is right for one person's workstation or a demo and wrong for a shared machine; the banner
+  and the login page say so.
 
 Operations: the hub's and the service's logs go to ``<data>/hub-logs/`` (rotated) as well as
 the terminal; the data directory is private (0700, 0711 with system accounts so that jobs

@@ -5,6 +5,9 @@ service), and the banner that says where everything is."""
 from __future__ import annotations
 
 import argparse
+import html
+import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,30 @@ def public_url(args: argparse.Namespace) -> str:
     return f"{scheme}://{host}:{args.port}/"
 
 
+def this_account() -> str:
+    """The Unix account ``frachub up`` runs as: with a shared password, every user's
+    notebooks, terminals and jobs run as it."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def login_hint(args: argparse.Namespace) -> str:
+    """The login page's announcement with a shared password (HTML): who may log in, and that
+    everything runs as one Unix account, so nobody takes the demo for isolation."""
+    if args.demo:
+        users = ", ".join(f"<b>{name}</b>" for name in (*DEMO_USERS, ADMIN_USER))
+        who = f"Demo users: {users}, with the shared password <code>frachub up</code> printed."
+    else:
+        who = "Log in with any user name and the shared password <code>frachub up</code> printed."
+    account = html.escape(this_account())
+    return (
+        f"{who} Every notebook, terminal and job runs as the Unix account "
+        f"<code>{account}</code>, for every user: no isolation between users."
+    )
+
+
 def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> str:
     service_url = f"http://127.0.0.1:{args.service_port}"
     scheme = "https" if args.ssl_cert else "http"
@@ -83,6 +110,7 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> 
     else:
         settings["JupyterHub.authenticator_class"] = "shared-password"
         settings["FracLocalSpawner.home_dir_template"] = str(data / "home" / "{username}")
+        settings["JupyterHub.template_vars"] = {"announcement_login": login_hint(args)}
         if args.demo:
             settings["Authenticator.allowed_users"] = {*DEMO_USERS, *team.admins}
         else:
@@ -183,6 +211,13 @@ def banner(
             f"  admins: {', '.join(team.admins)}\n"
             if team.admins
             else "  admins: none (give --admin NAME to use the admin page)\n"
+        )
+    if team.auth == "pam":
+        who += "  runs as:  each user's own system account\n"
+    else:
+        who += (
+            f"  runs as:  {this_account()}: every notebook, terminal and job of every user runs "
+            "as this one Unix account (no isolation between users; --auth pam for a team)\n"
         )
     secrets_said = "".join(f"  {name}: {value}\n" for name, value in passwords.items())
     return (

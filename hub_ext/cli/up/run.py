@@ -19,6 +19,7 @@ from hub_ext.cli.up.datadir import prepare_data_dir, stop_leftovers
 from hub_ext.cli.up.options import (
     LOG_DIR,
     UP_LOCK,
+    Team,
     UpError,
     add_arguments,
     detect_gpus,
@@ -27,6 +28,7 @@ from hub_ext.cli.up.options import (
     team_for,
     write_private,
 )
+from hub_ext.cli.up.reach import accounts_to_check, check_accounts, hub_python
 from scheduler.common.scopes import API_PATH, SERVICE_PREFIX
 
 # httpx, yaml, NVML and the client are imported where they are used, and so is the
@@ -41,23 +43,22 @@ def _wait_ready(
     Asked in an order that makes no noise: the hub and the service on their own ports first,
     then the proxy's API until both routes are in its table, and only then once through the
     proxy. (Asking the proxy before its routes exist made it log a red 404 and an
-    ECONNREFUSED trace for every attempt.)"""
+    ECONNREFUSED trace for every attempt.) The service is asked its health, which needs no
+    token: its API's root answered 403 without one, and logged a warning each time."""
     import httpx
 
     scheme = "https" if args.ssl_cert else "http"
     base = f"{scheme}://127.0.0.1:{args.port}"
+    health = f"{SERVICE_PREFIX}{API_PATH}health"
     checks = (
         lambda client: client.get(f"http://127.0.0.1:{args.hub_port}/hub/api/").status_code == 200,
         lambda client: (
-            client.get(
-                f"http://127.0.0.1:{args.service_port}{SERVICE_PREFIX}{API_PATH}"
-            ).status_code
-            < 500
+            client.get(f"http://127.0.0.1:{args.service_port}{health}").status_code == 200
         ),
         lambda client: _routes_ready(client, args, proxy_token),
         lambda client: (
             client.get(f"{base}/hub/api/").status_code == 200
-            and client.get(f"{base}{SERVICE_PREFIX}{API_PATH}").status_code < 500
+            and client.get(f"{base}{health}").status_code == 200
         ),
     )
     deadline = time.monotonic() + timeout
@@ -206,6 +207,22 @@ def _check_tls(args: argparse.Namespace) -> None:
             raise UpError(f"{flag} {path}: not a readable file")
 
 
+def _check_reach(args: argparse.Namespace, team: Team) -> None:
+    """Refuse to start a team whose accounts cannot run the hub's Python (every spawn would
+    fail with an HTTP 500); with --write-config-only, only warn (the hub starts later)."""
+    open_to_all = any("*" in queue.get("members", []) for queue in team.queues)
+    users, note = accounts_to_check(list(team.allowed), open_to_all)
+    if note:
+        print(f"frachub up: {note}", file=sys.stderr, flush=True)
+    refusal = check_accounts(users, hub_python())
+    if refusal is None:
+        return
+    if args.write_config_only:
+        print(f"frachub up: warning: {refusal}", file=sys.stderr, flush=True)
+        return
+    raise UpError(refusal)
+
+
 def _up(args: argparse.Namespace) -> int:
     from scheduler.service.persistence import datalock
 
@@ -219,6 +236,8 @@ def _up(args: argparse.Namespace) -> int:
         )
     gpus, gpus_said = detect_gpus(args)
     team = team_for(args, gpus)
+    if team.auth == "pam":
+        _check_reach(args, team)
     prepare_data_dir(data, team)
     try:
         lock = datalock.hold(str(data / UP_LOCK))
