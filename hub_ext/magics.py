@@ -48,6 +48,7 @@ from hub_ext.client.jobs import (
     command_from,
     follow_job,
     jobs_view,
+    notebook_environment,
     submission,
     submit_job,
     sweep_text,
@@ -212,7 +213,8 @@ class FracHubMagics(Magics):
             script = write_cell_script(cell, cwd, args.name)
             command = [sys.executable, str(script), *args.command]
         try:
-            workload = submit_job(client, **submission(args, command, working_dir))
+            notebook_env = notebook_environment(os.environ, sys.executable)
+            workload = submit_job(client, **submission(args, command, working_dir, notebook_env))
         except FracHubError:
             if script is not None:
                 script.unlink(missing_ok=True)  # nothing will run it

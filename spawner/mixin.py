@@ -498,10 +498,19 @@ class FracSpawnerMixin(Configurable):
         except FracHubError as error:
             if error.status in (404, 409):
                 return True
+            if error.status in (0, 502, 503, 504):
+                # the service is stopping, restarting or not up yet (a hub shut down after
+                # it): nothing is misconfigured, and the share is not lost
+                self.log.warning(  # type: ignore[attr-defined]
+                    "FracHub allocation %s not released yet: the FracHub service did not "
+                    "answer (stopped or restarting?); retrying, and the service releases it "
+                    "itself when it next reconciles with the hub",
+                    allocation_id,
+                )
+                return False
             self.log.warning(  # type: ignore[attr-defined]
                 "could not release FracHub allocation %s: %s", allocation_id, error.message
             )
-            return error.status not in (0, 502, 503, 504)
         return True
 
     async def stop(self, now: bool = False) -> None:

@@ -49,6 +49,7 @@ from hub_ext.client.jobs import (
     follow_job,
     jobs_listing,
     jobs_view,
+    notebook_environment,
     submission,
     submit_job,
     sweep_text,
@@ -97,7 +98,10 @@ def run_submit(args: argparse.Namespace) -> int:
         return 2
     working_dir = working_dir_field(args.working_dir, os.getcwd())
     with _client(args) as client:
-        workload = submit_job(client, **submission(args, command_from(args.command), working_dir))
+        body = submission(
+            args, command_from(args.command), working_dir, notebook_environment(os.environ)
+        )
+        workload = submit_job(client, **body)
     print(sweep_text(workload, args.sweep) if args.sweep else submitted_text(workload))
     return 0
 

@@ -217,6 +217,12 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         help="an environment variable for the job (repeatable)",
     )
     parser.add_argument(
+        "--no-notebook-env",
+        action="store_true",
+        help="in a notebook server: do not give the job the notebook's PATH, VIRTUAL_ENV and "
+        "CONDA_PREFIX (it then runs with the service's PATH)",
+    )
+    parser.add_argument(
         "--sweep",
         type=sweep_parameter,
         action="append",

@@ -7,8 +7,9 @@ submit the same request for the same flags and show the same tables.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hub_ext.client.api import FracHubClient
@@ -25,10 +26,42 @@ from scheduler.common.states import FINAL_STATES, HOLDING_STATES, WorkloadState
 # --- views: a client and parsed arguments -> what to show, shared with the magics ---------------
 
 
+NOTEBOOK_MARK = "JUPYTERHUB_USER"
+"""Set by JupyterHub in a single-user server, so in its kernels and terminals too."""
+NOTEBOOK_VARIABLES = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+"""What makes ``python`` (and every other command) the notebook's own."""
+
+
+def notebook_environment(
+    environ: Mapping[str, str], interpreter: str | None = None
+) -> dict[str, str]:
+    """The submitting notebook's environment, which a job gets by default: without it a job
+    runs with the service's PATH, so ``python`` is the service's interpreter and the packages
+    the user installed for the notebook are missing. ``interpreter`` (the kernel's own
+    ``sys.executable``, for the magics) goes first on PATH; the CLI in a terminal keeps the
+    terminal's PATH, whose first ``python`` is the one the user types. Empty outside a
+    single-user server: a laptop's PATH means nothing where jobs run. The job runs as the
+    submitting user (or, in the demo, as the one account everything runs as), so a PATH only
+    ever chooses the submitter's own programs."""
+    if not environ.get(NOTEBOOK_MARK):
+        return {}
+    env = {name: environ[name] for name in NOTEBOOK_VARIABLES if environ.get(name)}
+    if interpreter:
+        first = os.path.dirname(interpreter)
+        rest = [d for d in env.get("PATH", "").split(os.pathsep) if d and d != first]
+        env["PATH"] = os.pathsep.join([first, *rest])
+    return env
+
+
 def submission(
-    args: argparse.Namespace, command: str | list[str], working_dir: str | None
+    args: argparse.Namespace,
+    command: str | list[str],
+    working_dir: str | None,
+    notebook_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of ``FracHubClient.submit`` from submit's flags."""
+    """The keyword arguments of ``FracHubClient.submit`` from submit's flags; the job's env
+    is ``notebook_env`` (``notebook_environment``) unless ``--no-notebook-env``, under the
+    ``--env`` variables given."""
     if args.parallel is not None and not args.sweep:
         raise FracHubError(0, "--parallel goes with --sweep")
     sweep = None
@@ -44,7 +77,8 @@ def submission(
         "replicas": args.replicas,
         "name": args.name,
         "project": args.project,
-        "env": dict(args.env) or None,
+        "env": {**({} if args.no_notebook_env else dict(notebook_env or {})), **dict(args.env)}
+        or None,
         "working_dir": working_dir,
         **({"gpu_model": args.gpu_model} if args.gpu_model else {}),
         **(

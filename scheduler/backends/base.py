@@ -87,6 +87,10 @@ class Exit:
     workload_id: int
     exit_code: int | None
     message: str = ""
+    ended_at: float | None = field(default=None, compare=False)
+    """When it ended (Unix seconds), where the backend recorded it: an attempt that ended
+    while the service was down ends then, not when a restarted service learns of it. None:
+    it ended just now."""
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,8 @@ class _Replica:
     """Ended, and none of its processes is left (its group was killed and removed)."""
     exit_code: int | None = None
     message: str = ""
+    ended_at: float | None = None
+    """When its exit file was written, for a replica that ended unwatched (adopted)."""
 
 
 @dataclass
@@ -610,7 +612,7 @@ class LocalBackend(LoggingConfigurable):
             stat = _proc_stat(replica.pid)
             if stat is not None and stat[1] == replica.start_time and stat[0] != "Z":
                 return True
-            code = _read_exit_file(replica.exit_file)
+            code, replica.ended_at = _read_exit_file(replica.exit_file)
             if code is not None:
                 replica.message = _describe(code, attempt.killed)
             elif attempt.killed:
@@ -707,12 +709,14 @@ class LocalBackend(LoggingConfigurable):
 
     def _exit(self, attempt: _Attempt) -> Exit:
         if not attempt.failures:
-            return Exit(attempt.workload_id, 0, "exited with code 0")
+            ends = [r.ended_at for r in attempt.replicas]
+            ended_at = max(ends) if None not in ends else None  # type: ignore[type-var]
+            return Exit(attempt.workload_id, 0, "exited with code 0", ended_at)
         first = attempt.failures[0]
         message = first.message
         if len(attempt.replicas) > 1:
             message = f"replica {first.index} {message}"
-        return Exit(attempt.workload_id, first.exit_code, message)
+        return Exit(attempt.workload_id, first.exit_code, message, first.ended_at)
 
     # --- handles and paths --------------------------------------------------------------------
 
@@ -896,15 +900,17 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0].decode(), int(fields[19])
 
 
-def _read_exit_file(path: str) -> int | None:
+def _read_exit_file(path: str) -> tuple[int | None, float | None]:
+    """The recorded exit code and when it was recorded (the file's mtime: the wrapper writes
+    it as the command ends), or None for each when there is no readable record."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return None
+        return None, None
     try:
-        return int(os.read(fd, 32).strip())
+        return int(os.read(fd, 32).strip()), os.fstat(fd).st_mtime
     except ValueError:
-        return None
+        return None, None
     finally:
         os.close(fd)
 

@@ -57,3 +57,27 @@ def test_share_of_a_server_that_died_with_the_hub_is_released(keeping_up: Up) ->
         time.sleep(0.2)
     assert up.allocations("alice", ["pending", "running"]) == []
     assert held["id"] in [a["id"] for a in up.allocations("alice", ["released"])]
+
+
+def test_a_restarted_service_releases_the_share_of_a_server_stopped_while_it_was_down(
+    tmp_path,
+) -> None:
+    """At hub shutdown the service stops before the servers, so a stopping server cannot
+    release its share; the restarted service asks the hub at once which servers run and
+    releases the rest, rather than showing the share running until its first idle check
+    (a minute later)."""
+    with Up(tmp_path) as up:
+        up.start_server("alice", {"profile": "gpu", "gpus": 0.25})
+        up.wait_ready("alice")
+        (held,) = up.allocations("alice", ["running"])
+        up.stop()
+        said = up.log_text()
+        assert "check frachub_api_url" not in said  # nothing is misconfigured
+        assert f"allocation {held['id']} not released yet: the FracHub service did not" in said
+
+        up.start()
+        started = time.monotonic()
+        while up.allocations("alice", ["pending", "running"]) and time.monotonic() < started + 20:
+            time.sleep(0.2)
+        assert up.allocations("alice", ["pending", "running"]) == []
+        assert held["id"] in [a["id"] for a in up.allocations("alice", ["released"])]

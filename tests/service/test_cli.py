@@ -110,6 +110,40 @@ def test_submit_names_gpu_models(user, api) -> None:
     ), never.stderr
 
 
+def test_a_job_from_a_notebook_runs_with_the_notebook_s_environment(user, api, tmp_path) -> None:
+    """``frachub submit -- python ...`` in a notebook's terminal runs the notebook's
+    ``python`` (the first on its PATH), not the service's; ``--no-notebook-env`` and a
+    submission from outside a notebook server keep the service's PATH."""
+    alice = user()
+    client = api(alice.token)
+    bindir = tmp_path / "notebook-env" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").write_text('#!/bin/sh\necho "the notebook python runs $*"\n')
+    (bindir / "python").chmod(0o755)
+    path = f"{bindir}{os.pathsep}{alice.env['PATH']}"
+    outside = {**alice.env, "PATH": path}
+    notebook = {**outside, "JUPYTERHUB_USER": alice.name, "VIRTUAL_ENV": str(bindir.parent)}
+    show = ["--", "sh", "-c", "command -v python; echo venv=$VIRTUAL_ENV"]
+
+    def log_of(result: Result) -> str:
+        job = submitted_id(result)
+        wait_state(client, job, "succeeded", "failed")
+        return client.get(f"workloads/{job}/logs").text
+
+    ran = log_of(alice("submit", "-g", "0.5", "--", "python", "train.py", env=notebook))
+    assert "the notebook python runs train.py" in ran, ran
+    assert f"venv={bindir.parent}" in log_of(alice("submit", "-g", "0.5", *show, env=notebook))
+    for opted_out in (
+        alice("submit", "-g", "0.5", "--no-notebook-env", *show, env=notebook),
+        alice("submit", "-g", "0.5", *show, env=outside),
+    ):
+        log = log_of(opted_out)
+        assert str(bindir) not in log and "venv=\n" in log, log
+    # an --env PATH of the user's own wins
+    own = log_of(alice("submit", "-g", "0.5", "-e", "PATH=/usr/bin:/bin", *show, env=notebook))
+    assert str(bindir) not in own and f"venv={bindir.parent}" in own, own
+
+
 def test_submit_follow_jobs_describe_and_tail(user, api, tmp_path) -> None:
     alice = user()
     # the job waits (up to 30 s) for a file the test makes once --follow has shown tick-1

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -127,6 +128,27 @@ def test_sigkill_loses_nothing(crashable, alice) -> None:
     alice.delete(f"workloads/{survivor['id']}")
     for job in waiting:
         alice.delete(f"workloads/{job['id']}")
+
+
+def test_a_job_that_ended_while_the_service_was_down_ends_when_it_ended(crashable, alice) -> None:
+    """Its end is its exit record's time, not the restart's (which would inflate its run
+    time and GPU-hours by the whole outage)."""
+    marker = crashable.workdir / "end-now"
+    job = submit(
+        alice, command=f"while [ ! -e {marker} ]; do sleep 0.1; done", gpus=0.5, name="quick"
+    )
+    wait_state(alice, job["id"], "running")
+    wait_for(lambda: pids_of(crashable.workdir, job["id"]), 10, "the job's processes")
+    crashable.kill(signal.SIGKILL)
+    marker.touch()
+    wait_for(lambda: not pids_of(crashable.workdir, job["id"]), 10, "the job's end")
+    ended = time.time()
+    time.sleep(3.0)  # the outage
+    restarted = time.time()
+    crashable.start()
+    done = wait_state(alice, job["id"], "succeeded")
+    finished = datetime.fromisoformat(done["finished_at"]).timestamp()
+    assert ended - 1.0 <= finished < restarted, (ended, finished, restarted)
 
 
 def test_sigkill_during_a_burst_of_submissions(crashable, alice) -> None:

@@ -6,8 +6,8 @@ else, since notebooks are never preempted. An allocation may carry an idle limit
 (``idle_timeout_seconds``, the spawner's profile limit); ``IdlePoller`` enforces it, in the
 shape of jupyterhub-idle-culler with deciding and acting split:
 
-1. every ``interval`` seconds, list the servers the hub has (``GET /users?state=active``,
-   following the hub's pagination) with their ``last_activity``;
+1. at start and then every ``interval`` seconds, list the servers the hub has
+   (``GET /users?state=active``, following the hub's pagination) with their ``last_activity``;
 2. judge each running allocation with a limit (``idle_policy.judge``, pure) and write what
    changed — the activity seen, the projected stop, a warning with its event — in one commit;
 3. stop the servers that are due (``DELETE /users/{user}/server`` or ``.../servers/{name}``).
@@ -50,6 +50,9 @@ from scheduler.service.policies.idle_policy import (
 from scheduler.service.scheduling.effects import held_gpus
 from scheduler.service.scheduling.loop import SchedulingLoop
 
+FIRST_RETRY_SECONDS = 1.0
+"""The first pause when the hub does not answer the start-up round (doubling to the
+interval)."""
 PAGINATION = "application/jupyterhub-pagination+json"
 PAGE_SIZE = 200
 
@@ -187,17 +190,25 @@ class IdlePoller:
             self._task = None
 
     async def _run(self) -> None:
+        """The first round runs at once: a restarted service gives back the shares of servers
+        that stopped while it was down (at hub shutdown the service stops first, so their
+        spawners could not release them) instead of showing them running for a whole
+        interval. Until the hub first answers (it may be starting too) rounds come sooner."""
+        delay, answered = 0.0, False
         while True:
-            await asyncio.sleep(self.settings.interval)
+            await asyncio.sleep(delay)
             try:
                 await self.check()
+                answered = True
             except HubError as error:
-                self.log.warning(
-                    "idle notebooks: %s; trying again in %gs", error, self.settings.interval
-                )
+                if not answered:
+                    delay = min(self.settings.interval, max(2 * delay, FIRST_RETRY_SECONDS))
+                self.log.warning("idle notebooks: %s; trying again in %gs", error, delay)
+                continue
             except Exception:
                 self.loop.store.rollback()
                 self.log.exception("idle notebooks: the check failed; trying again")
+            delay = self.settings.interval
 
     async def check(self) -> None:
         """One round: ask the hub, judge, write, then stop or release."""

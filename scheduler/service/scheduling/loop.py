@@ -49,7 +49,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from scheduler.backends.base import Backend, Checkpoint, Inventory
+from scheduler.backends.base import Backend, Checkpoint, Exit, Inventory
 from scheduler.common.messages import event_line
 from scheduler.common.states import WorkloadState
 from scheduler.engine import (
@@ -597,7 +597,6 @@ class SchedulingLoop:
         if not reports:
             return
         now = self.clock()
-        effects: list[Effect] = []
         exits = []
         for report in reports:
             if isinstance(report, Checkpoint):
@@ -613,8 +612,9 @@ class SchedulingLoop:
             life = self.lifecycle.get(str(exit_.workload_id))
             if life is None or not life.state.holding:
                 continue  # an attempt already accounted for (requeued at once, or cancelled)
-            effects += self.lifecycle.exited(life.name, now, exit_.exit_code, exit_.message)
-        self.effects.record(effects, now)
+            at = ended_at(exit_, life.started_at, now)
+            effects = self.lifecycle.exited(life.name, at, exit_.exit_code, exit_.message)
+            self.effects.record(effects, at)
         self.store.commit()
         self._notify()
         self.request_cycle()
@@ -640,3 +640,12 @@ class SchedulingLoop:
         """Return after the next cycle or exit, or after ``timeout`` seconds."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
+
+
+def ended_at(exit_: Exit, started_at: float | None, now: float) -> float:
+    """When an attempt ended: the time the backend recorded (an attempt that ended while the
+    service was down ends then, not at the restart, which would inflate its run time and
+    GPU-hours), kept between its start and now against a skewed or odd record."""
+    if exit_.ended_at is None:
+        return now
+    return min(now, max(exit_.ended_at, started_at if started_at is not None else 0.0))
