@@ -74,6 +74,13 @@ class InvalidOption(ValueError):
         self.status = status
 
 
+class UnknownChoice(InvalidOption, KeyError):
+    """A choice an option does not list: where KubeSpawner's ``_load_profile`` looks it up
+    and raises ``KeyError``, so the refusal is a ``KeyError`` too."""
+
+    __str__ = ValueError.__str__  # the message, not KeyError's quoted repr of it
+
+
 @dataclass(frozen=True)
 class GpuChoice:
     """One GPU size a profile offers: a fraction or whole GPUs, or an amount of GPU memory."""
@@ -443,7 +450,7 @@ def _options_of(profile: Profile, user_options: Mapping[str, Any]) -> dict[str, 
                 )
             continue
         if not isinstance(value, str) or value not in choices:
-            raise InvalidOption(
+            raise UnknownChoice(
                 f"user_options.{name}",
                 f"no such choice {value!r} for {name}; one of {', '.join(choices)}"
                 + (f", or {name}{UNLISTED}" if unlisted.get("enabled") else ""),
