@@ -299,6 +299,11 @@ def test_a_user_gets_no_admin_section(page: Page, frachub, make_user, login, sho
     assert answer is not None and answer.status == 403
     expect(page.locator("h1")).to_contain_text("403")
     expect(page.locator("body")).to_contain_text("custom:frachub:admin")
+    # still logged in, and it shows: the user's name, Logout and the way back to the panel
+    expect(page.locator("#login_widget")).to_contain_text(name)
+    expect(page.locator("#logout")).to_be_visible()
+    expect(page.locator("#frachub-nav-training")).to_be_visible()
+    expect(page).to_have_title(re.compile("403"))
     shot("admin-refused")
 
 
