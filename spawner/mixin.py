@@ -54,6 +54,7 @@ from spawner.profiles import (
     Profile,
     Selection,
     UnknownChoice,
+    WrongType,
     evaluate,
     parse_profiles,
     resolve,
@@ -208,7 +209,9 @@ class FracSpawnerMixin(Configurable):
         try:
             selection = resolve(profiles, self.user_options or {}, self.user_groups())
         except InvalidOption as error:
-            kind = UnknownOptionChoice if isinstance(error, UnknownChoice) else InvalidUserOptions
+            kind = next(
+                (kind for made, kind in REFUSALS if isinstance(error, made)), InvalidUserOptions
+            )
             raise refusal(
                 error.message, reason="frachub-option", status=error.status, kind=kind
             ) from None
@@ -631,6 +634,14 @@ class UnknownOptionChoice(InvalidUserOptions, KeyError):
     """A choice a profile option does not list, where KubeSpawner raises ``KeyError``."""
 
     __str__ = SpawnException.__str__
+
+
+class UserOptionOfWrongType(InvalidUserOptions, TypeError):
+    """A value of the wrong type, where KubeSpawner raises ``TypeError``."""
+
+
+# the profiles' refusal -> the spawner's, of the same types as KubeSpawner's own
+REFUSALS = ((UnknownChoice, UnknownOptionChoice), (WrongType, UserOptionOfWrongType))
 
 
 def refusal(

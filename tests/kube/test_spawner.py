@@ -536,11 +536,15 @@ KUBESPAWNER_REFUSES = [
     ({"profile": "no-such-profile"}, ValueError),
     ({"profile": "data-science", "image--unlisted-choice": "jupyter/r:4"}, None),  # no option
     ({"profile": "cafe-gpu", "image": "nope"}, KeyError),  # a choice the option does not list
+    ({"profile": "cafe-gpu", "image--unlisted-choice": 5}, TypeError),  # not text
+    ({"profile": "cafe-gpu", "image--unlisted-choice": "jupyter/r:4", "gpus": 0.3}, None),
 ]
 
 
 @pytest.mark.parametrize(
-    "options, kube_raises", KUBESPAWNER_REFUSES, ids=["regex", "profile", "ignored", "choice"]
+    "options, kube_raises",
+    KUBESPAWNER_REFUSES,
+    ids=["regex", "profile", "ignored", "choice", "type", "frachub-only"],
 )
 def test_bad_profile_input_raises_kubespawners_exception_type_and_is_a_400(
     cluster: Cluster, kube_default: None, options: dict[str, Any], kube_raises: type | None
@@ -549,9 +553,15 @@ def test_bad_profile_input_raises_kubespawners_exception_type_and_is_a_400(
 
     async def scenario() -> None:
         kube, frac = kube_pair(cluster, PROFILES)
-        if kube_raises is None:  # an option the profile does not have: both ignore it
+        if kube_raises is None:  # KubeSpawner takes it: FracHub ignores it or refuses a GPU
             await kube_loads(kube, dict(options))
-            await frac_loads(frac, dict(options))
+            if "gpus" not in options:
+                await frac_loads(frac, dict(options))
+                return
+            frac.user_options = dict(options)
+            with pytest.raises(ValueError) as refused:  # FracHub's own field: a ValueError
+                await frac.load_user_options()
+            assert refused.value.status_code == 400
             return
         with pytest.raises(kube_raises):
             await kube_loads(kube, dict(options))
