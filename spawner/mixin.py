@@ -53,6 +53,8 @@ from spawner.profiles import (
     KubeProfiles,
     Profile,
     Selection,
+    UnknownChoice,
+    WrongType,
     evaluate,
     parse_profiles,
     resolve,
@@ -149,6 +151,10 @@ class FracSpawnerMixin(Configurable):
     def _default_server_token_scopes(self) -> list[str]:
         return list(SERVER_TOKEN_SCOPES)
 
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return options_read_at_start
+
     @property
     def frachub_client(self) -> AsyncFracHubClient:
         if not self.frachub_api_url or not self.frachub_api_token:
@@ -203,7 +209,12 @@ class FracSpawnerMixin(Configurable):
         try:
             selection = resolve(profiles, self.user_options or {}, self.user_groups())
         except InvalidOption as error:
-            raise refusal(error.message, reason="frachub-option", status=error.status) from None
+            kind = next(
+                (kind for made, kind in REFUSALS if isinstance(error, made)), InvalidUserOptions
+            )
+            raise refusal(
+                error.message, reason="frachub-option", status=error.status, kind=kind
+            ) from None
         if selection.ignored:
             self.log.warning(  # type: ignore[attr-defined]
                 "Ignoring unrecognized user_options for %s: %s",
@@ -616,10 +627,39 @@ class FracSpawnerMixin(Configurable):
         return env
 
 
-def refusal(message: str, *, reason: str, status: int) -> SpawnException:
-    """A ``SpawnException`` the hub shows as the message alone: its own text would be
-    "403 SpawnException(reason=frachub-refused): ...", a class name no user should read."""
-    error = SpawnException(message, reason=reason, status_code=status)
+def options_read_at_start(spawner: Any, user_options: dict[str, Any]) -> None:
+    """JupyterHub's ``apply_user_options`` hook, declared so the hub does not call every
+    option unhandled: ``start()`` reads them (profile, GPU, project, the profile's own
+    options), refuses bad ones before asking for a GPU and logs the keys nobody reads."""
+
+
+class InvalidUserOptions(SpawnException, ValueError):
+    """``user_options`` refused before any GPU is asked for: an HTTP error for the hub (400,
+    or 403 for a profile closed to the user's groups) and the ``ValueError`` KubeSpawner
+    raises for bad profile input, so code and tests written for KubeSpawner catch it."""
+
+
+class UnknownOptionChoice(InvalidUserOptions, KeyError):
+    """A choice a profile option does not list, where KubeSpawner raises ``KeyError``."""
+
+    __str__ = SpawnException.__str__
+
+
+class UserOptionOfWrongType(InvalidUserOptions, TypeError):
+    """A value of the wrong type, where KubeSpawner raises ``TypeError``."""
+
+
+# the profiles' refusal -> the spawner's, of the same types as KubeSpawner's own
+REFUSALS = ((UnknownChoice, UnknownOptionChoice), (WrongType, UserOptionOfWrongType))
+
+
+def refusal(
+    message: str, *, reason: str, status: int, kind: type[SpawnException] = SpawnException
+) -> SpawnException:
+    """A ``SpawnException`` (or ``kind``, a subclass) the hub shows as the message alone: its
+    own text would be "403 SpawnException(reason=frachub-refused): ...", a class name no user
+    should read."""
+    error = kind(message, reason=reason, status_code=status)
     error.jupyterhub_message = message  # type: ignore[attr-defined]
     return error
 

@@ -74,6 +74,18 @@ class InvalidOption(ValueError):
         self.status = status
 
 
+class UnknownChoice(InvalidOption, KeyError):
+    """A choice an option does not list: where KubeSpawner's ``_load_profile`` looks it up
+    and raises ``KeyError``, so the refusal is a ``KeyError`` too."""
+
+    __str__ = ValueError.__str__  # the message, not KeyError's quoted repr of it
+
+
+class WrongType(InvalidOption, TypeError):
+    """A value of the wrong type where KubeSpawner's code raises ``TypeError`` on it (an
+    unlisted choice that is not text, matched against the option's ``validation_regex``)."""
+
+
 @dataclass(frozen=True)
 class GpuChoice:
     """One GPU size a profile offers: a fraction or whole GPUs, or an amount of GPU memory."""
@@ -422,7 +434,7 @@ def _options_of(profile: Profile, user_options: Mapping[str, Any]) -> dict[str, 
         if free not in (None, ""):
             where = f"user_options.{name}{UNLISTED}"
             if not isinstance(free, str):
-                raise InvalidOption(where, f"must be a string, got {free!r}")
+                raise WrongType(where, f"must be a string, got {free!r}")
             if not unlisted.get("enabled"):
                 raise InvalidOption(
                     where, f"profile {profile.slug!r} takes no unlisted choice for {name}"
@@ -443,7 +455,7 @@ def _options_of(profile: Profile, user_options: Mapping[str, Any]) -> dict[str, 
                 )
             continue
         if not isinstance(value, str) or value not in choices:
-            raise InvalidOption(
+            raise UnknownChoice(
                 f"user_options.{name}",
                 f"no such choice {value!r} for {name}; one of {', '.join(choices)}"
                 + (f", or {name}{UNLISTED}" if unlisted.get("enabled") else ""),

@@ -143,7 +143,7 @@ def _add_command(
     """One subcommand: its parser, its arguments and the function that runs it."""
     sub = commands.add_parser(name, aliases=list(aliases), help=help, description=description)
     add_arguments(sub)
-    sub.set_defaults(run=run)
+    sub.set_defaults(run=run, command_parser=sub)
 
 
 def _chooser(argv: Sequence[str] | None) -> Callable[[tuple[str, ...]], bool]:
@@ -203,7 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return helm_values(argv[1:])
     parser = build_parser(argv)
     _complete(parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would show the top-level usage for a mistyped subcommand flag
+        # the top level takes no option with a value: its first word is the command's name
+        named = next(i for i, word in enumerate(argv) if not word.startswith("-"))
+        wrong = args.command_parser if argv.index(unknown[0]) > named else parser
+        wrong.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.run(args)
     except BrokenPipeError:

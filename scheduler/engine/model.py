@@ -275,7 +275,7 @@ class Evict:
 
     ``lost_seconds`` is the time since the workload's last save (``Workload.saved_at``) and
     ``lost_gpu_seconds`` that time its GPUs: the work the eviction destroys, for the event
-    ("preempted for nlp/notebook-carol; 12 min since last checkpoint lost")."""
+    ("preempted for nlp/notebook-carol; 12 min of work lost")."""
 
     workload: str
     reason: EvictReason

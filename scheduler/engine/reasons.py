@@ -158,7 +158,7 @@ _EVICTED = {
 
 def evicted(decision: Evict | Move, claimant: str | None = None) -> str:
     """An eviction or move in words, with the work it destroyed: "preempted for
-    nlp/notebook-carol; 12 min since last checkpoint lost (0.2 GPU-hours)". ``claimant``
+    nlp/notebook-carol; 12 min of work lost (0.2 GPU-hours)". ``claimant``
     names the claimant in words (the decision has only its engine name)."""
     reason = decision.reason if isinstance(decision, Evict) else EvictReason.CONSOLIDATE
     who = claimant or decision.claimant or "another workload"
@@ -166,7 +166,7 @@ def evicted(decision: Evict | Move, claimant: str | None = None) -> str:
     if decision.lost_seconds <= 0:
         return f"{text}; no work lost"
     return (
-        f"{text}; {span(decision.lost_seconds)} since last checkpoint lost "
+        f"{text}; {span(decision.lost_seconds)} of work lost "
         f"({gpu_hours(decision.lost_gpu_seconds)})"
     )
 

@@ -136,6 +136,32 @@ def test_cancel_a_running_job(page: Page, frachub, make_user, login, shot, api) 
     shot("cancelled")
 
 
+def test_workload_links_open_the_details(
+    page: Page, frachub, oauth_hub: Hub, make_user, login, shot, api
+) -> None:
+    """A #workload-N link opens that workload's details: a row's name, a link followed from
+    elsewhere (on load) and a hash changed on the page."""
+    name, token = make_user(groups=["vision"])
+    client = api(token)
+    first = submit(client, command="true", gpus=0.25, name="first-link")
+    second = submit(client, command="true", gpus=0.25, name="second-link")
+    login(page, name)
+    title = page.locator("#frachub-detail-title")
+    expect(title).to_be_hidden()
+    row(page, first["id"]).locator("a.frachub-name").click()
+    expect(title).to_have_text(f"#{first['id']} first-link")
+    assert page.url.endswith(f"#workload-{first['id']}")
+    page.evaluate(f"window.location.hash = '#workload-{second['id']}'")
+    expect(title).to_have_text(f"#{second['id']} second-link")
+    page.goto("about:blank")
+    page.goto(oauth_hub.service_url() + f"#workload-{first['id']}")
+    expect(title).to_have_text(f"#{first['id']} first-link")
+    shot("opened-by-link")
+    page.click("#frachub-detail-close")
+    expect(title).to_be_hidden()
+    assert "#" not in page.url
+
+
 def test_a_pending_job_shows_its_reason_and_queue_position(
     page: Page, frachub, make_user, login, shot, api
 ) -> None:
@@ -273,6 +299,11 @@ def test_a_user_gets_no_admin_section(page: Page, frachub, make_user, login, sho
     assert answer is not None and answer.status == 403
     expect(page.locator("h1")).to_contain_text("403")
     expect(page.locator("body")).to_contain_text("custom:frachub:admin")
+    # still logged in, and it shows: the user's name, Logout and the way back to the panel
+    expect(page.locator("#login_widget")).to_contain_text(name)
+    expect(page.locator("#logout")).to_be_visible()
+    expect(page.locator("#frachub-nav-training")).to_be_visible()
+    expect(page).to_have_title(re.compile("403"))
     shot("admin-refused")
 
 

@@ -528,6 +528,54 @@ def test_what_kubespawner_refuses_or_crashes_on_is_a_400_naming_the_field(
     run(scenario)
 
 
+# What KubeSpawner's own tests expect of bad profile input (pytest.raises(ValueError) around
+# load_user_options), with the type KubeSpawner raises there; FracHub refuses the same input
+# earlier, as an HTTP 400, whose class is that type too.
+KUBESPAWNER_REFUSES = [
+    ({"profile": "cafe-gpu", "image--unlisted-choice": "evil/x:1"}, ValueError),  # regex
+    ({"profile": "no-such-profile"}, ValueError),
+    ({"profile": "data-science", "image--unlisted-choice": "jupyter/r:4"}, None),  # no option
+    ({"profile": "cafe-gpu", "image": "nope"}, KeyError),  # a choice the option does not list
+    ({"profile": "cafe-gpu", "image--unlisted-choice": 5}, TypeError),  # not text
+    ({"profile": "cafe-gpu", "image--unlisted-choice": "jupyter/r:4", "gpus": 0.3}, None),
+]
+
+
+@pytest.mark.parametrize(
+    "options, kube_raises",
+    KUBESPAWNER_REFUSES,
+    ids=["regex", "profile", "ignored", "choice", "type", "frachub-only"],
+)
+def test_bad_profile_input_raises_kubespawners_exception_type_and_is_a_400(
+    cluster: Cluster, kube_default: None, options: dict[str, Any], kube_raises: type | None
+) -> None:
+    from tornado.web import HTTPError
+
+    async def scenario() -> None:
+        kube, frac = kube_pair(cluster, PROFILES)
+        if kube_raises is None:  # KubeSpawner takes it: FracHub ignores it or refuses a GPU
+            await kube_loads(kube, dict(options))
+            if "gpus" not in options:
+                await frac_loads(frac, dict(options))
+                return
+            frac.user_options = dict(options)
+            with pytest.raises(ValueError) as refused:  # FracHub's own field: a ValueError
+                await frac.load_user_options()
+            assert refused.value.status_code == 400
+            return
+        with pytest.raises(kube_raises):
+            await kube_loads(kube, dict(options))
+        frac.user_options = dict(options)
+        with pytest.raises(kube_raises) as error:
+            await frac.load_user_options()  # what KubeSpawner's tests call
+        assert isinstance(error.value, ValueError)  # every refusal, as KubeSpawner's tests catch
+        assert isinstance(error.value, HTTPError)
+        assert error.value.status_code == 400
+        assert error.value.jupyterhub_message == str(error.value.log_message)
+
+    run(scenario)
+
+
 def test_the_forms_post_kubespawners_field_names(cluster: Cluster, kube_default: None) -> None:
     """FracHub's form draws the same profile and option fields as KubeSpawner's, in the same
     order, unlisted choice included, so the same posts come back."""
@@ -624,3 +672,21 @@ def test_a_copy_of_kubespawners_form_html_works_as_a_custom_template(tmp_path: A
     assert 'id="kubespawner-profiles-list"' in form
     assert ".profile" in form.split("</style>")[0]  # its include of style.css was found
     assert 'name="profile-option-cafe-gpu--image"' in form
+
+
+def test_user_options_are_declared_handled_so_the_hub_logs_none_unhandled(
+    cluster: Cluster, kube_default: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JupyterHub warns "Received unhandled user_options" unless an ``apply_user_options``
+    hook takes them; FracHub's start() reads them, so every spawn warned for nothing."""
+    import logging
+
+    async def scenario() -> None:
+        _, frac = kube_pair(cluster, PROFILES)
+        for spawner in (frac, local_spawner(PROFILES)):
+            spawner.log = logging.getLogger("frachub-test-spawner")
+            with caplog.at_level(logging.WARNING, "frachub-test-spawner"):
+                await spawner._run_apply_user_options({"profile": "cafe-gpu", "gpu": "0.5"})
+
+    run(scenario)
+    assert not [r for r in caplog.records if "unhandled" in r.getMessage()]

@@ -65,8 +65,8 @@ def test_protection_ending_triggers_reclaim_at_that_instant():
             "type": "evicted",
             "workload": "t1",
             "reason": "reclaim",
-            "message": "preempted for owner/o1 (borrowed GPUs reclaimed); 30 s since last "
-            "checkpoint lost (0.01 GPU-hours)",
+            "message": "preempted for owner/o1 (borrowed GPUs reclaimed); 30 s of work lost "
+            "(0.01 GPU-hours)",
         }
     ]
     started = {e["workload"]: e["time"] for e in outcome.events if e["type"] == "started"}
@@ -97,7 +97,7 @@ def test_lost_node_evicts_a_gang_whole_and_frees_its_other_replicas():
             "type": "evicted",
             "workload": "gang",
             "reason": "node-lost",
-            "message": "its node was lost; 10 s since last checkpoint lost (0.01 GPU-hours)",
+            "message": "its node was lost; 10 s of work lost (0.01 GPU-hours)",
         }
     ]
     states = _states(outcome)

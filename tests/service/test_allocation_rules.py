@@ -131,6 +131,21 @@ def test_a_notebook_that_fits_is_taken(as_member, project: str, body: dict[str, 
     release(client, running)
 
 
+def test_cancelling_a_notebooks_share_says_to_stop_the_server(as_member) -> None:
+    """``frachub cancel N`` prints this message: what to do, in the hub's words."""
+    name, client = as_member("vision")
+    created = client.post("allocations", json={"gpus": 0.5})
+    assert created.status_code == 201, created.text
+    allocation = created.json()
+    refused = client.delete(f"workloads/{allocation['id']}")
+    assert refused.status_code == 409
+    assert refused.json()["message"] == (
+        f"workload {allocation['id']} is the GPU share of {name}'s notebook server, not a job: "
+        "stop that server to give the GPU back (Stop My Server on the hub's home page)"
+    )
+    release(client, allocation)
+
+
 def test_acting_for_a_user_charges_only_their_projects(hub, as_member) -> None:
     alice, _ = as_member("vision")
     admin_name, admin = as_member(admin=True)

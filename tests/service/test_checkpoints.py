@@ -58,7 +58,7 @@ def test_the_job_that_checkpointed_is_evicted_not_the_one_started_last(
     assert event["message"].startswith(
         f"preempted for nlp/{claim['name']} (borrowed GPUs reclaimed); "
     ), event
-    assert "since last checkpoint lost (" in event["message"], event
+    assert "of work lost (" in event["message"], event
     assert wait_state(bob, claim["id"], "running", "succeeded")
     drain(alice)
 

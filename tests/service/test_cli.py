@@ -488,6 +488,24 @@ def test_runai_and_slurm_words_json_and_admin_views(user, make_user, hub, api) -
     assert bob("cancel", str(other)).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (["submit", "--gpus", "1", "--nmae", "x", "--", "true"], "frachub submit"),
+        (["jobs", "--nmae"], "frachub jobs"),
+        (["scenario", "run", "--nmae", "f.yaml"], "frachub scenario run"),
+        (["--nmae", "jobs"], "frachub"),
+    ],
+)
+def test_a_mistyped_flag_shows_the_usage_of_the_command_it_was_given_to(
+    args: list[str], usage: str
+) -> None:
+    done = run_cli(*args, env=base_env())
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"usage: {usage} "), done.stderr
+    assert done.stderr.endswith(f"{usage}: error: unrecognized arguments: --nmae\n")
+
+
 def test_help_per_command_and_watch(user) -> None:
     alice = user()
     for command, words in (

@@ -326,16 +326,12 @@ def test_work_at_risk_counts_from_the_latest_save() -> None:
 def test_eviction_in_words_names_claimant_and_lost_work() -> None:
     evict = Evict("t", EvictReason.PREEMPT, "nlp/notebook-carol", 720.0, 1440.0)
     assert reasons.evicted(evict) == (
-        "preempted for nlp/notebook-carol (higher priority); 12 min since last checkpoint lost "
-        "(0.4 GPU-hours)"
+        "preempted for nlp/notebook-carol (higher priority); 12 min of work lost (0.4 GPU-hours)"
     )
     move = Move("t", (), "big", 0.0, 0.0)
     assert reasons.evicted(move) == "moved to make room for big; no work lost"
     lost = Evict("t", EvictReason.NODE_LOST, None, 9000.0, 9000.0)
-    assert (
-        reasons.evicted(lost)
-        == "its node was lost; 2.5 h since last checkpoint lost (2.5 GPU-hours)"
-    )
+    assert reasons.evicted(lost) == "its node was lost; 2.5 h of work lost (2.5 GPU-hours)"
 
 
 def test_a_borrower_does_not_evict_work_over_the_loss_bound_but_a_notebook_does() -> None:

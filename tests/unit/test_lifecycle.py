@@ -96,10 +96,7 @@ def test_evicted_job_holds_its_gpus_for_the_grace_period_then_requeues_in_its_pl
 ) -> None:
     lives.apply(cycle(Start("1", ONE)), 0)
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 600.0, 600.0)), 10)
-    words = (
-        "preempted for b/job-2 (borrowed GPUs reclaimed); 10 min since last checkpoint lost "
-        "(0.17 GPU-hours)"
-    )
+    words = "preempted for b/job-2 (borrowed GPUs reclaimed); 10 min of work lost (0.17 GPU-hours)"
     assert effects == [
         Evicted("1", EvictReason.RECLAIM, "2", words),
         Note("1", S.PREEMPTING, f"{words}; grace period 30s"),
@@ -254,8 +251,7 @@ def test_a_reported_checkpoint_reaches_the_engine_and_only_moves_forward(
     # the next eviction says what it lost since that save
     effects = lives.apply(cycle(Evict("1", EvictReason.RECLAIM, "2", 20.0, 20.0)), 120)
     assert (
-        effects[0].message
-        == "preempted for b/job-2 (borrowed GPUs reclaimed); 20 s since last checkpoint lost "
+        effects[0].message == "preempted for b/job-2 (borrowed GPUs reclaimed); 20 s of work lost "
         "(0.01 GPU-hours)"
     )
 

@@ -151,7 +151,7 @@ def test_output_contract(tmp_path) -> None:
     assert [(e["time"], e["workload"], e["reason"]) for e in evicted] == [(30, "extra", "reclaim")]
     # in words: the reason, the claimant and the work it lost
     assert evicted[0]["message"].startswith(
-        "preempted for lab-b/notebook (borrowed GPUs reclaimed); 30 s since last"
+        "preempted for lab-b/notebook (borrowed GPUs reclaimed); 30 s of work lost"
     )
 
 

@@ -172,7 +172,8 @@ class PageRendering:
         self.finish(html)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Errors as the hub shows them: its error.html, in FracHub's page.html."""
+        """Errors as the hub shows them, in FracHub's page.html with the user's name and
+        Logout (frachub/error.html)."""
         message = self._reason
         exc_info = kwargs.get("exc_info")
         if exc_info and isinstance(exc_info[1], web.HTTPError) and exc_info[1].log_message:
@@ -180,7 +181,10 @@ class PageRendering:
             message = error.log_message % error.args if error.args else error.log_message
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.render_page(
-            "error.html", status_code=status_code, status_message=self._reason, message=message
+            "frachub/error.html",
+            status_code=status_code,
+            status_message=self._reason,
+            message=message,
         )
 
 
@@ -196,13 +200,13 @@ class PageHandler(PageRendering, HubOAuthenticated, web.RequestHandler):
                 self.redirect(self.get_login_url())
                 return
             raise web.HTTPError(403, "Log in through the hub first.")
+        self.current_user = model  # named on the error page too, with Logout
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             raise web.HTTPError(
                 403,
                 f"{model['name']} may not use FracHub: the hub grants no "
                 f"{' or '.join(sorted(self.hub_auth.access_scopes))}. Ask an admin.",
             )
-        self.current_user = model
 
     async def get(self) -> None:
         self.render_page(self.template)

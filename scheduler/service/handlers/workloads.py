@@ -300,10 +300,12 @@ class WorkloadHandler(WorkloadAccess):
         self.require(SUBMIT)
         record = self.find(workload_id)
         if record.is_allocation:
+            server = f"server {record.server_name!r}" if record.server_name else "server"
             raise web.HTTPError(
                 409,
-                f"workload {workload_id} is a notebook allocation; release it through "
-                "allocations or stop the server",
+                f"workload {workload_id} is the GPU share of {record.user}'s notebook "
+                f"{server}, not a job: stop that server to give the GPU back (Stop My Server "
+                "on the hub's home page)",
             )
         if record.state not in CANCELLABLE:
             raise web.HTTPError(409, f"workload {workload_id} is already {record.state}")

@@ -108,7 +108,7 @@ function renderWorkloads() {
         el(
           "td",
           {},
-          el("a", { href: `#workload-${workload.id}`, class: "frachub-name", onclick: (event) => { event.preventDefault(); } }, workload.name || `job ${workload.id}`),
+          el("a", { href: `#workload-${workload.id}`, class: "frachub-name" }, workload.name || `job ${workload.id}`),
           notebook ? el("span", { class: "badge text-bg-info ms-1" }, "notebook") : null,
           workload.kind === "inference" ? el("span", { class: "badge text-bg-info ms-1" }, "inference") : null,
           workload.idle_warning ? el("span", { class: "ms-1", title: workload.idle_warning }, "⚠") : null,
@@ -141,8 +141,20 @@ function select(id) {
   detail.scrollIntoView({ block: "nearest" });
 }
 
+// A #workload-N link (a row's name, one copied or bookmarked) opens that workload's details,
+// on load as on a change of the hash.
+function hashedWorkload() {
+  const match = /^#workload-(\d+)$/.exec(window.location.hash);
+  return match ? Number(match[1]) : null;
+}
+window.addEventListener("hashchange", () => {
+  const id = hashedWorkload();
+  if (id !== null) select(id);
+});
+
 document.getElementById("frachub-detail-close").addEventListener("click", () => {
   selected = null;
+  if (window.location.hash) history.replaceState(null, "", window.location.pathname + window.location.search);
   stopFollowing();
   renderWorkloads();
   renderDetail();
@@ -431,6 +443,7 @@ async function start() {
     table.replaceChildren();
     return;
   }
+  selected = hashedWorkload(); // the first load shows it
   refresh = every(POLL_MS, async () => {
     await loadWorkloads();
     await loadProjects(); // after the workloads: "yours" is counted from them
