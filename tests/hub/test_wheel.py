@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.upharness import Up
+from hub.upharness import Kernel, Up
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "hub_ext", "spawner", "scheduler", "templates")
@@ -118,11 +119,36 @@ def test_the_fleet_simulation_runs_on_the_shipped_trace(venv: Path, tmp_path: Pa
     assert {variant["variant"] for variant in result["variants"]} >= {"static", "frachub"}
 
 
+def without_node(directory: Path) -> str:
+    """A PATH with every program of this one but Node's (node, npm, npx and Node's
+    configurable-http-proxy): links to them in directory, as on a machine without Node."""
+    directory.mkdir()
+    node = {"node", "nodejs", "npm", "npx", "corepack", "configurable-http-proxy"}
+    for entry in reversed(os.environ.get("PATH", "").split(os.pathsep)):
+        if not entry or not os.path.isdir(entry):
+            continue
+        for program in os.scandir(entry):
+            link = directory / program.name
+            if program.name not in node and os.access(program.path, os.X_OK):
+                link.unlink(missing_ok=True)
+                link.symlink_to(program.path)
+    assert shutil.which("node", path=str(directory)) is None
+    return str(directory)
+
+
 class InstalledUp(Up):
-    """``frachub up --demo`` run by the installed console script, not the checkout."""
+    """``frachub up --demo`` run by the installed console script, not the checkout, on a
+    PATH without Node: the proxy is the Python one the ``hub`` extra installs."""
 
     def __init__(self, workdir: Path, venv: Path) -> None:
-        super().__init__(workdir)
+        super().__init__(
+            workdir,
+            env={
+                "FRACHUB_CHP": "",
+                "FRACHUB_NPM_PREFIX": str(workdir / "no-npm"),
+                "PATH": without_node(workdir / "bin"),
+            },
+        )
         self.venv = venv
 
     @property
@@ -132,8 +158,13 @@ class InstalledUp(Up):
         return [str(self.venv / "bin" / "frachub"), *argv[3:]]
 
 
-def test_spawn_form_and_panel_render_from_the_install(venv: Path, tmp_path: Path) -> None:
+def test_the_demo_runs_from_the_install_without_node(venv: Path, tmp_path: Path) -> None:
+    """The README's first step on a machine without Node: the hub comes up behind the
+    Python proxy, serves the spawn form and the panel, and a notebook's kernel answers
+    through the proxy's WebSocket."""
     with InstalledUp(tmp_path, venv) as up, contextlib.closing(up.login("alice")) as browser:
+        proxy = str(venv / "bin" / "configurable-http-proxy")
+        assert f"Proxy cmd: ['{proxy}'" in up.log_text()
         spawn = browser.get("/hub/spawn")
         assert spawn.status_code == 200, spawn.text
         assert 'id="frachub-form"' in spawn.text
@@ -151,3 +182,11 @@ def test_spawn_form_and_panel_render_from_the_install(venv: Path, tmp_path: Path
         assert chart.status_code == 200 and "Chart.js v4" in chart.text[:200]
         licence = browser.get("/services/frachub/static/chart.js-LICENSE.md")
         assert licence.status_code == 200 and "MIT License" in licence.text
+        started = up.start_server("alice", {"profile": "cpu"})
+        assert started.status_code in (201, 202), started.text
+        up.wait_ready("alice")
+        kernel = Kernel(up, "alice")
+        try:
+            assert kernel.text("print(6 * 7)").strip() == "42"
+        finally:
+            kernel.shutdown()
