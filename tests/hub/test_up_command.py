@@ -164,6 +164,21 @@ def test_tls_with_the_python_proxy_asks_for_nodes(
     assert "`npm install -g configurable-http-proxy`" in error
 
 
+def test_the_python_proxy_waits_as_long_as_nodes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without --proxy-timeout 0 the Python proxy answers 503 to a request over 20 s."""
+    node, python = proxies(monkeypatch, tmp_path, node=True, python=True)
+    argv = ["up", "--demo", "--declared", "--write-config-only"]
+    assert up_main([*argv, "--data-dir", str(tmp_path / "node")]) == 0
+    config = (tmp_path / "node" / "jupyterhub_config.py").read_text()
+    assert f"c.ConfigurableHTTPProxy.command = [{str(node)!r}]" in config
+    node.unlink()
+    assert up_main([*argv, "--data-dir", str(tmp_path / "python")]) == 0
+    config = (tmp_path / "python" / "jupyterhub_config.py").read_text()
+    assert f"[{str(python)!r}, '--proxy-timeout', '0']" in config
+
+
 def test_notebooks_and_jobs_share_one_home_per_user(tmp_path: Path) -> None:
     data = tmp_path / "data"
     result = run(

@@ -203,6 +203,13 @@ def is_python_proxy(proxy: str) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
+def proxy_command(proxy: str) -> list[str]:
+    """The proxy's command before JupyterHub's own flags. The Python proxy gives up on a
+    request after 20 s unless told otherwise (Node's never does): a spawn waiting longer in
+    the queue would lose its progress stream and leave the spawn page stuck."""
+    return [proxy, "--proxy-timeout", "0"] if is_python_proxy(proxy) else [proxy]
+
+
 def detect_gpus(args: argparse.Namespace) -> tuple[Gpus, str]:
     """The GPUs to schedule, and a sentence saying where they came from and why."""
     from scheduler.backends.inventory import NvmlUnavailable, nvml_inventory
