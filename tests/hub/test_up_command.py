@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ import httpx
 import pytest
 
 from hub.upharness import SERVICE_API, Up
+from hub_ext.cli.main import main as up_main
+from hub_ext.cli.up.options import find_proxy, is_python_proxy
 
 REPO = Path(__file__).resolve().parents[2]
 FRACHUB = [sys.executable, "-m", "hub_ext.cli"]
@@ -104,18 +107,76 @@ def test_bad_flags_get_one_line_and_no_traceback(tmp_path: Path, argv, message) 
     assert "Traceback" not in result.stderr
 
 
-def test_missing_proxy_says_how_to_get_it(tmp_path: Path) -> None:
-    result = run(
-        [*FRACHUB, "up", "--data-dir", str(tmp_path)],
-        env={
-            "FRACHUB_CHP": "",
-            "FRACHUB_NPM_PREFIX": str(tmp_path / "no-npm"),
-            "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",
-        },
-    )
-    assert result.returncode == 2
-    assert "configurable-http-proxy is not installed: run `bash scripts/up.sh`" in result.stderr
-    assert "Traceback" not in result.stderr
+def proxies(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, node: bool, python: bool
+) -> tuple[Path, Path]:
+    """A PATH holding Node's configurable-http-proxy or not, and an interpreter's scripts
+    directory holding the Python one or not (what ``frachub[hub]`` installs there)."""
+    on_path, scripts = tmp_path / "node-bin", tmp_path / "venv-bin"
+    for directory, present, first in (
+        (on_path, node, "#!/usr/bin/env node"),
+        (scripts, python, "#!/venv/bin/python"),
+    ):
+        directory.mkdir()
+        if present:
+            proxy = directory / "configurable-http-proxy"
+            proxy.write_text(f"{first}\n")
+            proxy.chmod(0o755)
+    monkeypatch.setenv("FRACHUB_CHP", "")
+    monkeypatch.setenv("FRACHUB_NPM_PREFIX", str(tmp_path / "no-npm"))
+    monkeypatch.setenv("PATH", f"{on_path}{os.pathsep}{scripts}")
+    monkeypatch.setattr(sysconfig, "get_path", lambda name, *args, **kwargs: str(scripts))
+    return on_path / "configurable-http-proxy", scripts / "configurable-http-proxy"
+
+
+def test_missing_proxy_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Advice a wheel user can follow first (the ``hub`` extra), then Node's."""
+    proxies(monkeypatch, tmp_path, node=False, python=False)
+    assert up_main(["up", "--data-dir", str(tmp_path / "data")]) == 2
+    error = capsys.readouterr().err
+    assert "configurable-http-proxy is not installed: `pip install 'frachub[hub]'`" in error
+    assert "`npm install -g configurable-http-proxy`" in error
+
+
+def test_nodes_proxy_first_then_the_python_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node, python = proxies(monkeypatch, tmp_path, node=True, python=True)
+    assert find_proxy() == str(node)  # even with the interpreter's bin/ on PATH
+    assert not is_python_proxy(str(node))
+    node.unlink()
+    assert find_proxy() == str(python)
+    assert is_python_proxy(str(python))
+
+
+def test_tls_with_the_python_proxy_asks_for_nodes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proxies(monkeypatch, tmp_path, node=False, python=True)
+    pem = tmp_path / "tls.pem"
+    pem.write_text("")
+    argv = ["up", "--data-dir", str(tmp_path / "data"), "--ssl-cert", str(pem)]
+    assert up_main([*argv, "--ssl-key", str(pem)]) == 2
+    error = capsys.readouterr().err
+    assert "--ssl-cert needs Node's configurable-http-proxy" in error
+    assert "`npm install -g configurable-http-proxy`" in error
+
+
+def test_the_python_proxy_waits_as_long_as_nodes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without --proxy-timeout 0 the Python proxy answers 503 to a request over 20 s."""
+    node, python = proxies(monkeypatch, tmp_path, node=True, python=True)
+    argv = ["up", "--demo", "--declared", "--write-config-only"]
+    assert up_main([*argv, "--data-dir", str(tmp_path / "node")]) == 0
+    config = (tmp_path / "node" / "jupyterhub_config.py").read_text()
+    assert f"c.ConfigurableHTTPProxy.command = [{str(node)!r}]" in config
+    node.unlink()
+    assert up_main([*argv, "--data-dir", str(tmp_path / "python")]) == 0
+    config = (tmp_path / "python" / "jupyterhub_config.py").read_text()
+    assert f"[{str(python)!r}, '--proxy-timeout', '0']" in config
 
 
 def test_notebooks_and_jobs_share_one_home_per_user(tmp_path: Path) -> None:

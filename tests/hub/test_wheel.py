@@ -1,26 +1,35 @@
 """The wheel works on its own: ``pip wheel`` of the sources, installed (not editable) into a
-fresh virtualenv, serves the spawn form, the Training panel and its static files, and runs
-the fleet simulation on the Philly run times it ships, with nothing of the checkout in reach.
+fresh virtualenv, runs ``frachub up --demo`` on a PATH without Node (the spawn form, the
+Training panel and its static files, and in Chromium a notebook cell and a terminal, both
+over the WebSockets of the Python proxy the ``hub`` extra brings), and runs the fleet
+simulation on the Philly run times it ships, with nothing of the checkout in reach.
 
 The virtualenv gets the ``hub`` extra (what ``scripts/up.sh`` installs: the service, the
-spawners with KubeSpawner's profile code, JupyterLab), installed from pip's cache; a second
-one, without extras, shows the base install is the client and the simulators, with none of
-the service's packages. About a minute in all.
+spawners with KubeSpawner's profile code, JupyterLab, the proxy), installed from pip's
+cache; a second one, without extras, shows the base install is the client and the
+simulators, with none of the service's packages. About a minute in all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from browser.browserharness import browser_page
 
-from hub.upharness import Up
+from hub.upharness import Up, log_in
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "hub_ext", "spawner", "scheduler", "templates")
@@ -118,11 +127,36 @@ def test_the_fleet_simulation_runs_on_the_shipped_trace(venv: Path, tmp_path: Pa
     assert {variant["variant"] for variant in result["variants"]} >= {"static", "frachub"}
 
 
+def without_node(directory: Path) -> str:
+    """A PATH with every program of this one but Node's (node, npm, npx and Node's
+    configurable-http-proxy): links to them in directory, as on a machine without Node."""
+    directory.mkdir()
+    node = {"node", "nodejs", "npm", "npx", "corepack", "configurable-http-proxy"}
+    for entry in reversed(os.environ.get("PATH", "").split(os.pathsep)):
+        if not entry or not os.path.isdir(entry):
+            continue
+        for program in os.scandir(entry):
+            link = directory / program.name
+            if program.name not in node and os.access(program.path, os.X_OK):
+                link.unlink(missing_ok=True)
+                link.symlink_to(program.path)
+    assert shutil.which("node", path=str(directory)) is None
+    return str(directory)
+
+
 class InstalledUp(Up):
-    """``frachub up --demo`` run by the installed console script, not the checkout."""
+    """``frachub up --demo`` run by the installed console script, not the checkout, on a
+    PATH without Node: the proxy is the Python one the ``hub`` extra installs."""
 
     def __init__(self, workdir: Path, venv: Path) -> None:
-        super().__init__(workdir)
+        super().__init__(
+            workdir,
+            env={
+                "FRACHUB_CHP": "",
+                "FRACHUB_NPM_PREFIX": str(workdir / "no-npm"),
+                "PATH": without_node(workdir / "bin"),
+            },
+        )
         self.venv = venv
 
     @property
@@ -132,22 +166,71 @@ class InstalledUp(Up):
         return [str(self.venv / "bin" / "frachub"), *argv[3:]]
 
 
-def test_spawn_form_and_panel_render_from_the_install(venv: Path, tmp_path: Path) -> None:
-    with InstalledUp(tmp_path, venv) as up, contextlib.closing(up.login("alice")) as browser:
-        spawn = browser.get("/hub/spawn")
+def run_a_cell_in_chromium(page: Page, up: Up) -> None:
+    """JupyterLab in Chromium opens a notebook and runs a cell: the kernel's WebSocket."""
+    notebook = {
+        "type": "notebook",
+        "content": {
+            "cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": []}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+    }
+    with up.client("alice") as client:
+        saved = client.put("/user/alice/api/contents/wheel.ipynb", json=notebook)
+        assert saved.status_code == 201, saved.text
+    page.goto(f"{up.url}/user/alice/lab/tree/wheel.ipynb")
+    page.get_by_text("Python 3 (FracHub) | Idle").wait_for(timeout=60_000)
+    page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
+    page.keyboard.type("print(6 * 7, 'from the kernel')")
+    page.keyboard.press("Shift+Enter")
+    page.locator(".jp-OutputArea-output", has_text="42 from the kernel").wait_for(timeout=60_000)
+
+
+def run_a_command_in_a_terminal(page: Page, up: Up, made: Path) -> None:
+    """A JupyterLab terminal in Chromium runs a command: the terminal's WebSocket."""
+    page.goto(f"{up.url}/user/alice/lab?reset")  # the launcher, not the restored notebook
+    page.locator(".jp-LauncherCard", has_text="Terminal").first.click()
+    page.locator(".jp-Terminal").first.wait_for(timeout=60_000)
+    deadline = time.monotonic() + 60
+    while not made.exists():  # until the shell is up and has run it
+        assert time.monotonic() < deadline, "the terminal ran nothing"
+        page.locator(".jp-Terminal").first.click()
+        page.keyboard.type(f"touch {made}\n")
+        time.sleep(2)
+
+
+def test_the_demo_runs_from_the_install_without_node(
+    venv: Path, tmp_path: Path, browser: Browser, request: pytest.FixtureRequest
+) -> None:
+    """The README's first step on a machine without Node: the hub comes up behind the
+    Python proxy, serves the spawn form and the panel, and a notebook's kernel and terminal
+    work in Chromium through the proxy's WebSockets."""
+    with InstalledUp(tmp_path, venv) as up, contextlib.closing(up.login("alice")) as session:
+        proxy = str(venv / "bin" / "configurable-http-proxy")
+        assert f"Proxy cmd: ['{proxy}'" in up.log_text()
+        spawn = session.get("/hub/spawn")
         assert spawn.status_code == 200, spawn.text
         assert 'id="frachub-form"' in spawn.text
         assert "0.5 GPU" in spawn.text  # a choice of the demo profile list, with its offer
         assert "vision" in spawn.text  # alice's project, from the installed service
-        panel = browser.get("/services/frachub/")  # through the hub's OAuth
+        panel = session.get("/services/frachub/")  # through the hub's OAuth
         assert panel.status_code == 200, panel.text
         assert 'id="frachub"' in panel.text
         assert "Training" in panel.text  # the navigation link FracHub's page.html adds
-        script = browser.get("/services/frachub/static/panel.js")
+        script = session.get("/services/frachub/static/panel.js")
         assert script.status_code == 200
         assert "frachub" in script.text.lower()
         assert "chart.umd.min.js" in panel.text  # the usage history's charts, shipped
-        chart = browser.get("/services/frachub/static/chart.umd.min.js")
+        chart = session.get("/services/frachub/static/chart.umd.min.js")
         assert chart.status_code == 200 and "Chart.js v4" in chart.text[:200]
-        licence = browser.get("/services/frachub/static/chart.js-LICENSE.md")
+        licence = session.get("/services/frachub/static/chart.js-LICENSE.md")
         assert licence.status_code == 200 and "MIT License" in licence.text
+        started = up.start_server("alice", {"profile": "cpu"})
+        assert started.status_code in (201, 202), started.text
+        up.wait_ready("alice")
+        with browser_page(browser, up.url, request) as page:
+            log_in(page, up, "alice")
+            run_a_cell_in_chromium(page, up)
+            run_a_command_in_a_terminal(page, up, tmp_path / "made-in-the-terminal")

@@ -20,6 +20,7 @@ from hub_ext.cli.up.options import (
     PROFILES,
     Gpus,
     Team,
+    proxy_command,
 )
 from scheduler.common.scopes import SERVICE_PREFIX
 
@@ -91,7 +92,7 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> 
             data / LOG_DIR / "jupyterhub.log", args.log_level, "JupyterHub"
         ),
         "JupyterHub.load_groups": {name: {"users": users} for name, users in team.groups.items()},
-        "ConfigurableHTTPProxy.command": [proxy],
+        "ConfigurableHTTPProxy.command": proxy_command(proxy),
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{args.proxy_api_port}",
         "ConfigurableHTTPProxy.pid_file": str(data / "jupyterhub-proxy.pid"),
         "Authenticator.admin_users": set(team.admins),

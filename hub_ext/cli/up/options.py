@@ -9,6 +9,7 @@ import pwd
 import secrets
 import shutil
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,17 +166,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def find_proxy() -> str | None:
-    """configurable-http-proxy: $FRACHUB_CHP, then PATH, then the repo-local npm install
-    (scripts/proxy.sh puts it in .cache/npm)."""
+    """configurable-http-proxy: $FRACHUB_CHP, then Node's (on PATH, then the repo-local npm
+    install scripts/proxy.sh puts in .cache/npm), then the Python one ``frachub[hub]``
+    installs beside this interpreter (no Node needed; it carries kernels' and terminals'
+    WebSockets, not TLS)."""
     explicit = os.environ.get("FRACHUB_CHP")
     if explicit:
         return explicit
-    found = shutil.which("configurable-http-proxy")
+    scripts = Path(sysconfig.get_path("scripts"))
+    path = os.pathsep.join(
+        entry
+        for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if entry and Path(entry) != scripts
+    )
+    found = shutil.which("configurable-http-proxy", path=path)
     if found:
         return found
     prefix = Path(os.environ.get("FRACHUB_NPM_PREFIX", ROOT / ".cache" / "npm"))
-    local = prefix / "node_modules" / ".bin" / "configurable-http-proxy"
-    return str(local) if os.access(local, os.X_OK) else None
+    for candidate in (
+        prefix / "node_modules" / ".bin" / "configurable-http-proxy",
+        scripts / "configurable-http-proxy",
+    ):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def is_python_proxy(proxy: str) -> bool:
+    """Whether proxy is the Python configurable-http-proxy (a console script whose first
+    line names a Python), which does no TLS."""
+    try:
+        with open(proxy, "rb") as script:
+            first = script.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def proxy_command(proxy: str) -> list[str]:
+    """The proxy's command before JupyterHub's own flags. The Python proxy gives up on a
+    request after 20 s unless told otherwise (Node's never does): a spawn waiting longer in
+    the queue would lose its progress stream and leave the spawn page stuck."""
+    return [proxy, "--proxy-timeout", "0"] if is_python_proxy(proxy) else [proxy]
 
 
 def detect_gpus(args: argparse.Namespace) -> tuple[Gpus, str]:

@@ -24,6 +24,7 @@ from hub_ext.cli.up.options import (
     add_arguments,
     detect_gpus,
     find_proxy,
+    is_python_proxy,
     password_for,
     team_for,
     write_private,
@@ -231,8 +232,15 @@ def _up(args: argparse.Namespace) -> int:
     proxy = find_proxy()
     if proxy is None:
         raise UpError(
-            "configurable-http-proxy is not installed: run `bash scripts/up.sh` (it installs it) "
-            "or `npm install -g configurable-http-proxy`"
+            "configurable-http-proxy is not installed: `pip install 'frachub[hub]'` brings a "
+            "Python one; or install Node's: `npm install -g configurable-http-proxy` (in a "
+            "checkout, `bash scripts/up.sh` installs it)"
+        )
+    if args.ssl_cert and is_python_proxy(proxy):
+        raise UpError(
+            f"--ssl-cert needs Node's configurable-http-proxy ({proxy} is the Python one, "
+            "which does no TLS): `npm install -g configurable-http-proxy`, or set FRACHUB_CHP "
+            "to it"
         )
     gpus, gpus_said = detect_gpus(args)
     team = team_for(args, gpus)
