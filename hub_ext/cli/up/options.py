@@ -157,6 +157,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the config files and print how to start the hub, without starting it",
     )
     parser.add_argument(
+        "--no-python-check",
+        action="store_true",
+        help="with --auth pam, start even where some users cannot run the hub's Python "
+        "(their notebook servers will not start; jobs may use another interpreter)",
+    )
+    parser.add_argument(
         "--stop-jobs",
         action="store_true",
         help="on Ctrl-C, cancel running and pending training jobs (each gets its grace "

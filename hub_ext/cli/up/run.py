@@ -210,7 +210,8 @@ def _check_tls(args: argparse.Namespace) -> None:
 
 def _check_reach(args: argparse.Namespace, team: Team) -> None:
     """Refuse to start a team whose accounts cannot run the hub's Python (every spawn would
-    fail with an HTTP 500); with --write-config-only, only warn (the hub starts later)."""
+    fail with an HTTP 500); with --write-config-only (the hub starts later) or
+    --no-python-check (the admin knows: a lab that runs only jobs), only warn."""
     open_to_all = any("*" in queue.get("members", []) for queue in team.queues)
     users, note = accounts_to_check(list(team.allowed), open_to_all)
     if note:
@@ -218,7 +219,7 @@ def _check_reach(args: argparse.Namespace, team: Team) -> None:
     refusal = check_accounts(users, hub_python())
     if refusal is None:
         return
-    if args.write_config_only:
+    if args.write_config_only or args.no_python_check:
         print(f"frachub up: warning: {refusal}", file=sys.stderr, flush=True)
         return
     raise UpError(refusal)
