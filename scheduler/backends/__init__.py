@@ -2,6 +2,9 @@
 
 ``base`` holds the contract every backend meets; ``local`` runs training as subprocesses on
 this machine with GPUs from NVML or a declared inventory (``inventory``), each replica held
-in a control group of its own (``confinement``). The Kubernetes backend lives beside them.
+in a control group of its own (``confinement``), its command, directories and log checked as
+the job's user (``workplace``), its processes read and signalled through ``processes``, its
+checkpoints found off the event loop (``checkpoints``). The Kubernetes backend lives beside
+them.
 Nothing above a backend knows which one is in use.
 """

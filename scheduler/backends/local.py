@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +38,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validat
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import confinement as cg
+from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.inventory import load_inventory, validate_declared
@@ -51,7 +49,6 @@ from scheduler.common.contract import (
     rendezvous,
     visible_gpus,
 )
-from scheduler.common.files import open_own_file
 from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
@@ -75,7 +72,6 @@ printf '%s\\n' "$code" > "$exitfile.tmp" 2>/dev/null && mv -f "$exitfile.tmp" "$
 exit "$code"
 """
 
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 UNKILLABLE_SECONDS = 60.0
 """How long the processes an ended attempt left may resist SIGKILL before its end is
 reported anyway (a process stuck in the kernel cannot die; its share would never be
@@ -377,25 +373,25 @@ class LocalBackend(LoggingConfigurable):
         later replica still fail to start, the earlier ones are killed, so an attempt runs
         whole or not at all.
         """
-        argv = _command_argv(job.command)
+        argv = workplace.command_argv(job.command)
         if len(job.placement) != job.replicas or not job.placement:
             raise BackendError(
                 f"the placement has {len(job.placement)} replica(s) but the job asks for "
                 f"{job.replicas}"
             )
-        _check_dir_name("user name", job.user)
+        workplace.check_dir_name("user name", job.user)
         account = self._account(job.user)
         home = self._default_dir(job.user, account)
         cwd = self._working_dir(job.working_dir, home)
         checkpoints = os.path.join(self.data_dir, "checkpoints", str(job.workload_id))
-        master_port = _free_port() if len(job.placement) > 1 else 0
+        master_port = processes.free_port() if len(job.placement) > 1 else 0
         envs = [
             self._environment(
                 job, account, home, self._contract(job, rank, checkpoints, master_port)
             )
             for rank in range(len(job.placement))
         ]
-        _check_start(argv, envs[0]["PATH"], cwd, account)
+        workplace.check_start(argv, envs[0]["PATH"], cwd, account)
 
         token = f"a{job.restart_count}-{uuid.uuid4().hex[:8]}"
         for env in envs:
@@ -405,8 +401,8 @@ class LocalBackend(LoggingConfigurable):
         self._forget_old_attempts(run_dir)
         attempt_dir = os.path.join(run_dir, token)
         for path in (attempt_dir, checkpoints, os.path.dirname(self._log_file(job.workload_id, 0))):
-            _make_dir(path, account)
-        runs_as = account.pw_name if account is not None else _own_name()
+            workplace.make_dir(path, account)
+        runs_as = account.pw_name if account is not None else workplace.own_name()
         started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         attempt = _Attempt(job.workload_id, token, [])
         try:
@@ -426,7 +422,7 @@ class LocalBackend(LoggingConfigurable):
                 )
         except BaseException:
             for replica_started in attempt.replicas:
-                _signal_group(replica_started.pid, signal.SIGKILL)
+                processes.signal_group(replica_started.pid, signal.SIGKILL)
                 if replica_started.process is not None:
                     replica_started.process.wait()
                 replica_started.ended = True
@@ -475,7 +471,7 @@ class LocalBackend(LoggingConfigurable):
                 "group": account.pw_gid,
                 "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid),
             }
-        fd = _open_log(log_file)
+        fd = workplace.open_log(log_file)
         try:
             if account is not None:
                 os.fchown(fd, account.pw_uid, account.pw_gid)
@@ -506,7 +502,7 @@ class LocalBackend(LoggingConfigurable):
         finally:
             with contextlib.suppress(OSError):
                 process.stdin.close()
-        stat = _proc_stat(process.pid)
+        stat = processes.proc_stat(process.pid)
         return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, group, process)
 
     def _prepare_group(self, group: str, job: JobSpec, rank: int) -> None:
@@ -545,12 +541,12 @@ class LocalBackend(LoggingConfigurable):
             home = self.home_dir_template.format(username=user)
             os.makedirs(home, 0o755, exist_ok=True)
             return home
-        elif user == _own_name():
+        elif user == workplace.own_name():
             home = pwd.getpwuid(os.getuid()).pw_dir
         if home and os.path.isdir(home):
             return home
         default = os.path.join(self.data_dir, "users", user)
-        _make_dir(default, account)
+        workplace.make_dir(default, account)
         return default
 
     def _working_dir(self, asked: str | None, default: str) -> str:
@@ -574,7 +570,7 @@ class LocalBackend(LoggingConfigurable):
         """Kept service variables < ``environment`` < the job's < identity < the contract <
         the job's credentials."""
         env = {name: os.environ[name] for name in self.env_keep if name in os.environ}
-        env.setdefault("PATH", DEFAULT_PATH)
+        env.setdefault("PATH", workplace.DEFAULT_PATH)
         env.update(self.environment)
         env.update(job.env)
         env.update(HOME=home, USER=job.user, LOGNAME=job.user)
@@ -607,14 +603,14 @@ class LocalBackend(LoggingConfigurable):
             if status is None:
                 return True
             code = 128 - status if status < 0 else status
-            replica.message = _describe(code, attempt.killed)
+            replica.message = processes.describe(code, attempt.killed)
         else:
-            stat = _proc_stat(replica.pid)
+            stat = processes.proc_stat(replica.pid)
             if stat is not None and stat[1] == replica.start_time and stat[0] != "Z":
                 return True
-            code, replica.ended_at = _read_exit_file(replica.exit_file)
+            code, replica.ended_at = processes.read_exit_file(replica.exit_file)
             if code is not None:
-                replica.message = _describe(code, attempt.killed)
+                replica.message = processes.describe(code, attempt.killed)
             elif attempt.killed:
                 code, replica.message = 128 + signal.SIGKILL, "killed after the grace period"
             else:
@@ -651,7 +647,7 @@ class LocalBackend(LoggingConfigurable):
         """Signal every process of a running replica: its control group's, else its process
         group (the sweep for the rest comes when it has ended: ``_clear``)."""
         if self.confined.root is None:
-            _signal_group(replica.pid, sig)
+            processes.signal_group(replica.pid, sig)
         elif sig == signal.SIGKILL:
             cg.kill_all(self.confined, replica.group, attempt.token)
         else:
@@ -757,173 +753,3 @@ class LocalBackend(LoggingConfigurable):
 
 
 # --- small helpers ----------------------------------------------------------------------------
-
-
-def _command_argv(command: str | Sequence[str]) -> list[str]:
-    if isinstance(command, str):
-        if not command.strip():
-            raise BackendError("the command is empty")
-        return ["/bin/sh", "-c", command]
-    argv = [str(part) for part in command]
-    if not argv or not argv[0]:
-        raise BackendError("the command is empty")
-    return argv
-
-
-# Run as the job's user by ``_check_start``: exit 3 when the working directory cannot be
-# entered, 4 when a command given by path cannot be run, 5 when none is found on PATH.
-CHECK_AS_USER = """cd -- "$1" 2>/dev/null || exit 3
-case $2 in
-*/*) [ -f "$2" ] && [ -x "$2" ] || exit 4; exit 0 ;;
-esac
-set -f; IFS=:
-for dir in $3; do
-    [ -f "${dir:-.}/$2" ] && [ -x "${dir:-.}/$2" ] && exit 0
-done
-exit 5
-"""
-
-
-def _check_start(argv: list[str], path: str, cwd: str, account: pwd.struct_passwd | None) -> None:
-    """Refuse a job whose working directory or command cannot be used, while nothing has
-    started yet (the shell would only say so in the log, with code 127).
-
-    For a job run as another account, the checks run as that account (a short ``/bin/sh``
-    with its uid and groups): checked as root, "does not exist" against a start would tell
-    anyone whether a path exists under another user's private directory. A missing
-    directory and one the user may not enter get the same answer."""
-    if account is None:
-        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
-            raise BackendError(_no_working_dir(cwd))
-        _check_command(argv, path, cwd)
-        return
-    try:
-        code = subprocess.run(
-            ["/bin/sh", "-c", CHECK_AS_USER, "frachub-check", cwd, argv[0], path],
-            env={"PATH": DEFAULT_PATH},
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            user=account.pw_uid,
-            group=account.pw_gid,
-            extra_groups=os.getgrouplist(account.pw_name, account.pw_gid),
-            timeout=30,
-        ).returncode
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise BackendError(
-            f"cannot check the job's working directory as {account.pw_name}: {e}"
-        ) from e
-    if code == 3:
-        raise BackendError(_no_working_dir(cwd))
-    if code == 4:
-        raise BackendError(f"command not found or not executable: {argv[0]}")
-    if code != 0:
-        raise BackendError(f"command not found: {argv[0]} (PATH={path})")
-
-
-def _no_working_dir(path: str) -> str:
-    """One answer for missing and not the user's, so that it tells nothing about others'
-    files."""
-    return f"working directory {path} does not exist or is not yours to enter"
-
-
-def _open_log(path: str) -> int:
-    """The replica's log, opened to append. Its directory is the user's, who must not be able
-    to point the service (perhaps root, which also gives the file to the user) at another
-    file: never through a symlink, and a hard link or special file is replaced by a new
-    file."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    try:
-        try:
-            return open_own_file(path, flags)
-        except OSError as e:
-            if e.errno != errno.EMLINK:
-                raise
-        os.unlink(path)  # only the name in the user's directory: the file itself is untouched
-        return open_own_file(path, flags | os.O_EXCL)
-    except OSError as e:
-        raise BackendError(f"cannot open the log file {path}: {e.strerror}") from e
-
-
-def _check_command(argv: list[str], path: str, cwd: str) -> None:
-    """Refuse a command that cannot run (the service's own user runs the job)."""
-    if "/" in argv[0]:
-        if not os.access(os.path.join(cwd, argv[0]), os.X_OK):
-            raise BackendError(f"command not found or not executable: {argv[0]}")
-    elif shutil.which(argv[0], path=path) is None:
-        raise BackendError(f"command not found: {argv[0]} (PATH={path})")
-
-
-def _check_dir_name(what: str, name: str) -> None:
-    if not name or "/" in name or name in (".", "..") or "\0" in name:
-        raise BackendError(f"{what} {name!r} cannot be used as a directory name")
-
-
-def _make_dir(path: str, account: pwd.struct_passwd | None) -> None:
-    """Create ``path`` (parents are the service's, 0755); the leaf is the job user's, 0700."""
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    if account is not None:
-        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-
-
-def _own_name() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
-def _free_port() -> int:
-    """A port for the gang's rendezvous (torchrun's own way: bind to 0, read, release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a live pid; the start time tells a
-    process from a later one that reuses its pid."""
-    try:  # os.open/os.read: half the cost of open(), which counts with 2,000 adopted jobs
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    fields = data[data.rindex(b")") + 2 :].split()  # the name in parentheses may hold spaces
-    return fields[0].decode(), int(fields[19])
-
-
-def _read_exit_file(path: str) -> tuple[int | None, float | None]:
-    """The recorded exit code and when it was recorded (the file's mtime: the wrapper writes
-    it as the command ends), or None for each when there is no readable record."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None, None
-    try:
-        return int(os.read(fd, 32).strip()), os.fstat(fd).st_mtime
-    except ValueError:
-        return None, None
-    finally:
-        os.close(fd)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _describe(code: int, killed: bool) -> str:
-    if code > 128 and code - 128 in signal.valid_signals():
-        name = signal.Signals(code - 128).name
-        if code - 128 == signal.SIGKILL and killed:
-            return f"killed after the grace period ({name}, code {code})"
-        return f"ended by {name} (code {code})"
-    return f"exited with code {code}"
