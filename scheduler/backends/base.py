@@ -72,6 +72,10 @@ class JobSpec:
     """Memory of each held GPU that the replica may use."""
     restart_count: int = 0
     replicas: int = 1
+    log_notes: tuple[str, ...] = ()
+    """Milestone lines decided with this start ("borrowed: ..."): a backend that keeps the
+    job's log writes them after its header, before the command's first line, so that no
+    later milestone (a preemption while the launch was under way) can come before them."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     credentials: Mapping[str, str] = field(default_factory=dict)
     """Variables that let the job reach the service as itself (``FRACHUB_URL`` and the job's

@@ -412,7 +412,7 @@ class LocalBackend(LoggingConfigurable):
                     f"({token}) replica {rank} of {len(envs)} started {started} on node "
                     f"{replica.node} GPUs {env[CUDA_VISIBLE_DEVICES] or 'none'} as {runs_as} "
                     f"in {cwd} ===\n"
-                )
+                ) + "".join(job.log_notes)
                 exit_file = os.path.join(attempt_dir, f"replica-{rank}.exit")
                 log_file = self._log_file(job.workload_id, rank)
                 group = cg.group_name(job.workload_id, token, rank)

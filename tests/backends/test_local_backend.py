@@ -9,6 +9,7 @@ a guessed delay, so the tests stay fast and steady on a busy two-core machine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -215,6 +216,22 @@ def test_attempts_append_to_one_log(backend: LocalBackend) -> None:
         "=== frachub: workload 1 attempt 2",
     ]
     assert "run 0" in lines and "run 1" in lines
+
+
+def test_log_notes_come_between_the_header_and_the_first_line(backend: LocalBackend) -> None:
+    """A milestone decided with the start ("borrowed") is written by the start itself, so no
+    milestone written while the launch is under way can come before it."""
+    note = "=== frachub 2026-01-01T00:00:00+0000: borrowed: vision is using 2 GPUs ===\n"
+    job = dataclasses.replace(make_job(1, "echo first-line"), log_notes=(note,))
+
+    async def scenario() -> None:
+        await backend.start(job)
+        await exits_of(backend, 1)
+
+    run(scenario)
+    lines = Path(backend.log_path(1) or "").read_text().splitlines()
+    assert lines[0].startswith("=== frachub: workload 1 attempt 1")
+    assert lines[1:3] == [note.strip(), "first-line"]
 
 
 REFUSED = {

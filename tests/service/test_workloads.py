@@ -34,13 +34,19 @@ def service(hub, tmp_path_factory, request):
 
 @pytest.fixture
 def user(service, make_user, api):
-    """A client for a new member of ``vision`` (one per test, so lists start empty)."""
+    """A client for a new member of ``vision`` (one per test, so lists start empty). What a
+    test leaves running is cancelled after it, passed or failed: the service is the module's,
+    and a failed test's jobs would hold the GPUs the next test needs."""
+    made: list[httpx.Client] = []
 
     def make(group: str = "vision") -> httpx.Client:
         _, token = make_user(groups=[group])
-        return api(token)
+        made.append(api(token))
+        return made[-1]
 
-    return make
+    yield make
+    for client in made:
+        drain(client)
 
 
 def drain(client: httpx.Client) -> None:
@@ -100,7 +106,7 @@ def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
     first = submit(alice, command="sleep 60", gpus=1)
     second = submit(
         alice,
-        command='echo "restart=$FRACHUB_RESTART_COUNT"; trap "echo got-term; exit 0" TERM; '
+        command='trap "echo got-term; exit 0" TERM; echo "restart=$FRACHUB_RESTART_COUNT"; '
         "sleep 60 & wait",
         gpus=1,
     )
@@ -109,6 +115,8 @@ def test_preempted_job_is_requeued_in_its_place_and_restarted(user) -> None:
     running = wait_for(lambda: (w := workload(alice, second["id"]))["borrowed"] and w, 10, "mark")
     assert "when nlp needs its GPUs" in running["borrowed"], running
     assert workload(alice, first["id"])["borrowed"] is None
+    # its shell traps SIGTERM before it says so: a preemption before that would kill it
+    wait_for(lambda: "restart=0" in alice.get(f"workloads/{second['id']}/logs").text, 10, "trap")
     later = submit(alice, command="sleep 1", gpus=1)
     claim = submit(bob, command="sleep 2", gpus=1)
     evicted = wait_state(alice, second["id"], "preempting", "pending")

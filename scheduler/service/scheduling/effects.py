@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.backends.base import Backend, BackendError, JobSpec
 from scheduler.common.limits import MILLI
@@ -34,7 +34,7 @@ from scheduler.engine.model import held_milli
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.persistence.store import Store
 from scheduler.service.runtime.metrics import Metrics
-from scheduler.service.scheduling.joblog import write_milestone
+from scheduler.service.scheduling.joblog import milestone_line, write_milestone
 from scheduler.service.scheduling.roster import Roster
 
 LAUNCHES_AT_ONCE = 16
@@ -50,9 +50,11 @@ def held_gpus(placement: Placement) -> float:
     return held_milli(placement) / MILLI
 
 
-def job_spec(record: WorkloadRecord, nodes: Sequence[Node]) -> JobSpec:
+def job_spec(
+    record: WorkloadRecord, nodes: Sequence[Node], log_notes: tuple[str, ...] = ()
+) -> JobSpec:
     """What the backend needs to launch ``record`` where it was placed; a fractional share
-    gets its fraction of its GPU's memory."""
+    gets its fraction of its GPU's memory. ``log_notes``: milestone lines for its log."""
     node_memory = {node.name: node.gpu_memory_mib for node in nodes}
     first = record.placement[0]
     fraction = first.gpus[0].milli / MILLI if first.gpus else 0.0
@@ -70,6 +72,7 @@ def job_spec(record: WorkloadRecord, nodes: Sequence[Node]) -> JobSpec:
         gpu_memory_mib=memory,
         restart_count=record.restart_count,
         replicas=record.replicas,
+        log_notes=log_notes,
     )
 
 
@@ -159,21 +162,27 @@ class Effects:
             if handle is not None:  # else it is being launched: ``launch`` stops it
                 await self.backend.stop(record.id, handle, grace)
 
-    async def launch_many(self, launches: list[WorkloadRecord], now: float) -> None:
+    async def launch_many(
+        self, launches: list[WorkloadRecord], now: float, notes: Mapping[int, str] | None = None
+    ) -> None:
         """Launch starts side by side (``LAUNCHES_AT_ONCE``); each commits what it changed
-        before its next await, so a failed request's rollback stays its own."""
+        before its next await, so a failed request's rollback stays its own. ``notes``: a
+        milestone (in words) for the log of each workload it names, decided with its start."""
         at_once = asyncio.Semaphore(LAUNCHES_AT_ONCE)
+        notes = notes or {}
 
         async def launch(record: WorkloadRecord) -> None:
             async with at_once:
-                await self.launch(record, now)
+                note = notes.get(record.id)
+                await self.launch(record, now, () if note is None else (note,))
                 self.store.commit()
 
         await asyncio.gather(*(launch(record) for record in launches))
 
-    async def launch(self, record: WorkloadRecord, now: float) -> None:
+    async def launch(self, record: WorkloadRecord, now: float, notes: tuple[str, ...] = ()) -> None:
         """Launch one start on the backend; a launch that fails ends the attempt."""
-        job = job_spec(record, self.nodes())
+        lines = tuple(milestone_line(now, note) for note in notes)
+        job = job_spec(record, self.nodes(), lines)
         try:
             record.handle = await self.backend.start(job)
             self.store.commit()  # nothing of a cycle stays uncommitted across an await

@@ -10,6 +10,12 @@ from scheduler.common.files import open_own_file
 from scheduler.service.persistence.orm import WorkloadRecord
 
 
+def milestone_line(now: float, text: str) -> str:
+    """A milestone as its log line: marked, stamped, so it stands out between the job's own."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))
+    return f"=== frachub {stamp}: {text} ===\n"
+
+
 def write_milestone(backend: Backend, record: WorkloadRecord, now: float, text: str) -> None:
     """Append ``text`` as a marked line to every replica's log that exists (a backend whose
     logs live elsewhere has none; an allocation has no log). Never creates a log, never
@@ -17,8 +23,7 @@ def write_milestone(backend: Backend, record: WorkloadRecord, now: float, text: 
     cannot be written is skipped: the milestone is in the timeline anyway."""
     if record.is_allocation:
         return
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now))
-    line = f"=== frachub {stamp}: {text} ===\n".encode()
+    line = milestone_line(now, text).encode()
     for replica in range(record.replicas):
         path = backend.log_path(record.id, replica)
         if not path:

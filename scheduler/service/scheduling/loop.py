@@ -78,7 +78,6 @@ from scheduler.service.runtime.heap import Freezer
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.scheduling.arrivals import FastPath
 from scheduler.service.scheduling.effects import Effects, Stops
-from scheduler.service.scheduling.joblog import write_milestone
 from scheduler.service.scheduling.roster import Roster
 from scheduler.service.scheduling.submissions import BeforeCommit, GroupCommit, KeyTurns
 
@@ -367,7 +366,7 @@ class SchedulingLoop:
         # project's quota is noted as borrowed now, before anything can reclaim it
         self.queue_status = dict(result.queues)
         self.borrowed = {int(name): words for name, words in result.borrowed.items()}
-        noted = self._note_borrowed({int(name) for name in started}, now, log=False)
+        noted = self._note_borrowed({int(name) for name in started}, now)
         self._notify()
         if launches:
             self._spawn(self._launch_all(launches, now, noted))
@@ -380,12 +379,9 @@ class SchedulingLoop:
     async def _launch_all(
         self, launches: list[WorkloadRecord], now: float, noted: dict[int, str]
     ) -> None:
-        """Launch fast-path starts; the borrowed note goes into a job's log once it has one."""
+        """Launch fast-path starts, each log with its borrowed note after its header."""
         try:
-            await self.effects.launch_many(launches, now)
-            for record in launches:
-                if record.id in noted:
-                    write_milestone(self.backend, record, now, noted[record.id])
+            await self.effects.launch_many(launches, now, noted)
         except Exception:
             self.store.rollback()
             self.log.exception("launching fast-path starts failed")
@@ -484,6 +480,7 @@ class SchedulingLoop:
             # more), and the arrivals between slices are decided on it
             self.fast.settle(session)
             self._rearrive()
+            before = set(started)
             stale, stops, launches = await self._apply(result, seen, now, started)
             if stale:
                 self.log.info("%d decisions went stale while the cycle ran; skipped", stale)
@@ -491,7 +488,9 @@ class SchedulingLoop:
             if not result.decisions:
                 break
             await self.effects.stop(stops)
-            await self.effects.launch_many(launches, now)
+            self.borrowed = {int(name): words for name, words in result.borrowed.items()}
+            noted = self._note_borrowed(started - before, now)
+            await self.effects.launch_many(launches, now, noted)
         else:
             self.log.error("the engine did not settle in %d cycles", MAX_CYCLES_PER_RUN)
         assert result is not None
@@ -499,7 +498,6 @@ class SchedulingLoop:
         self.pending.update((int(name), info) for name, info in result.pending.items())
         self.queue_status = dict(result.queues)
         self.borrowed = {int(name): words for name, words in result.borrowed.items()}
-        self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
         self.metrics.cycle(self._last_cycle_seconds, result, self.roster.counts())
@@ -555,9 +553,11 @@ class SchedulingLoop:
         (``_apply``); tests/service/test_concurrent_cycles.py holds a cycle here."""
         await asyncio.sleep(0)
 
-    def _note_borrowed(self, started: set[int], now: float, *, log: bool = True) -> dict[int, str]:
-        """The "borrowed" milestone of work that just started beyond its project's quota, in
-        its timeline and (``log``: launched already) its log; returns the lines noted."""
+    def _note_borrowed(self, started: set[int], now: float) -> dict[int, str]:
+        """The "borrowed" milestone of work starting beyond its project's quota, in its
+        timeline; returns the lines its launch writes into its log, after the log's header
+        (``JobSpec.log_notes``): written once launched, a preemption during the launch could
+        put its own milestone before it."""
         noted: dict[int, str] = {}
         for workload_id in sorted(started & self.borrowed.keys()):
             record = self.records.get(workload_id)
@@ -565,8 +565,6 @@ class SchedulingLoop:
                 continue
             self.store.event(record, now, Milestone.BORROWED.value, self.borrowed[workload_id])
             noted[workload_id] = event_line(Milestone.BORROWED.value, self.borrowed[workload_id])
-            if log:
-                write_milestone(self.backend, record, now, noted[workload_id])
         if noted:
             self.store.commit()
         return noted
