@@ -60,8 +60,6 @@ def make_job(
         working_dir=working_dir,
         env=env or {},
         placement=placement,
-        gpu_fraction=fraction,
-        gpu_memory_mib=round(fraction * 81920),
         restart_count=restart_count,
         replicas=replicas,
     )

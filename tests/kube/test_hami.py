@@ -124,7 +124,8 @@ def test_a_hami_share_is_pinned_to_the_chosen_gpu_on_hamis_scheduler(
         made = await backend(sharing_mode="hami", scheduler_name="ignored-for-gpu-pods")
         try:
             for workload_id in (2, 3):  # two halves of GPU 1
-                await made.start(make_job(workload_id, [("node-a", [1], 0.5)], memory_mib=40780))
+                # the backend sizes each share from the memory HAMi registered
+                await made.start(make_job(workload_id, [("node-a", [1], 0.5)]))
             pods = [(await pods_of(cluster, w))[0] for w in (2, 3)]
             for pod in pods:
                 # rounded down from HAMi's count: 2 x 40779 fits in 81559, 2 x 40780 would not

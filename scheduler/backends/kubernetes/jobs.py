@@ -42,6 +42,7 @@ from scheduler.backends.kubernetes.pods import Obj, PodSettings, add_node_settin
 from scheduler.backends.kubernetes.volumes import format_template, user_fields
 from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
 from scheduler.common.placement import Placement
+from scheduler.common.share import Share
 
 
 def replica_groups(placement: Placement) -> list[list[int]]:
@@ -126,12 +127,13 @@ def job_manifests(
     envs: Sequence[Mapping[str, str]],
     service: str | None,
     base: str,
+    shares: Sequence[Share],
     uuids: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Obj]:
     """The attempt's suspended Indexed Jobs named ``base`` (``base-g<n>`` for several groups;
     see the module docstring); ``envs[rank]`` is each rank's full environment, identical
-    within a group except RANK/LOCAL_RANK. ``uuids`` ((node, index) -> UUID) name the GPUs
-    HAMi must use (HAMi mode)."""
+    within a group except RANK/LOCAL_RANK, and ``shares[rank]`` its share. ``uuids``
+    ((node, index) -> UUID) name the GPUs HAMi must use (HAMi mode)."""
     groups = replica_groups(job.placement)
     labels = labels_for(job, settings)
     manifests = []
@@ -146,7 +148,7 @@ def job_manifests(
             env.pop("RANK")
             env.pop("LOCAL_RANK")
         pod_labels = {**labels, GROUP: str(number), ATTEMPT_NAME: base}
-        limits = gpu_resources(settings.sharing, replica, job.gpu_memory_mib)
+        limits = gpu_resources(settings.sharing, replica, shares[ranks[0]])
         fields = user_fields(job.user)
         volumes = [format_template(v, **fields) for v in settings.volumes]
         mounts = [format_template(m, **fields) for m in settings.volume_mounts]
@@ -251,15 +253,16 @@ def service_manifest(job: JobSpec, settings: PodSettings, base: str) -> Obj:
 def job_environment(
     job: JobSpec,
     rank: int,
+    share: Share,
     settings: PodSettings,
     uuids: Mapping[tuple[str, int], str],
     base: str,
     service: str | None,
     checkpoint_dir_template: str,
 ) -> dict[str, str]:
-    """Rank ``rank``'s environment: settings' < the job's variables < HOME/USER < the
-    contract. NVIDIA_VISIBLE_DEVICES is set only where FracHub picks the GPU (a reserved
-    share); otherwise the device plugin (whole GPUs) or HAMi (hami mode) sets it.
+    """Rank ``rank``'s environment (holding ``share``): settings' < the job's variables <
+    HOME/USER < the contract. NVIDIA_VISIBLE_DEVICES is set only where FracHub picks the GPU
+    (a reserved share); otherwise the device plugin (whole GPUs) or HAMi (hami mode) sets it.
     FRACHUB_GPU_UUIDS is set where the pod's GPU is known: a reserved share, a HAMi share
     (``nvidia.com/use-gpuuuid``).
 
@@ -282,8 +285,7 @@ def job_environment(
     contract = contract_env(
         workload_id=job.workload_id,
         replica=replica,
-        gpu_fraction=job.gpu_fraction,
-        gpu_memory_mib=job.gpu_memory_mib,
+        share=share,
         restart_count=job.restart_count,
         checkpoint_dir=checkpoint_dir_template.format(home=home, workload_id=job.workload_id),
         uuid_of=lambda node, index: uuids.get((node, index), ""),

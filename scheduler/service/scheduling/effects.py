@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from scheduler.backends.base import Backend, BackendError, JobSpec
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line
 from scheduler.common.placement import Placement, describe_placement
-from scheduler.engine import Node
 from scheduler.engine.lifecycle import (
     Effect,
     Evicted,
@@ -50,13 +49,9 @@ def held_gpus(placement: Placement) -> float:
     return held_milli(placement) / MILLI
 
 
-def job_spec(record: WorkloadRecord, nodes: Sequence[Node]) -> JobSpec:
-    """What the backend needs to launch ``record`` where it was placed; a fractional share
-    gets its fraction of its GPU's memory."""
-    node_memory = {node.name: node.gpu_memory_mib for node in nodes}
-    first = record.placement[0]
-    fraction = first.gpus[0].milli / MILLI if first.gpus else 0.0
-    memory = round(fraction * node_memory.get(first.node, 0))
+def job_spec(record: WorkloadRecord) -> JobSpec:
+    """What the backend needs to launch ``record`` where it was placed (the backend sizes
+    each share's memory from its own inventory: ``Inventory.share``)."""
     return JobSpec(
         workload_id=record.id,
         name=record.name,
@@ -66,8 +61,6 @@ def job_spec(record: WorkloadRecord, nodes: Sequence[Node]) -> JobSpec:
         working_dir=record.working_dir,
         env=dict(record.env or {}),
         placement=record.placement,
-        gpu_fraction=fraction,
-        gpu_memory_mib=memory,
         restart_count=record.restart_count,
         replicas=record.replicas,
     )
@@ -85,7 +78,6 @@ class Effects:
         metrics: Metrics,
         *,
         grace_seconds: float,
-        nodes: Callable[[], Sequence[Node]],
         unsettle: Callable[[], None],
         log: logging.Logger,
     ) -> None:
@@ -95,8 +87,6 @@ class Effects:
         self.backend = backend
         self.metrics = metrics
         self.grace_seconds = grace_seconds
-        self.nodes = nodes
-        """The backend's nodes as the loop last saw them (a launch sizes GPU memory by them)."""
         self.unsettle = unsettle
         """Called before a start is written: the session arrivals are decided on holds less
         than is held from then on, until its maker sets the next one."""
@@ -173,7 +163,7 @@ class Effects:
 
     async def launch(self, record: WorkloadRecord, now: float) -> None:
         """Launch one start on the backend; a launch that fails ends the attempt."""
-        job = job_spec(record, self.nodes())
+        job = job_spec(record)
         try:
             record.handle = await self.backend.start(job)
             self.store.commit()  # nothing of a cycle stays uncommitted across an await

@@ -152,7 +152,6 @@ class SchedulingLoop:
             backend,
             metrics,
             grace_seconds=settings.grace_seconds,
-            nodes=lambda: self.inventory.nodes,
             unsettle=self.fast.unsettle,
             log=self.log,
         )
