@@ -52,6 +52,7 @@ from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
     SHARING_MODES,
     gpu_resources,
+    hami_framework_caps,
     hami_pod_fields,
     is_fractional,
     shares_text,
@@ -149,8 +150,10 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
             return env
         # the device plugin (whole GPUs) or HAMi sets the devices
         env.pop(NVIDIA_VISIBLE_DEVICES, None)
-        if not (is_fractional(replica) and self.frachub_sharing_mode == "hami"):
-            # a HAMi share keeps the GPU nvidia.com/use-gpuuuid names
+        if is_fractional(replica) and self.frachub_sharing_mode == "hami":
+            # the GPU nvidia.com/use-gpuuuid names; the share is all the GPU JAX sees
+            hami_framework_caps(env)
+        else:
             env.pop("FRACHUB_GPU_UUIDS", None)
         return env
 

@@ -134,6 +134,9 @@ def test_a_hami_share_is_pinned_to_the_chosen_gpu_on_hamis_scheduler(
                 assert pod["metadata"]["annotations"][HAMI_USE_UUID] == uuids[1]
                 env = env_of(pod)
                 assert env["FRACHUB_GPU_MEMORY_MIB"] == "40779"
+                assert env["FRACHUB_GPU_FRACTION"] == "0.5"
+                # HAMi shows the share as the GPU's whole memory: JAX takes all of it
+                assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "1"
                 assert env["FRACHUB_GPU_UUIDS"] == uuids[1]
                 assert "NVIDIA_VISIBLE_DEVICES" not in env  # HAMi's device plugin sets it
             assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []

@@ -60,6 +60,16 @@ def gpu_resources(sharing: str, replica: ReplicaPlacement, share: Share) -> dict
     return {}
 
 
+def hami_framework_caps(env: dict[str, str]) -> None:
+    """HAMi mode, a share: HAMi's CUDA interception answers ``cuMemGetInfo`` with the share's
+    ``nvidia.com/gpumem`` as the GPU's total (HAMi-core's ``cuMemGetInfo_v2``), so JAX, which
+    takes ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of that total, gets all of it: the share's own
+    fraction would cap the share a second time (a quarter of a quarter). Torch needs nothing:
+    FracHub's hook caps it at the share's bytes of the total torch sees, the whole of it here.
+    """
+    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "1"
+
+
 def hami_pod_fields(
     settings: PodSettings,
     replicas: Sequence[ReplicaPlacement],

@@ -18,6 +18,7 @@ from typing import Any
 from scheduler.backends.base import JobSpec
 from scheduler.backends.kubernetes.gpus import (
     gpu_resources,
+    hami_framework_caps,
     hami_pod_fields,
     is_fractional,
     shares_text,
@@ -296,6 +297,8 @@ def job_environment(
         contract.pop(NVIDIA_VISIBLE_DEVICES, None)
     if not known:
         contract.pop("FRACHUB_GPU_UUIDS", None)
+    if known and not reserved:
+        hami_framework_caps(contract)
     env = dict(settings.environment)
     env.update(job.env)
     env.update(HOME=home, USER=job.user, FRACHUB_PROJECT=job.project)
