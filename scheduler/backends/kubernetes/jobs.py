@@ -279,7 +279,7 @@ def job_environment(
     home = home_dir(settings)
     master = master_address(job.placement, base, service) if service else ""
     reserved = is_fractional(replica) and settings.sharing == "reservation"
-    known = reserved or (is_fractional(replica) and settings.sharing == "hami")
+    hami = is_fractional(replica) and settings.sharing == "hami"
     place = rendezvous(job.placement, rank, master, settings.rendezvous_port) if service else None
     if place is not None:
         place = dataclasses.replace(place, local_rank=0, local_world_size=1)
@@ -295,9 +295,9 @@ def job_environment(
     )
     if not reserved:
         contract.pop(NVIDIA_VISIBLE_DEVICES, None)
-    if not known:
+    if not (reserved or hami):
         contract.pop("FRACHUB_GPU_UUIDS", None)
-    if known and not reserved:
+    if hami:
         hami_framework_caps(contract)
     env = dict(settings.environment)
     env.update(job.env)
