@@ -52,9 +52,9 @@ from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
     SHARING_MODES,
     gpu_resources,
+    hami_framework_caps,
     hami_pod_fields,
     is_fractional,
-    share_memory_mib,
     shares_text,
 )
 from scheduler.backends.kubernetes.labels import SHARES, TRACKED, WORKLOAD
@@ -66,7 +66,7 @@ from scheduler.backends.kubernetes.reservation import (
 )
 from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES
 from scheduler.common.placement import ReplicaPlacement, placement_from_api
-from spawner.mixin import FracSpawnerMixin, notebook_contract
+from spawner.mixin import FracSpawnerMixin, allocation_share, notebook_contract
 
 
 class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
@@ -151,10 +151,8 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
         # the device plugin (whole GPUs) or HAMi sets the devices
         env.pop(NVIDIA_VISIBLE_DEVICES, None)
         if is_fractional(replica) and self.frachub_sharing_mode == "hami":
-            # the GPU nvidia.com/use-gpuuuid names, and the nvidia.com/gpumem HAMi enforces
-            gpu = self.allocation["placement"][0]["gpus"][0]
-            memory = int(gpu.get("memory_mib") or 0)
-            env["FRACHUB_GPU_MEMORY_MIB"] = str(share_memory_mib(replica.gpus[0].milli, memory))
+            # the GPU nvidia.com/use-gpuuuid names; the share is all the GPU JAX sees
+            hami_framework_caps(env)
         else:
             env.pop("FRACHUB_GPU_UUIDS", None)
         return env
@@ -167,9 +165,8 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
             selector.pop(self.frachub_node_label, None)
         if replica is not None:
             assert self.allocation is not None
-            gpu = self.allocation["placement"][0]["gpus"][0]
-            memory = share_memory_mib(replica.gpus[0].milli, int(gpu.get("memory_mib") or 0))
-            limits.update(gpu_resources(self.frachub_sharing_mode, replica, memory))
+            share = allocation_share(self.allocation)
+            limits.update(gpu_resources(self.frachub_sharing_mode, replica, share))
             if self.frachub_node_label:
                 selector[self.frachub_node_label] = replica.node
             self.extra_labels = {

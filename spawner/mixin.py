@@ -39,6 +39,7 @@ from scheduler.common.contract import CUDA_VISIBLE_DEVICES, contract_env, prepen
 from scheduler.common.paths import HOOK_DIR, TEMPLATES_DIR
 from scheduler.common.placement import describe_placement, placement_from_api
 from scheduler.common.scopes import ADMIN_GROUP, SERVER_TOKEN_SCOPES
+from scheduler.common.share import Share, share_of
 from scheduler.common.states import FINAL_STATES, WorkloadState
 from spawner.offers import (
     FormView,
@@ -664,22 +665,27 @@ def refusal(
     return error
 
 
+def allocation_share(allocation: dict[str, Any]) -> Share:
+    """A notebook's share (``share_of``), from the allocation the service returned: its
+    placement names each GPU with its memory, as the backend's inventory has it."""
+    replica = allocation["placement"][0]
+    (placement,) = placement_from_api([replica])
+    gpus = replica["gpus"]
+    return share_of(placement, int(gpus[0].get("memory_mib") or 0) if gpus else 0)
+
+
 def notebook_contract(
     allocation: dict[str, Any], checkpoint_dir: str, device_variable: str = CUDA_VISIBLE_DEVICES
 ) -> dict[str, str]:
     """The environment contract of a notebook's share, from the allocation the service
     returned (its placement names GPUs by index and UUID, with each GPU's memory)."""
     replica = allocation["placement"][0]
-    gpus = replica["gpus"]
-    uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in gpus}
+    uuids = {(replica["node"], gpu["index"]): gpu.get("uuid") or "" for gpu in replica["gpus"]}
     (placement,) = placement_from_api([replica])
-    fraction = gpus[0]["share"] if len(gpus) == 1 else 1.0
-    memory_mib = round(fraction * float(gpus[0].get("memory_mib") or 0)) if gpus else 0
     return contract_env(
         workload_id=int(allocation["id"]),
         replica=placement,
-        gpu_fraction=min(fraction, 1.0),
-        gpu_memory_mib=memory_mib,
+        share=allocation_share(allocation),
         restart_count=0,
         checkpoint_dir=checkpoint_dir,
         uuid_of=lambda node, index: uuids[(node, index)],

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduler.common.placement import Placement
+from scheduler.common.placement import Placement, ReplicaPlacement
+from scheduler.common.share import Share, share_of
 from scheduler.engine import Node
 
 Handle = dict[str, Any]
@@ -44,11 +45,22 @@ class Inventory:
     gpus: tuple[Gpu, ...]
     source: str
 
-    def uuid(self, node: str, index: int) -> str:
+    def gpu(self, node: str, index: int) -> Gpu:
         for gpu in self.gpus:
             if gpu.node == node and gpu.index == index:
-                return gpu.uuid
+                return gpu
         raise KeyError(f"no GPU {index} on node {node!r}")
+
+    def uuid(self, node: str, index: int) -> str:
+        return self.gpu(node, index).uuid
+
+    def share(self, replica: ReplicaPlacement) -> Share:
+        """The share ``replica`` holds of each of its GPUs (``share_of``), sized by its GPU's
+        memory as inventoried: how every backend turns a placement into memory, so a job
+        carries its placement alone. ``KeyError`` if the GPU is not in the inventory."""
+        if not replica.gpus:
+            return share_of(replica, 0)
+        return share_of(replica, self.gpu(replica.node, replica.gpus[0].index).memory_mib)
 
 
 @dataclass(frozen=True)
@@ -66,10 +78,8 @@ class JobSpec:
     env: Mapping[str, str]
     """The user's own variables; the backend adds the environment contract on top."""
     placement: Placement
-    gpu_fraction: float
-    """Share of each GPU a replica holds (1.0 for whole GPUs)."""
-    gpu_memory_mib: int
-    """Memory of each held GPU that the replica may use."""
+    """Where each replica runs and its share of each GPU; the backend sizes the share's
+    memory from its inventory (``Inventory.share``)."""
     restart_count: int = 0
     replicas: int = 1
     log_notes: tuple[str, ...] = ()

@@ -182,8 +182,9 @@ class LocalBackend(LoggingConfigurable):
 
     python_hook = Bool(
         True,
-        help="""Put FracHub's ``sitecustomize`` hook first on PYTHONPATH, which applies the
-        PyTorch memory cap (FRACHUB_GPU_FRACTION) in programs that import torch.""",
+        help="""Put FracHub's ``sitecustomize`` hook first on PYTHONPATH, which caps PyTorch
+        and JAX at the share's memory (FRACHUB_GPU_MEMORY_MIB) and makes
+        ``torch.cuda.mem_get_info`` report the share, in programs that import them.""",
     ).tag(config=True)
 
     gang_stop_grace_seconds = Float(
@@ -437,14 +438,14 @@ class LocalBackend(LoggingConfigurable):
     ) -> dict[str, str]:
         """The environment contract of one replica; every replica runs on this machine."""
         try:
+            inventory = self.inventory()
             return contract_env(
                 workload_id=job.workload_id,
                 replica=job.placement[rank],
-                gpu_fraction=job.gpu_fraction,
-                gpu_memory_mib=job.gpu_memory_mib,
+                share=inventory.share(job.placement[rank]),
                 restart_count=job.restart_count,
                 checkpoint_dir=checkpoints,
-                uuid_of=self.inventory().uuid,
+                uuid_of=inventory.uuid,
                 device_variable=CUDA_VISIBLE_DEVICES,
                 rendezvous=rendezvous(job.placement, rank, "127.0.0.1", master_port),
                 visible=visible_gpus(job.placement, rank),

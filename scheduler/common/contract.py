@@ -4,10 +4,12 @@ Pure functions, shared by every backend and by the notebook spawner, so that a t
 and a notebook on the same share see the same variables (docs/service.md, "Environment"):
 
 - ``contract_env(...)`` builds the variables of one replica: the visible devices, the
-  ``FRACHUB_*`` facts, ``PYTHONUNBUFFERED=1`` (a job's prints reach its log as they
-  happen), and the frameworks' own cooperative caps (JAX/XLA, TensorFlow; the
-  PyTorch cap is applied by the start-up hook in ``scheduler/backends/pyhook``, which reads
-  ``FRACHUB_GPU_FRACTION``).
+  ``FRACHUB_*`` facts (its ``Share``, ``scheduler/common/share.py``, as a fraction and in
+  MiB), ``PYTHONUNBUFFERED=1`` (a job's prints reach its log as they happen), and the
+  frameworks' own cooperative caps (JAX/XLA, TensorFlow; the PyTorch cap, JAX's exact
+  fraction and what ``torch.cuda.mem_get_info`` reports are the start-up hook's, in
+  ``scheduler/backends/pyhook``, which reads ``FRACHUB_GPU_FRACTION`` and
+  ``FRACHUB_GPU_MEMORY_MIB``).
 - ``rendezvous(...)`` gives one replica of a gang its torchrun-style place (``RANK``,
   ``WORLD_SIZE``, ``LOCAL_RANK``, ...); a single replica has none.
 - ``visible_gpus(...)`` says which GPUs a replica is shown, so that a gang's replicas on one
@@ -29,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement, ReplicaPlacement
+from scheduler.common.share import Share
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 """Local processes: GPU indices as NVML numbers them (PCI bus order, hence CUDA_DEVICE_ORDER)."""
@@ -106,8 +110,7 @@ def contract_env(
     *,
     workload_id: int,
     replica: ReplicaPlacement,
-    gpu_fraction: float,
-    gpu_memory_mib: int,
+    share: Share,
     restart_count: int,
     checkpoint_dir: str,
     uuid_of: UuidLookup,
@@ -115,7 +118,13 @@ def contract_env(
     rendezvous: Rendezvous | None = None,
     visible: Sequence[int] | None = None,
 ) -> dict[str, str]:
-    """The variables one replica holding ``replica.gpus`` gets, all as strings.
+    """The variables one replica holding ``share`` of each of ``replica.gpus`` gets, all as
+    strings.
+
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` is the share's fraction, which JAX takes of the total
+    CUDA reports: a little less than the share's memory (CUDA's total is NVML's less what the
+    driver reserves, which the service does not know). FracHub's start-up hook replaces it,
+    when the program imports JAX, with the fraction that holds the share's memory.
 
     ``device_variable`` is ``CUDA_VISIBLE_DEVICES`` for local processes (indices, with
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers GPUs as NVML does) or
@@ -129,10 +138,10 @@ def contract_env(
         raise ValueError(
             f"device_variable must be one of {', '.join(DEVICE_VARIABLES)}, not {device_variable!r}"
         )
-    if not 0 <= gpu_fraction <= 1:
-        raise ValueError(f"gpu_fraction must be in [0, 1], not {gpu_fraction}")
-    if gpu_memory_mib < 0:
-        raise ValueError(f"gpu_memory_mib must be >= 0, not {gpu_memory_mib}")
+    if not 0 <= share.milli <= MILLI:
+        raise ValueError(f"share.milli must be in [0, {MILLI}], not {share.milli}")
+    if share.memory_mib < 0:
+        raise ValueError(f"share.memory_mib must be >= 0, not {share.memory_mib}")
     if restart_count < 0:
         raise ValueError(f"restart_count must be >= 0, not {restart_count}")
     indices = [share.index for share in replica.gpus]
@@ -140,11 +149,11 @@ def contract_env(
     shown = list(visible) if visible is not None else indices
     if not set(indices) <= set(shown):
         raise ValueError(f"visible GPUs {shown} leave out the replica's own {indices}")
-    fraction = _number(gpu_fraction)
+    fraction = _number(share.fraction)
     env = {
         "FRACHUB_WORKLOAD_ID": str(workload_id),
         "FRACHUB_GPU_FRACTION": fraction,
-        "FRACHUB_GPU_MEMORY_MIB": str(int(gpu_memory_mib)),
+        "FRACHUB_GPU_MEMORY_MIB": str(share.memory_mib),
         "FRACHUB_GPU_UUIDS": ",".join(uuids),
         "FRACHUB_CHECKPOINT_DIR": checkpoint_dir,
         "FRACHUB_RESTART_COUNT": str(restart_count),

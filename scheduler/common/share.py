@@ -58,11 +58,17 @@ class Share:
 
         A framework takes its fraction of the total *it* sees, which is less than NVML's (the
         driver reserves some: 139.8 GiB of an H200's 140.4 GiB), so the share's own fraction
-        would cap a job below what it asked for.
+        would cap a job below what it asked for. Rounded up to the next billionth and one
+        more, so that the fraction times the total, in floating point and truncated to whole
+        bytes as torch and XLA do, is never below the share (and at most a few hundred bytes
+        above it). FracHub's start-up hook (``scheduler/backends/pyhook/sitecustomize.py``,
+        which cannot import this module) repeats this rule; a test proves they agree.
         """
         if seen_total_bytes <= 0:
             return self.fraction
-        return min(1.0, self.memory_bytes / seen_total_bytes)
+        if self.memory_bytes >= seen_total_bytes:
+            return 1.0
+        return min(1.0, (self.memory_bytes * 10**9 // seen_total_bytes + 1) / 10**9)
 
 
 def share_of(replica: ReplicaPlacement, gpu_memory_mib: int) -> Share:

@@ -70,8 +70,6 @@ def test_two_ranks_rendezvous_and_each_sets_its_own_device(tmp_path: Path) -> No
         working_dir=str(tmp_path),
         env={},
         placement=placement,
-        gpu_fraction=0.5,
-        gpu_memory_mib=40960,
         restart_count=0,
         replicas=2,
     )

@@ -1,5 +1,5 @@
 """The local backend with real subprocesses: the contract a job sees, exits, stops, gangs,
-adoption by a restarted service, the inventory, and the PyTorch start-up hook.
+adoption by a restarted service and the inventory (the start-up hook: test_pyhook.py).
 
 Event-loop code runs through ``asyncio.run`` inside plain tests. Commands are short ``sh``
 lines and ``python -c`` scripts; anything that waits does so on a file or a log line, not on
@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -62,8 +61,6 @@ def make_job(
         working_dir=working_dir,
         env=env or {},
         placement=placement,
-        gpu_fraction=fraction,
-        gpu_memory_mib=round(fraction * 81920),
         restart_count=restart_count,
         replicas=replicas,
     )
@@ -602,151 +599,6 @@ def test_auto_falls_back_to_declared_and_nvml_says_why_not(nvml: Callable[[bool]
         load_inventory("nvml", [])
     with pytest.raises(ValueError, match="must be one of auto, nvml, declared"):
         load_inventory("magic", [])
-
-
-# --- the PyTorch start-up hook ---------------------------------------------------------------
-
-FAKE_TORCH_CUDA = """
-_queued_calls = []
-_initialized = False
-calls = []
-
-def _lazy_call(callable, **kwargs):
-    _queued_calls.append(callable)
-
-def is_initialized():
-    return _initialized
-
-def device_count():
-    return 2
-
-def set_per_process_memory_fraction(fraction, device=None):
-    calls.append((fraction, device))
-
-def init():
-    global _initialized
-    _initialized = True
-    for call in _queued_calls:
-        call()
-"""
-
-
-def python_with_hook(
-    code: str, *, fraction: str | None = "0.5", extra_path: Sequence[Path] = (), python: str = ""
-) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    env["PYTHONPATH"] = ":".join([HOOK_DIR, *map(str, extra_path)])
-    if fraction is not None:
-        env["FRACHUB_GPU_FRACTION"] = fraction
-    return subprocess.run(
-        [python or sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def test_hook_is_harmless_without_torch() -> None:
-    done = python_with_hook(
-        """
-        import sys
-        assert "torch" not in sys.modules
-        import json
-        print("ok", sys.modules["sitecustomize"].__file__)
-        """
-    )
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.split() == ["ok", os.path.join(HOOK_DIR, "sitecustomize.py")]
-
-
-def test_hook_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.CHAINED = True\n")
-    done = python_with_hook("print(CHAINED)", extra_path=[tmp_path])
-    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "True", "")
-
-
-def test_hook_survives_a_broken_shadowed_sitecustomize(tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text("raise RuntimeError('broken site')\n")
-    done = python_with_hook("print('still runs')", extra_path=[tmp_path])
-    assert (done.returncode, done.stdout.strip()) == (0, "still runs")
-    assert "broken site" in done.stderr
-
-
-@pytest.fixture
-def fake_torch(tmp_path: Path) -> Path:
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text("from . import cuda\n")
-    (tmp_path / "torch" / "cuda.py").write_text(FAKE_TORCH_CUDA)
-    return tmp_path
-
-
-def test_hook_caps_torch_when_cuda_initialises(fake_torch: Path) -> None:
-    done = python_with_hook(
-        """
-        import torch
-        assert type(torch.__loader__).__name__ == "SourceFileLoader", torch.__loader__
-        assert torch.__spec__.loader is torch.__loader__
-        assert torch.cuda.calls == [] and not torch.cuda.is_initialized()
-        torch.cuda.init()
-        print(torch.cuda.calls)
-        """,
-        fraction="0.25",
-        extra_path=[fake_torch],
-    )
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.strip() == "[(0.25, 0), (0.25, 1)]"
-
-
-@pytest.mark.parametrize("fraction", [None, "1", "not a number"], ids=["unset", "whole", "junk"])
-def test_hook_leaves_torch_alone_without_a_fraction(fake_torch: Path, fraction: str | None) -> None:
-    done = python_with_hook(
-        "import torch; torch.cuda.init(); print(torch.cuda.calls)",
-        fraction=fraction,
-        extra_path=[fake_torch],
-    )
-    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
-
-
-def test_hook_never_breaks_a_torch_it_does_not_understand(tmp_path: Path) -> None:
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text("cuda = None\nprint('imported')\n")
-    done = python_with_hook("import torch", extra_path=[tmp_path])
-    assert (done.returncode, done.stdout.strip()) == (0, "imported")
-    assert "could not register the PyTorch memory cap" in done.stderr
-
-
-def torch_python() -> str | None:
-    """An interpreter with torch: FRACHUB_TEST_TORCH_PYTHON, or this one if it has torch."""
-    import importlib.util
-
-    if os.environ.get("FRACHUB_TEST_TORCH_PYTHON"):
-        return os.environ["FRACHUB_TEST_TORCH_PYTHON"]
-    return sys.executable if importlib.util.find_spec("torch") else None
-
-
-@pytest.mark.skipif(
-    torch_python() is None,
-    reason="torch is not installed (set FRACHUB_TEST_TORCH_PYTHON to a python that has it); "
-    "the fake-torch tests cover the hook",
-)
-def test_hook_with_real_torch_queues_the_cap_without_initialising_cuda() -> None:
-    done = python_with_hook(
-        """
-        import torch
-        assert not torch.cuda.is_initialized()
-        calls = []
-        torch.cuda.device_count = lambda: 1
-        torch.cuda.set_per_process_memory_fraction = lambda f, d=None: calls.append((f, d))
-        for queued, _ in torch.cuda._queued_calls:
-            if queued.__qualname__.startswith("_install_cap"):
-                queued()
-        print(calls)
-        """,
-        python=torch_python() or "",
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[(0.5, 0)]"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root service switches users")

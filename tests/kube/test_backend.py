@@ -44,7 +44,6 @@ def make_job(
     *,
     command: str | list[str] = RUNS,
     restart_count: int = 0,
-    memory_mib: int = 40960,
 ) -> JobSpec:
     replicas = tuple(
         ReplicaPlacement(node, tuple(GpuShare(i, round(share * 1000)) for i in gpus))
@@ -59,8 +58,6 @@ def make_job(
         working_dir="work",
         env={"EPOCHS": "3"},
         placement=replicas,
-        gpu_fraction=placement[0][2],
-        gpu_memory_mib=memory_mib,
         restart_count=restart_count,
         replicas=len(replicas),
     )
@@ -1105,7 +1102,7 @@ def test_hami_shares_by_memory_and_a_share_that_does_not_fit_is_requeued(
         )
         try:
             for workload in (71, 72):
-                await made.start(make_job(workload, [("node-h", [0], 0.5)], memory_mib=20480))
+                await made.start(make_job(workload, [("node-h", [0], 0.5)]))
             shares = [
                 hami_allocation(pod)
                 for workload in (71, 72)
@@ -1133,7 +1130,7 @@ def test_hami_shares_by_memory_and_a_share_that_does_not_fit_is_requeued(
                         },
                     },
                 )
-            await made.start(make_job(73, [("node-h", [1], 0.5)], memory_mib=20480))
+            await made.start(make_job(73, [("node-h", [1], 0.5)]))
             [end] = await exits_of(made)
             assert end.workload_id == 73 and end.exit_code is None, end
             assert "Kubernetes found no node for its pod frachub-73-" in end.message

@@ -124,7 +124,8 @@ def test_a_hami_share_is_pinned_to_the_chosen_gpu_on_hamis_scheduler(
         made = await backend(sharing_mode="hami", scheduler_name="ignored-for-gpu-pods")
         try:
             for workload_id in (2, 3):  # two halves of GPU 1
-                await made.start(make_job(workload_id, [("node-a", [1], 0.5)], memory_mib=40780))
+                # the backend sizes each share from the memory HAMi registered
+                await made.start(make_job(workload_id, [("node-a", [1], 0.5)]))
             pods = [(await pods_of(cluster, w))[0] for w in (2, 3)]
             for pod in pods:
                 # rounded down from HAMi's count: 2 x 40779 fits in 81559, 2 x 40780 would not
@@ -133,6 +134,9 @@ def test_a_hami_share_is_pinned_to_the_chosen_gpu_on_hamis_scheduler(
                 assert pod["metadata"]["annotations"][HAMI_USE_UUID] == uuids[1]
                 env = env_of(pod)
                 assert env["FRACHUB_GPU_MEMORY_MIB"] == "40779"
+                assert env["FRACHUB_GPU_FRACTION"] == "0.5"
+                # HAMi shows the share as the GPU's whole memory: JAX takes all of it
+                assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "1"
                 assert env["FRACHUB_GPU_UUIDS"] == uuids[1]
                 assert "NVIDIA_VISIBLE_DEVICES" not in env  # HAMi's device plugin sets it
             assert cluster.pods(f"{COMPONENT}={RESERVATION}") == []

@@ -157,6 +157,7 @@ def test_gpu_resources_per_sharing_mode(
             if share < 1:  # the one GPU named, the memory HAMi enforces
                 assert env["FRACHUB_GPU_UUIDS"] == uuids
                 assert env["FRACHUB_GPU_MEMORY_MIB"] == limits[GPUMEM]
+                assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "1"  # HAMi shows the share
         else:
             assert body["spec"].get("schedulerName") in (None, "default-scheduler")
             assert HAMI_USE_UUID not in annotations

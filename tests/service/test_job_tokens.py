@@ -158,8 +158,6 @@ def spec(workload_id: int, user: str, command: str) -> JobSpec:
         working_dir=None,
         env={"JUPYTERHUB_API_TOKEN": "the owner's own, overridden"},
         placement=(ReplicaPlacement("local", (GpuShare(0, 500),)),),
-        gpu_fraction=0.5,
-        gpu_memory_mib=40960,
     )
 
 

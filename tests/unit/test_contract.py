@@ -17,6 +17,7 @@ from scheduler.common.contract import (
     visible_gpus,
 )
 from scheduler.common.placement import GpuShare, ReplicaPlacement
+from scheduler.common.share import Share
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import Node, Request
 from scheduler.engine.placement import Pack, Spread, place
@@ -32,8 +33,7 @@ def env_for(replica: ReplicaPlacement, **overrides: object) -> dict[str, str]:
     args: dict = {
         "workload_id": 42,
         "replica": replica,
-        "gpu_fraction": 0.25,
-        "gpu_memory_mib": 20480,
+        "share": Share(250, 20480),
         "restart_count": 2,
         "checkpoint_dir": "/data/checkpoints/42",
         "uuid_of": uuid_of,
@@ -67,7 +67,7 @@ CASES = {
     ),
     "two whole GPUs in a container": (
         TWO_WHOLE,
-        {"gpu_fraction": 1.0, "gpu_memory_mib": 81920, "device_variable": NVIDIA_VISIBLE_DEVICES},
+        {"share": Share(1000, 81920), "device_variable": NVIDIA_VISIBLE_DEVICES},
         {
             "NVIDIA_VISIBLE_DEVICES": "GPU-n1-0,GPU-n1-1",
             "FRACHUB_GPU_FRACTION": "1",
@@ -116,8 +116,8 @@ def test_single_replica_has_no_rendezvous() -> None:
 
 REFUSALS = {
     "unknown device variable": ({"device_variable": "ROCR_VISIBLE_DEVICES"}, "device_variable"),
-    "fraction above one": ({"gpu_fraction": 1.5}, "gpu_fraction"),
-    "negative memory": ({"gpu_memory_mib": -1}, "gpu_memory_mib"),
+    "share above one GPU": ({"share": Share(1500, 1)}, "share.milli"),
+    "negative memory": ({"share": Share(250, -1)}, "share.memory_mib"),
     "negative restart count": ({"restart_count": -1}, "restart_count"),
 }
 

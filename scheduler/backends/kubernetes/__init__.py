@@ -11,8 +11,8 @@ One module a job; where a change goes:
 - ``jobs.py``         an attempt's Indexed Jobs, their environment, a gang's Service
 - ``volumes.py``      home volume templates and ReadWriteOnce claims
 - ``gpus.py``         a pod's GPU resources in each sharing mode; the shares annotation
-- ``sharing.py``      the backend's GPU sharing: UUIDs for a job, shares in use, releasing
-                      unused reservations
+- ``sharing.py``      the backend's GPU sharing: UUIDs for a job, each replica's share,
+                      shares in use, releasing unused reservations
 - ``reservation.py``  reservation pods (shared with FracKubeSpawner)
 - ``credentials.py``  a job's credentials as a Secret
 - ``logs.py``         training logs through pods/log

@@ -447,13 +447,14 @@ class KubernetesBackend(LoggingConfigurable):
         await sharing.unreserve_whole(
             kube, settings, job, self._attempts.values(), caches.pods.objects.values(), self.log
         )
-        job = sharing.hami_share(job, self.sharing_mode, self.inventory)
+        shares = sharing.job_shares(job, self.inventory(), self.sharing_mode)
+        checkpoints = self.checkpoint_dir_template
         envs = [
-            job_environment(job, rank, settings, uuids, base, service, self.checkpoint_dir_template)
+            job_environment(job, rank, shares[rank], settings, uuids, base, service, checkpoints)
             for rank in range(job.replicas)
         ]
         try:
-            manifests = job_manifests(job, settings, envs, service, base, uuids)
+            manifests = job_manifests(job, settings, envs, service, base, shares, uuids)
         except ValueError as error:
             raise BackendError(str(error)) from error
         secret = credentials.secret_name(base) if job.credentials else None

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from scheduler.common.placement import Placement, ReplicaPlacement
+from scheduler.common.share import Share
 
 if TYPE_CHECKING:
     from scheduler.backends.kubernetes.pods import PodSettings
@@ -38,11 +39,13 @@ def is_fractional(replica: ReplicaPlacement) -> bool:
     return len(replica.gpus) == 1 and replica.gpus[0].milli < 1000
 
 
-def gpu_resources(sharing: str, replica: ReplicaPlacement, memory_mib: int) -> dict[str, str]:
-    """Resource limits of one replica. Reservation mode: whole GPUs are ``nvidia.com/gpu: N``
-    and a fraction asks nothing (its reservation pod holds the GPU). HAMi mode, where
-    ``nvidia.com/gpu`` counts devices each pod gets a slice of: a fraction is one device with
-    ``nvidia.com/gpumem`` (MiB, which HAMi enforces); whole GPUs are N devices with 100 % of
+def gpu_resources(sharing: str, replica: ReplicaPlacement, share: Share) -> dict[str, str]:
+    """Resource limits of one replica holding ``share`` of each GPU. Reservation mode: whole
+    GPUs are ``nvidia.com/gpu: N`` and a fraction asks nothing (its reservation pod holds the
+    GPU). HAMi mode, where ``nvidia.com/gpu`` counts devices each pod gets a slice of: a
+    fraction is one device with ``nvidia.com/gpumem`` (the share's MiB, which HAMi enforces;
+    ``share_of`` rounds them down, so the shares the engine fits on one GPU fit in HAMi's count
+    of its memory too); whole GPUs are N devices with 100 % of
     their memory and cores, which HAMi gives only to a device nobody else uses (without
     them a pod gets HAMi's ``defaultMemory``, or shares the device's compute)."""
     if not replica.gpus:
@@ -53,14 +56,18 @@ def gpu_resources(sharing: str, replica: ReplicaPlacement, memory_mib: int) -> d
             whole.update({GPUMEM_PERCENTAGE: "100", GPUCORES: "100"})
         return whole
     if sharing == "hami":
-        return {GPU: "1", GPUMEM: str(int(memory_mib))}
+        return {GPU: "1", GPUMEM: str(share.memory_mib)}
     return {}
 
 
-def share_memory_mib(milli: int, memory_mib: int) -> int:
-    """The MiB of a GPU of ``memory_mib`` a share of ``milli`` thousandths gets, rounded down,
-    so the shares the engine fits on one GPU fit in HAMi's count of its memory too."""
-    return max(0, int(milli) * int(memory_mib) // 1000)
+def hami_framework_caps(env: dict[str, str]) -> None:
+    """HAMi mode, a share: HAMi's CUDA interception answers ``cuMemGetInfo`` with the share's
+    ``nvidia.com/gpumem`` as the GPU's total (HAMi-core's ``cuMemGetInfo_v2``), so JAX, which
+    takes ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of that total, gets all of it: the share's own
+    fraction would cap the share a second time (a quarter of a quarter). Torch needs nothing:
+    FracHub's hook caps it at the share's bytes of the total torch sees, the whole of it here.
+    """
+    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "1"
 
 
 def hami_pod_fields(

@@ -18,6 +18,7 @@ from typing import Any
 from scheduler.backends.base import JobSpec
 from scheduler.backends.kubernetes.gpus import (
     gpu_resources,
+    hami_framework_caps,
     hami_pod_fields,
     is_fractional,
     shares_text,
@@ -42,6 +43,7 @@ from scheduler.backends.kubernetes.pods import Obj, PodSettings, add_node_settin
 from scheduler.backends.kubernetes.volumes import format_template, user_fields
 from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
 from scheduler.common.placement import Placement
+from scheduler.common.share import Share
 
 
 def replica_groups(placement: Placement) -> list[list[int]]:
@@ -126,12 +128,13 @@ def job_manifests(
     envs: Sequence[Mapping[str, str]],
     service: str | None,
     base: str,
+    shares: Sequence[Share],
     uuids: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Obj]:
     """The attempt's suspended Indexed Jobs named ``base`` (``base-g<n>`` for several groups;
     see the module docstring); ``envs[rank]`` is each rank's full environment, identical
-    within a group except RANK/LOCAL_RANK. ``uuids`` ((node, index) -> UUID) name the GPUs
-    HAMi must use (HAMi mode)."""
+    within a group except RANK/LOCAL_RANK, and ``shares[rank]`` its share. ``uuids``
+    ((node, index) -> UUID) name the GPUs HAMi must use (HAMi mode)."""
     groups = replica_groups(job.placement)
     labels = labels_for(job, settings)
     manifests = []
@@ -146,7 +149,7 @@ def job_manifests(
             env.pop("RANK")
             env.pop("LOCAL_RANK")
         pod_labels = {**labels, GROUP: str(number), ATTEMPT_NAME: base}
-        limits = gpu_resources(settings.sharing, replica, job.gpu_memory_mib)
+        limits = gpu_resources(settings.sharing, replica, shares[ranks[0]])
         fields = user_fields(job.user)
         volumes = [format_template(v, **fields) for v in settings.volumes]
         mounts = [format_template(m, **fields) for m in settings.volume_mounts]
@@ -251,15 +254,16 @@ def service_manifest(job: JobSpec, settings: PodSettings, base: str) -> Obj:
 def job_environment(
     job: JobSpec,
     rank: int,
+    share: Share,
     settings: PodSettings,
     uuids: Mapping[tuple[str, int], str],
     base: str,
     service: str | None,
     checkpoint_dir_template: str,
 ) -> dict[str, str]:
-    """Rank ``rank``'s environment: settings' < the job's variables < HOME/USER < the
-    contract. NVIDIA_VISIBLE_DEVICES is set only where FracHub picks the GPU (a reserved
-    share); otherwise the device plugin (whole GPUs) or HAMi (hami mode) sets it.
+    """Rank ``rank``'s environment (holding ``share``): settings' < the job's variables <
+    HOME/USER < the contract. NVIDIA_VISIBLE_DEVICES is set only where FracHub picks the GPU
+    (a reserved share); otherwise the device plugin (whole GPUs) or HAMi (hami mode) sets it.
     FRACHUB_GPU_UUIDS is set where the pod's GPU is known: a reserved share, a HAMi share
     (``nvidia.com/use-gpuuuid``).
 
@@ -275,15 +279,14 @@ def job_environment(
     home = home_dir(settings)
     master = master_address(job.placement, base, service) if service else ""
     reserved = is_fractional(replica) and settings.sharing == "reservation"
-    known = reserved or (is_fractional(replica) and settings.sharing == "hami")
+    hami = is_fractional(replica) and settings.sharing == "hami"
     place = rendezvous(job.placement, rank, master, settings.rendezvous_port) if service else None
     if place is not None:
         place = dataclasses.replace(place, local_rank=0, local_world_size=1)
     contract = contract_env(
         workload_id=job.workload_id,
         replica=replica,
-        gpu_fraction=job.gpu_fraction,
-        gpu_memory_mib=job.gpu_memory_mib,
+        share=share,
         restart_count=job.restart_count,
         checkpoint_dir=checkpoint_dir_template.format(home=home, workload_id=job.workload_id),
         uuid_of=lambda node, index: uuids.get((node, index), ""),
@@ -292,8 +295,10 @@ def job_environment(
     )
     if not reserved:
         contract.pop(NVIDIA_VISIBLE_DEVICES, None)
-    if not known:
+    if not (reserved or hami):
         contract.pop("FRACHUB_GPU_UUIDS", None)
+    if hami:
+        hami_framework_caps(contract)
     env = dict(settings.environment)
     env.update(job.env)
     env.update(HOME=home, USER=job.user, FRACHUB_PROJECT=job.project)

@@ -1,5 +1,5 @@
 """The backend's side of GPU sharing: the UUIDs of the GPUs a job shares (its reservation
-pods, or HAMi's registration), a fraction's memory in HAMi mode, which shares are in use,
+pods, or HAMi's registration), each replica's share, which shares are in use,
 and releasing reservation pods nobody uses any more. The reservation pods themselves, shared
 with FracKubeSpawner, are ``reservation.py``'s.
 """
@@ -7,7 +7,6 @@ with FracKubeSpawner, are ``reservation.py``'s.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +14,7 @@ from collections.abc import Callable, Iterable
 from scheduler.backends.base import BackendError, Inventory, JobSpec
 from scheduler.backends.kubernetes.attempts import Attempt
 from scheduler.backends.kubernetes.client import Kube, KubeError
-from scheduler.backends.kubernetes.gpus import is_fractional, parse_shares, share_memory_mib
+from scheduler.backends.kubernetes.gpus import HAMI_REGISTER, is_fractional, parse_shares
 from scheduler.backends.kubernetes.labels import CLAIMED, SHARES, parse_stamp
 from scheduler.backends.kubernetes.pods import Obj, PodSettings, pod_live
 from scheduler.backends.kubernetes.reservation import (
@@ -25,6 +24,7 @@ from scheduler.backends.kubernetes.reservation import (
     is_reservation,
     reservation_key,
 )
+from scheduler.common.share import Share
 
 
 async def gpu_uuids(
@@ -56,19 +56,22 @@ async def gpu_uuids(
     return uuids
 
 
-def hami_share(job: JobSpec, sharing: str, inventory: Callable[[], Inventory]) -> JobSpec:
-    """HAMi mode: a fraction's memory (``nvidia.com/gpumem`` and FRACHUB_GPU_MEMORY_MIB)
-    from the memory HAMi registered for the node, rounded down: rounded to the nearest
-    MiB, two halves of a GPU could ask one MiB more than HAMi has and the second would
-    never be placed."""
-    first = job.placement[0] if job.placement else None
-    if sharing != "hami" or first is None or not is_fractional(first):
-        return job
-    memory = {node.name: node.gpu_memory_mib for node in inventory().nodes}
-    if first.node not in memory:
-        return job
-    share = share_memory_mib(first.gpus[0].milli, memory[first.node])
-    return dataclasses.replace(job, gpu_memory_mib=share)
+def job_shares(job: JobSpec, inventory: Inventory, sharing: str) -> list[Share]:
+    """Each replica's share (``nvidia.com/gpumem`` and FRACHUB_GPU_MEMORY_MIB), sized by the
+    GPU memory the inventory has: the node's label, or in HAMi mode the memory HAMi
+    registered, which HAMi counts each ``nvidia.com/gpumem`` against."""
+    shares = []
+    for replica in job.placement:
+        try:
+            shares.append(inventory.share(replica))
+        except KeyError as error:
+            where = f"GPU {replica.gpus[0].index} on {replica.node}"
+            raise BackendError(
+                f"HAMi has not registered {where} ({HAMI_REGISTER} on the Node)"
+                if sharing == "hami"
+                else f"{where} is not on a ready GPU node of the cluster"
+            ) from error
+    return shares
 
 
 def shares_in_use(attempts: Iterable[Attempt], pods: Iterable[Obj]) -> set[tuple[str, int]]:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from scheduler.backends.base import Backend, BackendError, JobSpec
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line
 from scheduler.common.placement import Placement, describe_placement
-from scheduler.engine import Node
 from scheduler.engine.lifecycle import (
     Effect,
     Evicted,
@@ -50,15 +49,10 @@ def held_gpus(placement: Placement) -> float:
     return held_milli(placement) / MILLI
 
 
-def job_spec(
-    record: WorkloadRecord, nodes: Sequence[Node], log_notes: tuple[str, ...] = ()
-) -> JobSpec:
-    """What the backend needs to launch ``record`` where it was placed; a fractional share
-    gets its fraction of its GPU's memory. ``log_notes``: milestone lines for its log."""
-    node_memory = {node.name: node.gpu_memory_mib for node in nodes}
-    first = record.placement[0]
-    fraction = first.gpus[0].milli / MILLI if first.gpus else 0.0
-    memory = round(fraction * node_memory.get(first.node, 0))
+def job_spec(record: WorkloadRecord, log_notes: tuple[str, ...] = ()) -> JobSpec:
+    """What the backend needs to launch ``record`` where it was placed (the backend sizes
+    each share's memory from its own inventory: ``Inventory.share``). ``log_notes``:
+    milestone lines for its log."""
     return JobSpec(
         workload_id=record.id,
         name=record.name,
@@ -68,8 +62,6 @@ def job_spec(
         working_dir=record.working_dir,
         env=dict(record.env or {}),
         placement=record.placement,
-        gpu_fraction=fraction,
-        gpu_memory_mib=memory,
         restart_count=record.restart_count,
         replicas=record.replicas,
         log_notes=log_notes,
@@ -88,7 +80,6 @@ class Effects:
         metrics: Metrics,
         *,
         grace_seconds: float,
-        nodes: Callable[[], Sequence[Node]],
         unsettle: Callable[[], None],
         log: logging.Logger,
     ) -> None:
@@ -98,8 +89,6 @@ class Effects:
         self.backend = backend
         self.metrics = metrics
         self.grace_seconds = grace_seconds
-        self.nodes = nodes
-        """The backend's nodes as the loop last saw them (a launch sizes GPU memory by them)."""
         self.unsettle = unsettle
         """Called before a start is written: the session arrivals are decided on holds less
         than is held from then on, until its maker sets the next one."""
@@ -182,7 +171,7 @@ class Effects:
     async def launch(self, record: WorkloadRecord, now: float, notes: tuple[str, ...] = ()) -> None:
         """Launch one start on the backend; a launch that fails ends the attempt."""
         lines = tuple(milestone_line(now, note) for note in notes)
-        job = job_spec(record, self.nodes(), lines)
+        job = job_spec(record, lines)
         try:
             record.handle = await self.backend.start(job)
             self.store.commit()  # nothing of a cycle stays uncommitted across an await

@@ -151,7 +151,6 @@ class SchedulingLoop:
             backend,
             metrics,
             grace_seconds=settings.grace_seconds,
-            nodes=lambda: self.inventory.nodes,
             unsettle=self.fast.unsettle,
             log=self.log,
         )
