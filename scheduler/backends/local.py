@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
-from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.inventory import load_inventory, validate_declared
+from scheduler.backends.mps import GpuSharing
 from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
     contract_env,
@@ -114,8 +114,9 @@ class _Attempt:
     """When ``poll`` first saw every replica ended (monotonic)."""
 
 
-class LocalBackend(LoggingConfigurable):
-    """Runs each replica as a local subprocess; see the module docstring for the file layout."""
+class LocalBackend(GpuSharing):
+    """Runs each replica as a local subprocess; see the module docstring for the file layout.
+    Its GPU sharing settings and hooks (MPS) come from ``GpuSharing``."""
 
     data_dir = Unicode(
         "frachub-data",
@@ -363,6 +364,7 @@ class LocalBackend(LoggingConfigurable):
                 attempt.kill_timer.cancel()
         self._attempts.clear()
         self._checkpoints.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing)
 
     # --- starting -----------------------------------------------------------------------------
 
@@ -437,7 +439,7 @@ class LocalBackend(LoggingConfigurable):
     ) -> dict[str, str]:
         """The environment contract of one replica; every replica runs on this machine."""
         try:
-            return contract_env(
+            env = contract_env(
                 workload_id=job.workload_id,
                 replica=job.placement[rank],
                 gpu_fraction=job.gpu_fraction,
@@ -449,6 +451,7 @@ class LocalBackend(LoggingConfigurable):
                 rendezvous=rendezvous(job.placement, rank, "127.0.0.1", master_port),
                 visible=visible_gpus(job.placement, rank),
             )
+            return {**env, **self.gpu_sharing_env(job.placement[rank])}
         except (KeyError, ValueError) as e:
             raise BackendError(f"cannot place replica {rank}: {e}") from e
 

@@ -162,6 +162,10 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                         "user": record.user if visible else None,
                     }
                 )
+    # how shares are enforced: the local backend's mode, or the Kubernetes backend's
+    sharing = getattr(loop.backend, "gpu_sharing", None) or getattr(
+        loop.backend, "sharing_mode", None
+    )
     nodes = []
     for node in loop.inventory.nodes:
         gpus = []
@@ -185,6 +189,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                 "gpu_memory_gib": node.gpu_memory_mib / 1024,
                 "gpu_model": node.gpu_model,
                 "labels": dict(node.labels),
+                "gpu_sharing": sharing if isinstance(sharing, str) else None,
             }
         )
     return nodes
