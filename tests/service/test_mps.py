@@ -54,6 +54,18 @@ def test_the_service_runs_a_daemon_per_gpu_and_jobs_are_its_clients(
         )
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={40960 + 1024}M"
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        # a notebook's share: the spawner adds what the allocation carries
+        created = alice.post("allocations", json={"gpus": 0.25})
+        assert created.status_code == 201, created.text
+        notebook = wait_state(alice, created.json()["id"], "running")
+        gpu = notebook["placement"][0]["gpus"][0]["index"]
+        assert notebook["sharing_env"] == {
+            "CUDA_MPS_PIPE_DIRECTORY": health["gpu_sharing"]["daemons"][gpu]["pipe_directory"],
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={20480 + 1024}M",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+            "CUDA_VISIBLE_DEVICES": f"GPU-declared-local-{gpu}",
+        }
+        alice.delete(f"allocations/{notebook['id']}")
     finally:
         service.stop()
     for gpu in (0, 1):
