@@ -255,6 +255,7 @@ class LocalBackend(GpuSharing):
         loop = asyncio.get_running_loop()
         attempt = await loop.run_in_executor(None, self._launch, job)
         self._attempts[attempt.token] = attempt
+        self.gpu_sharing_started(job.workload_id, job.placement, (r.pid for r in attempt.replicas))
         return self._handle(attempt)
 
     async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
@@ -346,7 +347,7 @@ class LocalBackend(GpuSharing):
                     failed.message,
                 )
                 self._terminate(attempt, self.gang_stop_grace_seconds)
-        return exits
+        return self.gpu_sharing_exits(exits)  # MPS: a GPU fault's victims are not failures
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""

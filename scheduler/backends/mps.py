@@ -48,7 +48,7 @@ from traitlets import CaselessStrEnum, Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import processes
-from scheduler.backends.base import Inventory
+from scheduler.backends.base import Checkpoint, Exit, Inventory
 from scheduler.common.contract import CUDA_VISIBLE_DEVICES
 from scheduler.common.placement import ReplicaPlacement
 from scheduler.common.share import Share, share_of
@@ -236,10 +236,9 @@ def blame(
 
 
 def victim_message(faulting: int | None, gpu: int) -> str:
-    """The event a fault's victim gets, in words."""
-    if faulting is None:
-        return f"stopped by a GPU fault on GPU {gpu}, which MPS shares"
-    return f"stopped by a GPU fault of workload {faulting} sharing GPU {gpu}"
+    """The event a fault's victim gets, in words: a sentence of its own, which the timeline
+    shows as is (``scheduler.common.messages.event_line``)."""
+    return f"Stopped by a GPU fault of workload {faulting} sharing GPU {gpu}; requeued in its place"
 
 
 # --- the daemons --------------------------------------------------------------------------------
@@ -545,6 +544,18 @@ class MpsDaemons:
                     self._faults.append(fault)
 
 
+def _tail(path: str | None, size: int = 8192) -> str:
+    """The end of a job's log: a faulting program's CUDA error is among its last lines."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _directories(root: str, node: str, index: int, several: bool) -> tuple[str, str]:
     base = os.path.join(root, f"{node}-gpu{index}" if several else f"gpu{index}")
     return os.path.join(base, "pipe"), os.path.join(base, "log")
@@ -604,7 +615,23 @@ class GpuSharing(LoggingConfigurable):
         they are killed.""",
     ).tag(config=True)
 
+    mps_fault_window_seconds = Float(
+        FAULT_WINDOW_SECONDS,
+        help="""Under MPS, a GPU fault of one client ends the other clients of its GPU. Jobs of
+        one GPU that fail within this many seconds of a fault the MPS logs report are its
+        victims, requeued in their place; the one that faulted fails. A failing MPS client's
+        end is reported this much later, to see whether it was one.""",
+    ).tag(config=True)
+
     _mps: MpsDaemons | None = None
+    _mps_clients: dict[int, tuple[int, frozenset[int]]]
+    """Running workloads that are MPS clients: their GPU index and their replicas' pids."""
+    _fault_hold: list[tuple[Exit, EndedClient]]
+    """Failures of MPS clients, held ``mps_fault_window_seconds`` to see whether a GPU fault of
+    another client caused them."""
+    _fault_seen: list[EndedClient]
+    """Failures already reported, kept a while as the context of later ones."""
+    _faults: list[MpsFault]
 
     def start_gpu_sharing(self) -> None:
         """Start what the sharing mode needs (``mps``: a control daemon per GPU). Raises
@@ -623,6 +650,7 @@ class GpuSharing(LoggingConfigurable):
         )
         daemons.start()
         self._mps = daemons
+        self._mps_clients, self._fault_hold, self._fault_seen, self._faults = {}, [], [], []
         self.log.info(
             "GPU sharing: mps (%d control daemons, %s)", len(daemons.daemons), daemons.control
         )
@@ -659,3 +687,57 @@ class GpuSharing(LoggingConfigurable):
             inventory.uuid(replica.node, gpu.index),
             self.mps_context_allowance_mib,
         )
+
+    def gpu_sharing_started(
+        self, workload_id: int, placement: Sequence[ReplicaPlacement], pids: Iterable[int]
+    ) -> None:
+        """An attempt started; under MPS, remember it if its replicas are MPS clients (hold
+        a share of a GPU) for ``gpu_sharing_exits``."""
+        if self._mps is None:
+            return
+        for replica in placement:
+            if share_of(replica, 0).is_partial:
+                self._mps_clients[workload_id] = (replica.gpus[0].index, frozenset(pids))
+                return
+
+    def gpu_sharing_exits(self, reports: list[Exit | Checkpoint]) -> list[Exit | Checkpoint]:
+        """``poll``'s reports, with the failures of MPS clients held up to
+        ``mps_fault_window_seconds``: a client that a GPU fault of another client took down is
+        reported lost (no exit code: the service requeues it in its place) with the faulting
+        workload named; the faulting one fails as it did."""
+        if self._mps is None:
+            return reports
+        now = time.time()
+        window = self.mps_fault_window_seconds
+        self._faults = [f for f in self._faults if now - f.at < 4 * window]
+        self._faults += self._mps.take_faults()
+        out: list[Exit | Checkpoint] = []
+        for report in reports:
+            client = (
+                self._mps_clients.pop(report.workload_id, None)
+                if isinstance(report, Exit)
+                else None
+            )
+            if client is None or report.exit_code == 0:
+                out.append(report)
+                continue
+            assert isinstance(report, Exit)
+            path = self.log_path(report.workload_id)  # type: ignore[attr-defined]
+            ended = EndedClient(
+                report.workload_id, client[0], now, report.exit_code, client[1], _tail(path)
+            )
+            self._fault_hold.append((report, ended))
+        due = [(r, c) for r, c in self._fault_hold if now - c.ended_at >= window]
+        if due:
+            self._fault_seen = [c for c in self._fault_seen if now - c.ended_at < 4 * window]
+            context = [c for _, c in self._fault_hold] + self._fault_seen
+            victims = blame(self._faults, context, window)
+            for report, client in due:
+                self._fault_hold.remove((report, client))
+                self._fault_seen.append(client)
+                if client.workload_id in victims:
+                    message = victim_message(victims[client.workload_id], client.gpu)
+                    self.log.warning("Workload %s: %s", client.workload_id, message)
+                    report = Exit(report.workload_id, None, message, report.ended_at)
+                out.append(report)
+        return out

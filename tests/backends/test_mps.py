@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from scheduler.backends import mps
 from scheduler.backends.base import Exit
 from scheduler.backends.local import LocalBackend
 from scheduler.backends.mps import MpsDaemons, MpsUnavailable, find_control
+from scheduler.common.placement import GpuShare, ReplicaPlacement
 from tests.backends.test_local_backend import PRINT_ENV, exits_of, last_json_line, make_job, run
 
 pytestmark = pytest.mark.backends
@@ -252,3 +254,41 @@ def test_mps_without_the_binary_is_refused_naming_the_setting(tmp_path: Path) ->
     )
     with pytest.raises(MpsUnavailable, match=r"LocalBackend\.mps_control"):
         backend.start_gpu_sharing()
+
+
+def test_a_gpu_fault_s_victims_are_reported_lost_naming_the_faulting_workload(
+    mps_backend: LocalBackend,
+) -> None:
+    """Two MPS clients of GPU 0 end together after the daemon's log reports a fault: the one
+    whose output names an illegal address fails with its code; the other is reported with no
+    exit code (the service requeues it in its place) and the faulting workload named. A
+    failure on GPU 1 without a fault is reported as it is."""
+    mps_backend.mps_fault_window_seconds = 0.5
+    mps_backend.start_gpu_sharing()
+    control_log = Path(mps_backend.data_dir) / "mps" / "gpu0" / "log" / "control.log"
+    go = Path(mps_backend.data_dir) / "go"
+    wait = f"while [ ! -e {go} ]; do sleep 0.02; done"
+    try:
+        culprit = make_job(21, f"{wait}; echo 'CUDA error: an illegal memory access'; exit 1")
+        victim = make_job(22, f"{wait}; sleep 0.1; exit 134")
+        alone = replace(
+            make_job(23, "exit 2"), placement=(ReplicaPlacement("local", (GpuShare(1, 500),)),)
+        )
+
+        async def scenario() -> list[Exit]:
+            for job in (culprit, victim, alone):
+                await mps_backend.start(job)
+            await asyncio.sleep(0.2)
+            with control_log.open("a") as log:
+                log.write("[2026-11-28 12:00:00.000 Control 73] Server 95 exited with status 1\n")
+            go.touch()
+            return await exits_of(mps_backend, 3)
+
+        exits = {e.workload_id: e for e in run(scenario)}
+    finally:
+        mps_backend.stop_gpu_sharing()
+    assert exits[21].exit_code == 1
+    assert exits[22] == Exit(
+        22, None, "Stopped by a GPU fault of workload 21 sharing GPU 0; requeued in its place"
+    )
+    assert exits[23].exit_code == 2
