@@ -246,7 +246,8 @@ class LocalBackend(GpuSharing):
         now = time.monotonic()
         stale = now - self._inventory_read_at >= self.inventory_refresh_seconds
         if self._inventory is None or (self._inventory.source == "nvml" and stale):
-            self._inventory = load_inventory(self.inventory_source, self.declared_inventory)
+            loaded = load_inventory(self.inventory_source, self.declared_inventory)
+            self._inventory = self.gpu_sharing_inventory(loaded)
             self._inventory_read_at = now
         return self._inventory
 

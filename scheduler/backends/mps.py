@@ -32,6 +32,7 @@ All process work happens in the supervisor's thread or the caller's (the backend
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -577,9 +578,21 @@ class GpuSharing(LoggingConfigurable):
     ``inventory()``."""
 
     data_dir: str
+    run_as_user: bool
 
     def inventory(self) -> Inventory:
         raise NotImplementedError
+
+    def gpu_sharing_inventory(self, inventory: Inventory) -> Inventory:
+        """The inventory with what the sharing mode imposes on placement: under MPS, with
+        jobs run as their users (``run_as_user``, the service being root), a GPU serves one
+        account at a time (``Node.one_account_per_gpu``)."""
+        if self.gpu_sharing != "mps" or not self.run_as_user or os.geteuid() != 0:
+            return inventory
+        nodes = tuple(
+            dataclasses.replace(node, one_account_per_gpu=True) for node in inventory.nodes
+        )
+        return dataclasses.replace(inventory, nodes=nodes)
 
     gpu_sharing = CaselessStrEnum(
         list(GPU_SHARING_MODES),

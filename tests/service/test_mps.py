@@ -6,6 +6,7 @@ GPU its MPS variables, and refuses to start when the binary is missing."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -84,3 +85,47 @@ def test_the_service_refuses_mps_without_the_binary(hub, tmp_path: Path) -> None
         service.start()
     log = service.log_path.read_text()
     assert "LocalBackend.mps_control is" in log and "not an executable file" in log
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root (CI runs as root): jobs run as their users only then"
+)
+def test_with_jobs_run_as_their_users_a_gpu_serves_one_account_at_a_time(
+    hub, make_user, api, tmp_path: Path
+) -> None:
+    """MPS serves one Linux account per GPU: notebooks' shares (allocations: no process is
+    started) of different users go to different GPUs, a third user's waits saying why, and
+    starts once the GPU's account has left it."""
+    config = mps_config(FAKE) + "c.LocalBackend.run_as_user = True\n"
+    service = ServiceProcess(hub, config, tmp_path).start()
+    try:
+        alice_name, alice_token = make_user(groups=["vision"])
+        alice = api(alice_token)
+        bob_name, bob_token = make_user(groups=["nlp"])
+        bob = api(bob_token)
+        carol = api(make_user(groups=["nlp"])[1])
+
+        def allocate(client: httpx.Client, share: float, *states: str) -> dict:
+            server = f"nb{share:g}".replace(".", "")  # one allocation per named server
+            created = client.post("allocations", json={"gpus": share, "server_name": server})
+            assert created.status_code == 201, created.text
+            return wait_state(client, created.json()["id"], *states)
+
+        first = allocate(alice, 0.5, "running")
+        other = allocate(bob, 0.5, "running")
+        assert job_gpu(alice, first["id"]) != job_gpu(bob, other["id"])
+        beside = allocate(alice, 0.25, "running")
+        assert job_gpu(alice, beside["id"]) == job_gpu(alice, first["id"])
+        waiting = allocate(carol, 0.25, "pending")
+        gpu = job_gpu(alice, first["id"])
+        owner = alice_name if gpu == 0 else bob_name  # the reason names the first GPU it fits
+        assert waiting["pending_reason"].endswith(
+            f"GPU 0 of node local runs MPS for {owner}'s workloads; "
+            "MPS serves one account at a time"
+        ), waiting["pending_reason"]
+        for allocation in (first, beside):
+            alice.delete(f"allocations/{allocation['id']}")
+        wait_state(carol, waiting["id"], "running")
+        assert job_gpu(carol, waiting["id"]) == gpu
+    finally:
+        service.stop()
