@@ -11,8 +11,10 @@ process and learns of its death from ``waitpid``), each started with
 ``CUDA_VISIBLE_DEVICES=<the GPU's UUID>`` and its own pipe and log directories::
 
     <data_dir>/mps/gpu<index>/pipe    CUDA_MPS_PIPE_DIRECTORY (control socket, pid file)
-    <data_dir>/mps/gpu<index>/log     CUDA_MPS_LOG_DIRECTORY (control.log, server.log) and
-                                      daemon.out (the daemon's own stdout and stderr)
+    <data_dir>/mps/gpu<index>/log     CUDA_MPS_LOG_DIRECTORY, and daemon.out: the daemon's
+                                      stdout and stderr, where a foreground daemon writes
+                                      its control and server log lines (measured on an
+                                      H200, driver 580: no control.log or server.log then)
 
 A daemon started with ``CUDA_VISIBLE_DEVICES`` remaps the devices its clients see (NVIDIA's MPS
 guide, "CUDA_VISIBLE_DEVICES"): a client of GPU 3's daemon sees that GPU as device 0, and a
@@ -225,8 +227,10 @@ def blame(
             continue
         culprit = next((c for c in near if fault.pid is not None and fault.pid in c.pids), None)
         if culprit is None:
-            culprit = next(
-                (c for c in near if any(p.search(c.output) for p in OUTPUT_FAULT_PATTERNS)), None
+            culprit = min(
+                (c for c in near if any(p.search(c.output) for p in OUTPUT_FAULT_PATTERNS)),
+                key=lambda c: c.ended_at,
+                default=None,
             )
         if culprit is None:
             culprit = min(near, key=lambda c: c.ended_at)
@@ -740,6 +744,10 @@ class GpuSharing(LoggingConfigurable):
                 report.workload_id, client[0], now, report.exit_code, client[1], _tail(path)
             )
             self._fault_hold.append((report, ended))
+            if any(pattern.search(ended.output) for pattern in OUTPUT_FAULT_PATTERNS):
+                # the daemon's words for a fault are not known for every driver (measured on
+                # an H200: the server did not exit): the faulting program's own error is
+                self._faults.append(MpsFault(ended.gpu, now, "its output names a GPU fault"))
         due = [(r, c) for r, c in self._fault_hold if now - c.ended_at >= window]
         if due:
             self._fault_seen = [c for c in self._fault_seen if now - c.ended_at < 4 * window]

@@ -292,3 +292,40 @@ def test_a_gpu_fault_s_victims_are_reported_lost_naming_the_faulting_workload(
         22, None, "Stopped by a GPU fault of workload 21 sharing GPU 0; requeued in its place"
     )
     assert exits[23].exit_code == 2
+
+
+def test_a_fault_the_daemon_does_not_name_is_known_by_the_faulting_program_s_error(
+    mps_backend: LocalBackend,
+) -> None:
+    """As measured on an H200: the MPS server logs no fault of its own and does not exit;
+    the faulting program prints CUDA's illegal address, its neighbour any CUDA error 0.4 s
+    later. The neighbour is the victim."""
+    mps_backend.mps_fault_window_seconds = 1.0
+    mps_backend.start_gpu_sharing()
+    go = Path(mps_backend.data_dir) / "go"
+    wait = f"while [ ! -e {go} ]; do sleep 0.02; done"
+    try:
+        culprit = make_job(
+            31,
+            f"{wait}; echo 'cudaErrorIllegalAddress: an illegal memory access was "
+            "encountered'; exit 1",
+        )
+        victim = make_job(
+            32,
+            f"{wait}; sleep 0.4; echo 'RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR'; "
+            "exit 1",
+        )
+
+        async def scenario() -> list[Exit]:
+            for job in (culprit, victim):
+                await mps_backend.start(job)
+            go.touch()
+            return await exits_of(mps_backend, 2)
+
+        exits = {e.workload_id: e for e in run(scenario)}
+    finally:
+        mps_backend.stop_gpu_sharing()
+    assert exits[31].exit_code == 1
+    assert exits[32] == Exit(
+        32, None, "Stopped by a GPU fault of workload 31 sharing GPU 0; requeued in its place"
+    )

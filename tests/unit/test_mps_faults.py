@@ -10,8 +10,9 @@ from scheduler.backends.mps import EndedClient, MpsFault, blame, fault_in, victi
 
 pytestmark = pytest.mark.unit
 
-# lines of real control.log / server.log files (from NVIDIA's k8s device plugin's issues;
-# spacing shortened), and one invented fault line that names its client
+# lines of real control.log / server.log files (from NVIDIA's k8s device plugin's issues,
+# and the lead's H200 during a fault, where they were no fault line of their own; spacing
+# shortened), and one invented fault line that names its client
 QUIET = """\
 [2026-02-06 09:34:17.770 Control   261] Starting control daemon using socket /mps/pipe/control
 [2026-02-06 09:34 Control 261] NEW CLIENT 0 from user 0: Server is not ready, push client to pending
@@ -20,6 +21,9 @@ QUIET = """\
 [2026-04-28 18:20:41 Server 4428] Device pinned memory limit for device 0 set to 0x140000000 bytes
 [2026-04-28 18:20:41.986 Server 4428] Client {PID: 4267, Context ID: 0} connected
 [2026-04-28 18:21:00.000 Control   261] Server 337 exited with status 0
+[2026-11-28 15:29:00.402 Server   596] Server failed to recevie command with status 806, \
+assuming client {PID: 654, Context ID: 1} exit
+[2026-11-28 15:29:00.433 Server   596] Client process 654 disconnected
 [2026-04-28 18:21:00.000 Control   261] set_default_active_thread_percentage 100
 """
 FAULTS = """\
@@ -30,7 +34,7 @@ FAULTS = """\
 
 
 def test_ordinary_lines_are_no_fault() -> None:
-    assert [fault_in(line, 0, 1.0) for line in QUIET.splitlines()] == [None] * 8
+    assert [fault_in(line, 0, 1.0) for line in QUIET.splitlines()] == [None] * 10
 
 
 def test_fault_lines_and_the_pid_they_name() -> None:
