@@ -159,11 +159,8 @@ class Ledger:
         memory_mib: int = 0,
         account: str | None = None,
     ) -> None:
-        for replica in placement:
-            self._apply(1, replica, cpu_milli, memory_mib)
-            if self.accounts is not None:
-                self._count_account(1, replica, account)
-            self._log.append((1, replica, cpu_milli, memory_mib, account))
+        """Hold ``placement``; ``account`` is its workload's user (one account per GPU)."""
+        self._change(1, placement, cpu_milli, memory_mib, account)
 
     def give_back(
         self,
@@ -172,13 +169,18 @@ class Ledger:
         memory_mib: int = 0,
         account: str | None = None,
     ) -> None:
+        self._change(-1, placement, cpu_milli, memory_mib, account)
+
+    def _change(
+        self, sign: int, placement: Placement, cpu: int, mem: int, account: str | None
+    ) -> None:
         for replica in placement:
-            if replica.node not in self.index:
+            if sign < 0 and replica.node not in self.index:
                 continue  # the node is gone; nothing to give back
-            self._apply(-1, replica, cpu_milli, memory_mib)
+            self._apply(sign, replica, cpu, mem)
             if self.accounts is not None:
-                self._count_account(-1, replica, account)
-            self._log.append((-1, replica, cpu_milli, memory_mib, account))
+                self._count_account(sign, replica, account)
+            self._log.append((sign, replica, cpu, mem, account))
 
     def _count_account(self, sign: int, replica: ReplicaPlacement, account: str | None) -> None:
         """Count (or uncount) ``account`` among the holders of the replica's shared GPUs."""

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from scheduler.backends import mps
-from scheduler.backends.base import Exit
+from scheduler.backends.base import Exit, JobSpec
 from scheduler.backends.local import LocalBackend
 from scheduler.backends.mps import MpsDaemons, MpsUnavailable, find_control
 from scheduler.common.placement import GpuShare, ReplicaPlacement
@@ -256,6 +256,31 @@ def test_mps_without_the_binary_is_refused_naming_the_setting(tmp_path: Path) ->
         backend.start_gpu_sharing()
 
 
+def run_together(
+    backend: LocalBackend, jobs: list[JobSpec], fault_line: str = ""
+) -> dict[int, Exit]:
+    """Start ``jobs``, whose commands wait for a file ``go``; write ``fault_line`` to GPU 0's
+    control log, then let them go, and collect every end."""
+    go = Path(backend.data_dir) / "go"
+
+    async def scenario() -> list[Exit]:
+        for job in jobs:
+            await backend.start(job)
+        if fault_line:
+            control_log = Path(backend.data_dir) / "mps" / "gpu0" / "log" / "control.log"
+            await asyncio.sleep(0.2)
+            with control_log.open("a") as log:
+                log.write(fault_line + "\n")
+        go.touch()
+        return await exits_of(backend, len(jobs))
+
+    return {e.workload_id: e for e in run(scenario)}
+
+
+def after_go(backend: LocalBackend, command: str) -> str:
+    return f"while [ ! -e {Path(backend.data_dir) / 'go'} ]; do sleep 0.02; done; {command}"
+
+
 def test_a_gpu_fault_s_victims_are_reported_lost_naming_the_faulting_workload(
     mps_backend: LocalBackend,
 ) -> None:
@@ -265,26 +290,16 @@ def test_a_gpu_fault_s_victims_are_reported_lost_naming_the_faulting_workload(
     failure on GPU 1 without a fault is reported as it is."""
     mps_backend.mps_fault_window_seconds = 0.5
     mps_backend.start_gpu_sharing()
-    control_log = Path(mps_backend.data_dir) / "mps" / "gpu0" / "log" / "control.log"
-    go = Path(mps_backend.data_dir) / "go"
-    wait = f"while [ ! -e {go} ]; do sleep 0.02; done"
     try:
-        culprit = make_job(21, f"{wait}; echo 'CUDA error: an illegal memory access'; exit 1")
-        victim = make_job(22, f"{wait}; sleep 0.1; exit 134")
+        culprit = make_job(
+            21, after_go(mps_backend, "echo 'CUDA error: an illegal memory access'; exit 1")
+        )
+        victim = make_job(22, after_go(mps_backend, "sleep 0.1; exit 134"))
         alone = replace(
             make_job(23, "exit 2"), placement=(ReplicaPlacement("local", (GpuShare(1, 500),)),)
         )
-
-        async def scenario() -> list[Exit]:
-            for job in (culprit, victim, alone):
-                await mps_backend.start(job)
-            await asyncio.sleep(0.2)
-            with control_log.open("a") as log:
-                log.write("[2026-11-28 12:00:00.000 Control 73] Server 95 exited with status 1\n")
-            go.touch()
-            return await exits_of(mps_backend, 3)
-
-        exits = {e.workload_id: e for e in run(scenario)}
+        line = "[2026-11-28 12:00:00.000 Control 73] Server 95 exited with status 1"
+        exits = run_together(mps_backend, [culprit, victim, alone], line)
     finally:
         mps_backend.stop_gpu_sharing()
     assert exits[21].exit_code == 1
@@ -302,27 +317,17 @@ def test_a_fault_the_daemon_does_not_name_is_known_by_the_faulting_program_s_err
     later. The neighbour is the victim."""
     mps_backend.mps_fault_window_seconds = 1.0
     mps_backend.start_gpu_sharing()
-    go = Path(mps_backend.data_dir) / "go"
-    wait = f"while [ ! -e {go} ]; do sleep 0.02; done"
     try:
         culprit = make_job(
             31,
-            f"{wait}; echo 'cudaErrorIllegalAddress: an illegal memory access was "
-            "encountered'; exit 1",
+            after_go(
+                mps_backend,
+                "echo 'cudaErrorIllegalAddress: an illegal memory access was encountered'; exit 1",
+            ),
         )
-        victim = make_job(
-            32,
-            f"{wait}; sleep 0.4; echo 'RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR'; "
-            "exit 1",
-        )
-
-        async def scenario() -> list[Exit]:
-            for job in (culprit, victim):
-                await mps_backend.start(job)
-            go.touch()
-            return await exits_of(mps_backend, 2)
-
-        exits = {e.workload_id: e for e in run(scenario)}
+        error = "RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR"
+        victim = make_job(32, after_go(mps_backend, f"sleep 0.4; echo '{error}'; exit 1"))
+        exits = run_together(mps_backend, [culprit, victim])
     finally:
         mps_backend.stop_gpu_sharing()
     assert exits[31].exit_code == 1
