@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hubharness import HarnessError, ServiceProcess
-from service_client import service_config, submit, wait_for, wait_state
+from service_client import service_config, submit, wait_for, wait_state, workload
 
 FAKE = Path(__file__).parents[1] / "backends" / "fake_mps" / "nvidia-cuda-mps-control"
 PRINT_ENV = f"{sys.executable} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
@@ -119,10 +119,18 @@ def test_with_jobs_run_as_their_users_a_gpu_serves_one_account_at_a_time(
         waiting = allocate(carol, 0.25, "pending")
         gpu = job_gpu(alice, first["id"])
         owner = alice_name if gpu == 0 else bob_name  # the reason names the first GPU it fits
-        assert waiting["pending_reason"].endswith(
+        expected = (
             f"GPU 0 of node local runs MPS for {owner}'s workloads; "
             "MPS serves one account at a time"
-        ), waiting["pending_reason"]
+        )
+        reason = wait_for(  # the reason the next cycle gives
+            lambda: (
+                (r := workload(carol, waiting["id"])["pending_reason"]).endswith(expected) and r
+            ),
+            20,
+            f"the pending reason {expected!r}",
+        )
+        assert reason.startswith("needs 0.25 of a GPU; "), reason
         for allocation in (first, beside):
             alice.delete(f"allocations/{allocation['id']}")
         wait_state(carol, waiting["id"], "running")
