@@ -346,7 +346,10 @@ class MpsDaemons:
             for daemon in self.daemons:
                 os.makedirs(daemon.pipe_dir, 0o755, exist_ok=True)
                 os.makedirs(daemon.log_dir, 0o755, exist_ok=True)
-                os.chmod(daemon.pipe_dir, 0o755)  # clients of every account connect through it
+                # clients of every account reach the daemon through its pipe directory,
+                # whatever the service's umask made of the directories above it
+                for path in (self.root, os.path.dirname(daemon.pipe_dir), daemon.pipe_dir):
+                    os.chmod(path, 0o755)
                 adopted = self._adoptable(daemon)
                 if adopted:
                     daemon.pid, daemon.started_at = adopted, time.time()

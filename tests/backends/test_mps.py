@@ -86,6 +86,13 @@ def test_one_foreground_daemon_per_gpu_each_shown_its_gpu_and_quit_at_stop(
         assert started[0]["env"]["CUDA_MPS_LOG_DIRECTORY"].endswith("/log")
         assert [d["up"] for d in manager.health()] == [True, True]
         pids = [d["pid"] for d in manager.health()]
+        # every account's clients reach their daemon's pipe directory
+        for path in (
+            tmp_path / "mps",
+            tmp_path / "mps" / "gpu0",
+            tmp_path / "mps" / "gpu0" / "pipe",
+        ):
+            assert path.stat().st_mode & 0o777 == 0o755, path
     finally:
         manager.stop()
     quits = [i for i in invocations(record) if i["argv"] == []]
