@@ -726,6 +726,10 @@ class GpuSharing(LoggingConfigurable):
         reported lost (no exit code: the service requeues it in its place) with the faulting
         workload named; the faulting one fails as it did."""
         if self._mps is None:
+            held = getattr(self, "_fault_hold", None)
+            if held:  # the daemons were stopped meanwhile: report what was held as it was
+                reports = reports + [report for report, _ in held]
+                held.clear()
             return reports
         now = time.time()
         window = self.mps_fault_window_seconds

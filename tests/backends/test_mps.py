@@ -341,3 +341,23 @@ def test_a_fault_the_daemon_does_not_name_is_known_by_the_faulting_program_s_err
     assert exits[32] == Exit(
         32, None, "Stopped by a GPU fault of workload 31 sharing GPU 0; requeued in its place"
     )
+
+
+def test_failures_held_for_faults_are_reported_when_the_daemons_stop(
+    mps_backend: LocalBackend,
+) -> None:
+    mps_backend.mps_fault_window_seconds = 60
+    mps_backend.start_gpu_sharing()
+    job = make_job(41, "exit 3")
+
+    async def scenario() -> list[Exit]:
+        await mps_backend.start(job)
+        deadline = time.monotonic() + 10
+        while not mps_backend._fault_hold:  # until poll has seen the end, and held it
+            assert [r for r in await mps_backend.poll() if isinstance(r, Exit)] == []  # held
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        mps_backend.stop_gpu_sharing()
+        return await exits_of(mps_backend, 1)
+
+    assert [e.exit_code for e in run(scenario)] == [3]
