@@ -359,7 +359,8 @@ class LocalBackend(GpuSharing):
         """Forget everything; running work goes on, and a restarted service adopts it.
 
         Pending SIGKILLs are cancelled with the rest: a restarted service that still wants an
-        attempt stopped calls ``stop`` again after ``adopt``.
+        attempt stopped calls ``stop`` again after ``adopt``. Under MPS the daemons are told
+        to quit (``stop_gpu_sharing``).
         """
         for attempt in self._attempts.values():
             if attempt.kill_timer is not None:
