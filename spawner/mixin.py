@@ -618,6 +618,7 @@ class FracSpawnerMixin(Configurable):
             return env
         env["FRACHUB_PROJECT"] = allocation["project"]
         env.update(notebook_contract(allocation, self.frachub_checkpoint_dir))
+        env.update(allocation.get("sharing_env") or {})  # MPS: the service's daemon, the limits
         return env
 
     def get_env(self) -> dict[str, str]:

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
-from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.inventory import load_inventory, validate_declared
+from scheduler.backends.mps import GpuSharing
 from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
     contract_env,
@@ -114,8 +114,9 @@ class _Attempt:
     """When ``poll`` first saw every replica ended (monotonic)."""
 
 
-class LocalBackend(LoggingConfigurable):
-    """Runs each replica as a local subprocess; see the module docstring for the file layout."""
+class LocalBackend(GpuSharing):
+    """Runs each replica as a local subprocess; see the module docstring for the file layout.
+    Its GPU sharing settings and hooks (MPS) come from ``GpuSharing``."""
 
     data_dir = Unicode(
         "frachub-data",
@@ -246,7 +247,8 @@ class LocalBackend(LoggingConfigurable):
         now = time.monotonic()
         stale = now - self._inventory_read_at >= self.inventory_refresh_seconds
         if self._inventory is None or (self._inventory.source == "nvml" and stale):
-            self._inventory = load_inventory(self.inventory_source, self.declared_inventory)
+            loaded = load_inventory(self.inventory_source, self.declared_inventory)
+            self._inventory = self.gpu_sharing_inventory(loaded)
             self._inventory_read_at = now
         return self._inventory
 
@@ -255,6 +257,7 @@ class LocalBackend(LoggingConfigurable):
         loop = asyncio.get_running_loop()
         attempt = await loop.run_in_executor(None, self._launch, job)
         self._attempts[attempt.token] = attempt
+        self.gpu_sharing_started(job.workload_id, job.placement, (r.pid for r in attempt.replicas))
         return self._handle(attempt)
 
     async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
@@ -346,7 +349,7 @@ class LocalBackend(LoggingConfigurable):
                     failed.message,
                 )
                 self._terminate(attempt, self.gang_stop_grace_seconds)
-        return exits
+        return self.gpu_sharing_exits(exits)  # MPS: a GPU fault's victims are not failures
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""
@@ -357,13 +360,15 @@ class LocalBackend(LoggingConfigurable):
         """Forget everything; running work goes on, and a restarted service adopts it.
 
         Pending SIGKILLs are cancelled with the rest: a restarted service that still wants an
-        attempt stopped calls ``stop`` again after ``adopt``.
+        attempt stopped calls ``stop`` again after ``adopt``. Under MPS the daemons are told
+        to quit (``stop_gpu_sharing``).
         """
         for attempt in self._attempts.values():
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
         self._attempts.clear()
         self._checkpoints.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing)
 
     # --- starting -----------------------------------------------------------------------------
 
@@ -439,7 +444,7 @@ class LocalBackend(LoggingConfigurable):
         """The environment contract of one replica; every replica runs on this machine."""
         try:
             inventory = self.inventory()
-            return contract_env(
+            env = contract_env(
                 workload_id=job.workload_id,
                 replica=job.placement[rank],
                 share=inventory.share(job.placement[rank]),
@@ -450,6 +455,7 @@ class LocalBackend(LoggingConfigurable):
                 rendezvous=rendezvous(job.placement, rank, "127.0.0.1", master_port),
                 visible=visible_gpus(job.placement, rank),
             )
+            return {**env, **self.gpu_sharing_env(job.placement[rank])}
         except (KeyError, ValueError) as e:
             raise BackendError(f"cannot place replica {rank}: {e}") from e
 

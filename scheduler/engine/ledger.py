@@ -27,7 +27,14 @@ Holding = tuple[Placement, int, int]
 class Ledger:
     """Free GPU milli per GPU, free CPU and memory per node; node order is the tie-break."""
 
-    def __init__(self, nodes: Sequence[Node], taken: Iterable[Holding] = ()) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        taken: Iterable[Holding] = (),
+        accounts: Iterable[tuple[Placement, str | None]] = (),
+    ) -> None:
+        """``accounts``: the account (user) of each placement in ``taken``, read only where
+        a node has ``one_account_per_gpu``."""
         self.nodes = tuple(nodes)
         self.index = {node.name: i for i, node in enumerate(self.nodes)}
         self.free = [[MILLI] * node.gpus for node in self.nodes]
@@ -71,7 +78,18 @@ class Ledger:
         )
         self.domains: dict[tuple[tuple[str, str], ...], list[int]] | None = None
         """Nodes grouped by identical labels (topology domains), filled in by placement."""
-        self._log: list[tuple[int, ReplicaPlacement, int, int]] = []
+        self.one_account = frozenset(
+            n for n, node in enumerate(self.nodes) if node.one_account_per_gpu
+        )
+        self.accounts: dict[tuple[int, int], dict[str, int]] | None = None
+        """Per shared GPU of a ``one_account_per_gpu`` node: its holders' accounts, counted;
+        None when no node has the rule (it then costs nothing)."""
+        if self.one_account:
+            self.accounts = {}
+            for placement, account in accounts:
+                for replica in placement:
+                    self._count_account(1, replica, account)
+        self._log: list[tuple[int, ReplicaPlacement, int, int, str | None]] = []
         self.journal: list[int] | None = None
         """Every node index a change touched, in order, once a scorer asked for it (``watch``)."""
         self.scratch: dict[object, object] = {}
@@ -90,6 +108,10 @@ class Ledger:
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
         twin.models, twin.model_shapes = self.models, self.model_shapes
         twin.domains = self.domains
+        twin.one_account = self.one_account
+        twin.accounts = (
+            None if self.accounts is None else {k: dict(v) for k, v in self.accounts.items()}
+        )
         twin.free = list(self.free)
         twin.cpu_free = list(self.cpu_free)
         twin.mem_free = list(self.mem_free)
@@ -125,20 +147,74 @@ class Ledger:
 
     def rollback(self, mark: int) -> None:
         while len(self._log) > mark:
-            sign, replica, cpu, mem = self._log.pop()
+            sign, replica, cpu, mem, account = self._log.pop()
             self._apply(-sign, replica, cpu, mem)
+            if self.accounts is not None:
+                self._count_account(-sign, replica, account)
 
-    def take(self, placement: Placement, cpu_milli: int = 0, memory_mib: int = 0) -> None:
-        for replica in placement:
-            self._apply(1, replica, cpu_milli, memory_mib)
-            self._log.append((1, replica, cpu_milli, memory_mib))
+    def take(
+        self,
+        placement: Placement,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        account: str | None = None,
+    ) -> None:
+        """Hold ``placement``; ``account`` is its workload's user (one account per GPU)."""
+        self._change(1, placement, cpu_milli, memory_mib, account)
 
-    def give_back(self, placement: Placement, cpu_milli: int = 0, memory_mib: int = 0) -> None:
+    def give_back(
+        self,
+        placement: Placement,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        account: str | None = None,
+    ) -> None:
+        self._change(-1, placement, cpu_milli, memory_mib, account)
+
+    def _change(
+        self, sign: int, placement: Placement, cpu: int, mem: int, account: str | None
+    ) -> None:
         for replica in placement:
-            if replica.node not in self.index:
+            if sign < 0 and replica.node not in self.index:
                 continue  # the node is gone; nothing to give back
-            self._apply(-1, replica, cpu_milli, memory_mib)
-            self._log.append((-1, replica, cpu_milli, memory_mib))
+            self._apply(sign, replica, cpu, mem)
+            if self.accounts is not None:
+                self._count_account(sign, replica, account)
+            self._log.append((sign, replica, cpu, mem, account))
+
+    def _count_account(self, sign: int, replica: ReplicaPlacement, account: str | None) -> None:
+        """Count (or uncount) ``account`` among the holders of the replica's shared GPUs."""
+        n = self.index.get(replica.node)
+        if account is None or n not in self.one_account:
+            return
+        assert self.accounts is not None
+        for share in replica.gpus:
+            if share.milli >= MILLI:
+                continue  # a whole GPU is nobody's to share
+            key = (n, share.index)
+            holders = self.accounts.setdefault(key, {})
+            left = holders.get(account, 0) + sign
+            if left > 0:
+                holders[account] = left
+            else:
+                holders.pop(account, None)
+                if not holders:
+                    del self.accounts[key]
+
+    def other_account(self, replica: ReplicaPlacement, account: str | None) -> str | None:
+        """Another account holding a share of a GPU ``replica`` would share, where the node
+        serves one account per GPU; None when the replica may go there."""
+        if self.accounts is None or account is None:
+            return None
+        n = self.index[replica.node]
+        if n not in self.one_account:
+            return None
+        for share in replica.gpus:
+            if share.milli < MILLI:
+                for holder in self.accounts.get((n, share.index), ()):
+                    if holder != account:
+                        return holder
+        return None
 
     def _apply(self, sign: int, replica: ReplicaPlacement, cpu: int, mem: int) -> None:
         """Change the plain arrays only; the sorted indexes catch up in ``sync`` when asked.

@@ -46,6 +46,11 @@ class Node:
     cpu_milli: int | None = None
     memory_mib: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    one_account_per_gpu: bool = False
+    """Shares of one GPU may be held by one account's workloads at a time (``Workload.user``):
+    NVIDIA MPS with each job running as its user serves one Linux account per GPU, and a
+    second account's process waits until the first's have all ended. Whole GPUs are
+    unaffected; so is work without a user."""
 
 
 @dataclass(frozen=True)

@@ -529,20 +529,51 @@ def scorer_named(name: str) -> Scorer:
         ) from None
 
 
+def choose(
+    ledger: Ledger,
+    request: Request,
+    scorer: Scorer,
+    nodes: Collection[int] | None = None,
+    account: str | None = None,
+) -> ReplicaPlacement | None:
+    """The scorer's spot for one replica of ``account``'s work, never a share of a GPU that
+    another account's work shares on a node that serves one account per GPU
+    (``Node.one_account_per_gpu``): such GPUs are filled for the question only, and asked
+    again. Costs nothing more when no node has the rule."""
+    replica = scorer.choose(ledger, request, nodes)
+    if replica is None or ledger.accounts is None or account is None:
+        return replica
+    mark = ledger.mark()
+    while replica is not None and ledger.other_account(replica, account) is not None:
+        n = ledger.index[replica.node]
+        for share in replica.gpus:
+            rest = ledger.free[n][share.index]
+            if rest > 0:
+                ledger.take((ledger.replica_on(n, [(share.index, rest)]),))
+        replica = scorer.choose(ledger, request, nodes)
+    ledger.rollback(mark)
+    return replica
+
+
 def place(
-    ledger: Ledger, request: Request, scorer: Scorer, nodes: Collection[int] | None = None
+    ledger: Ledger,
+    request: Request,
+    scorer: Scorer,
+    nodes: Collection[int] | None = None,
+    account: str | None = None,
 ) -> Placement | None:
     """Place every replica, taking the capacity on the ledger, or change nothing and return None.
 
     Gang replicas try the topology domain (same labels) of the first replica's best spot first,
-    then every other domain in node order, then the whole cluster (or ``nodes``).
+    then every other domain in node order, then the whole cluster (or ``nodes``). ``account``
+    is the workload's user, for nodes that serve one account per GPU (``choose``).
     """
     mark = ledger.mark()
-    first = scorer.choose(ledger, request, nodes)
+    first = choose(ledger, request, scorer, nodes, account)
     if first is None:
         return None
     if request.replicas == 1:
-        ledger.take((first,), request.cpu_milli, request.memory_mib)
+        ledger.take((first,), request.cpu_milli, request.memory_mib, account)
         return (first,)
     domains = _domains(ledger, nodes)
     first_domain = _domain_of(ledger, ledger.index[first.node])
@@ -551,7 +582,7 @@ def place(
     if len(domains) > 1:
         attempts.append(nodes)
     for attempt in attempts:
-        placed = _place_all(ledger, request, scorer, attempt)
+        placed = _place_all(ledger, request, scorer, attempt, account)
         if placed is not None:
             return placed
         ledger.rollback(mark)
@@ -559,18 +590,22 @@ def place(
 
 
 def _place_all(
-    ledger: Ledger, request: Request, scorer: Scorer, nodes: Collection[int] | None
+    ledger: Ledger,
+    request: Request,
+    scorer: Scorer,
+    nodes: Collection[int] | None,
+    account: str | None,
 ) -> Placement | None:
     placed: list[ReplicaPlacement] = []
     for _ in range(request.replicas):
         replica = None
         if request.is_fraction and placed:
-            replica = _choose_apart(ledger, request, scorer, nodes, placed)
+            replica = _choose_apart(ledger, request, scorer, nodes, placed, account)
         if replica is None:
-            replica = scorer.choose(ledger, request, nodes)
+            replica = choose(ledger, request, scorer, nodes, account)
         if replica is None:
             return None
-        ledger.take((replica,), request.cpu_milli, request.memory_mib)
+        ledger.take((replica,), request.cpu_milli, request.memory_mib, account)
         placed.append(replica)
     return tuple(placed)
 
@@ -581,6 +616,7 @@ def _choose_apart(
     scorer: Scorer,
     nodes: Collection[int] | None,
     placed: Sequence[ReplicaPlacement],
+    account: str | None,
 ) -> ReplicaPlacement | None:
     """A fractional gang's next replica on a GPU none of its replicas holds yet, or None.
 
@@ -595,7 +631,7 @@ def _choose_apart(
             rest = ledger.free[n][share.index]
             if rest > 0:
                 ledger.take((ledger.replica_on(n, [(share.index, rest)]),))
-    choice = scorer.choose(ledger, request, nodes)
+    choice = choose(ledger, request, scorer, nodes, account)
     ledger.rollback(mark)
     return choice
 

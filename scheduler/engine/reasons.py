@@ -83,9 +83,28 @@ def no_room(session: Session, workload: Workload) -> str:
         where = f"the most free on any GPU is {ledger.most_free_on_one_gpu() / MILLI:g} of a GPU"
     else:
         return "needs CPU or memory that no node has free"
+    if request.is_fraction:
+        where = _one_account(session, workload) or where
     if request.replicas > 1:
         need = f"{request.replicas} replicas × {need}, all at once"
     return f"needs {need}; {where}"
+
+
+def _one_account(session: Session, workload: Workload) -> str:
+    """Where a share would fit but for another account's work on that GPU, on a node that
+    serves one account per GPU (MPS with jobs run as their users); empty otherwise."""
+    ledger = session.ledger
+    if ledger.accounts is None or workload.user is None:
+        return ""
+    for (n, g), holders in sorted(ledger.accounts.items()):
+        node = ledger.nodes[n]
+        others = sorted(holder for holder in holders if holder != workload.user)
+        if others and ledger.free[n][g] >= workload.request.milli_on(node.gpu_memory_mib):
+            return (
+                f"GPU {g} of node {node.name} runs MPS for {' and '.join(others)}'s "
+                "workloads; MPS serves one account at a time"
+            )
+    return ""
 
 
 def reserved() -> str:

@@ -277,6 +277,7 @@ class Session:
                 ),
                 *((placement, 0, 0) for placement in claimed),
             ],
+            ((w.placement, w.user) for w in self.running.values()),
         )
         self.held = [[0] * len(gpus) for gpus in self.ledger.free]
         self._own_held = set(range(len(self.held)))
@@ -526,7 +527,10 @@ class Session:
         del self._placed_size[workload.name]
         self.requeued.append(_changed(workload, state=State.PENDING, placement=(), started_at=None))
         self.ledger.give_back(
-            workload.placement, workload.request.cpu_milli, workload.request.memory_mib
+            workload.placement,
+            workload.request.cpu_milli,
+            workload.request.memory_mib,
+            workload.user,
         )
         if not self.policy.immediate_evictions:
             self._hold(workload.placement)

@@ -176,7 +176,9 @@ class Standing:
         session._count(workload, +1, size)
         session.running_count[workload.queue] += 1
         request = workload.request
-        session.ledger.take(workload.placement, request.cpu_milli, request.memory_mib)
+        session.ledger.take(
+            workload.placement, request.cpu_milli, request.memory_mib, workload.user
+        )
         if workload.preemptible and workload.min_runtime > 0 and workload.started_at is not None:
             entry = (workload.started_at + workload.min_runtime, name, workload.started_at)
             session._protections.add(entry)
@@ -216,7 +218,9 @@ class Standing:
         session._count(workload, -1, size)
         session.running_count[workload.queue] -= 1
         request = workload.request
-        session.ledger.give_back(workload.placement, request.cpu_milli, request.memory_mib)
+        session.ledger.give_back(
+            workload.placement, request.cpu_milli, request.memory_mib, workload.user
+        )
         if workload.preemptible and workload.min_runtime > 0 and workload.started_at is not None:
             entry = (workload.started_at + workload.min_runtime, name, workload.started_at)
             session._protections.discard(entry)

@@ -130,6 +130,7 @@ _NODE_FIELDS = (
     "cpu",
     "memory_gib",
     "labels",
+    "one_account_per_gpu",
 )
 
 
@@ -146,6 +147,9 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
     model = entry.get("gpu_model", "")
     if not isinstance(model, str):
         raise InvalidSpec(f"{where}.gpu_model", "must be a string")
+    one_account = entry.get("one_account_per_gpu", False)
+    if not isinstance(one_account, bool):
+        raise InvalidSpec(f"{where}.one_account_per_gpu", "must be true or false")
     names = [name] if "count" not in entry else [f"{name}-{i}" for i in range(count)]
     return [
         Node(
@@ -156,6 +160,7 @@ def _node_entries(raw: Any, where: str) -> list[Node]:
             cpu_milli=None if cpu is None else round(cpu * 1000),
             memory_mib=None if ram is None else round(ram * 1024),
             labels=labels,
+            one_account_per_gpu=one_account,
         )
         for node_name in names
     ]

@@ -504,6 +504,7 @@ class FracHubService(Application):
             ),
             "metrics": metrics,
             "backend_name": self.backend_class.__name__,
+            "gpu_sharing": getattr(loop.backend, "gpu_sharing_health", None),
             "default_min_runtime": self.default_min_runtime,
             "cluster_may_grow": self.cluster_may_grow,
             "page_default_limit": self.page_default_limit,
@@ -619,6 +620,13 @@ class FracHubService(Application):
         except (TraitError, ValueError, RuntimeError) as error:
             self.log.critical("%s: %s", self.backend_class.__name__, error)
             self.exit(2)
+        start_sharing = getattr(backend, "start_gpu_sharing", None)
+        if start_sharing is not None:  # MPS daemons; a clear refusal when MPS cannot run
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, start_sharing)
+            except RuntimeError as error:
+                self.log.critical("%s", error)
+                self.exit(2)
         connect = getattr(backend, "connect", None)
         switch: Switchboard | None = None
         server: HTTPServer | None = None
@@ -634,6 +642,9 @@ class FracHubService(Application):
             self._standby_reason = "starting: recovering workloads from the store and cluster"
         backend = self._credentialed(backend)
         metrics = Metrics()
+        sharing = getattr(backend, "gpu_sharing_health", None)
+        if sharing is not None:
+            metrics.watch_gpu_sharing(sharing)
         policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
         loop = SchedulingLoop(
             self.store,

@@ -97,6 +97,7 @@ def workload_json(
             # both known once the service has read the server's activity from the hub
             idle_stop_at=iso(record.idle_stop_at) if watched else None,
             idle_warning=(record.idle_warning or None) if watched else None,
+            sharing_env=sharing_env(loop, record),
         )
     else:
         value.update(
@@ -121,6 +122,15 @@ def workload_json(
             for event in events
         ]
     return value
+
+
+def sharing_env(loop: SchedulingLoop, record: WorkloadRecord) -> dict[str, str] | None:
+    """What a running notebook needs for its share to be enforced beyond the contract (the
+    local backend's MPS variables), from the backend; None when there is nothing."""
+    env_of = getattr(loop.backend, "gpu_sharing_env", None)
+    if env_of is None or record.state != WorkloadState.RUNNING or not record.placement:
+        return None
+    return env_of(record.placement[0]) or None
 
 
 def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[str]) -> dict:
@@ -162,6 +172,10 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                         "user": record.user if visible else None,
                     }
                 )
+    # how shares are enforced: the local backend's mode, or the Kubernetes backend's
+    sharing = getattr(loop.backend, "gpu_sharing", None) or getattr(
+        loop.backend, "sharing_mode", None
+    )
     nodes = []
     for node in loop.inventory.nodes:
         gpus = []
@@ -185,6 +199,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                 "gpu_memory_gib": node.gpu_memory_mib / 1024,
                 "gpu_model": node.gpu_model,
                 "labels": dict(node.labels),
+                "gpu_sharing": sharing if isinstance(sharing, str) else None,
             }
         )
     return nodes

@@ -271,6 +271,8 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
     expect(page.locator("#frachub-queues-table tr[data-queue='vision']")).to_contain_text("0.5")
     expect(page.locator("#frachub-active-table tr.frachub-workload")).to_have_count(2)
     expect(page.locator("#frachub-legend")).to_contain_text(vision)
+    # how shares are enforced, per node (LocalBackend.gpu_sharing; cooperative here)
+    expect(page.locator(".frachub-node .frachub-sharing")).to_have_text(" · sharing: cooperative")
     # two users whose names differ in one character get clearly different colours (a hash
     # of the name once gave rgb(48,158,166) and rgb(48,148,166)), the legend's the same
     colours = [

@@ -676,6 +676,9 @@ def allocation(**overrides: Any) -> WorkloadRecord:
     return job(**values)
 
 
+FAKE_BACKEND = types.SimpleNamespace(log_path=lambda workload_id, replica: None)
+
+
 def fake_loop(*records: WorkloadRecord) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         held={},
@@ -685,6 +688,7 @@ def fake_loop(*records: WorkloadRecord) -> types.SimpleNamespace:
         version=3,
         queue_status={"vision": QueueStatus(2.0, 2.0, 2.0, 1, 1)},
         borrowed={9: "vision is using 2.5 GPUs, beyond its 2 GPUs quota; may be preempted"},
+        backend=FAKE_BACKEND,  # no GPU sharing hooks
     )
 
 
@@ -901,11 +905,10 @@ def service_loop() -> types.SimpleNamespace:
         )
     ]
     return types.SimpleNamespace(
-        **vars(fake_loop(*records)),
+        **{**vars(fake_loop(*records)), "backend": FAKE_BACKEND},
         store=FakeStore(records, queue_records),
         queues=EXISTING_QUEUES,
         members={"vision": ("alice",)},
-        backend=types.SimpleNamespace(log_path=lambda workload_id, replica: None),
     )
 
 

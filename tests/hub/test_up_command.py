@@ -330,3 +330,44 @@ def test_the_team_mode_refuses_an_interpreter_its_users_cannot_run(tmp_path: Pat
         assert not (tmp_path / "data" / "jupyterhub_config.py").exists()
     finally:
         shutil.rmtree(outer)
+
+
+def test_gpu_sharing_mps_is_written_said_and_refused_without_the_binary(tmp_path: Path) -> None:
+    """--gpu-sharing mps reaches the service's config and the start-up lines; without
+    nvidia-cuda-mps-control it is refused in one line naming what to install."""
+    fake = REPO / "tests" / "backends" / "fake_mps"
+    argv = [*FRACHUB, "up", "--demo", "--declared", "--write-config-only", "--gpu-sharing", "mps"]
+    found = run(
+        [*argv, "--data-dir", str(tmp_path / "with")],
+        env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert found.returncode == 0, found.stderr
+    assert (
+        "c.LocalBackend.gpu_sharing = 'mps'"
+        in (tmp_path / "with" / "frachub_config.py").read_text()
+    )
+    assert "frachub up: GPU sharing: mps: one NVIDIA MPS control daemon per GPU" in found.stderr
+    if shutil.which(
+        "nvidia-cuda-mps-control", path="/usr/bin:/usr/local/bin:/usr/local/nvidia/bin"
+    ):
+        return  # a machine with the driver's utilities cannot show the refusal
+    missing = run([*argv, "--data-dir", str(tmp_path / "without")], env={"PATH": "/bin"})
+    assert missing.returncode == 2
+    assert "frachub up: GPU sharing 'mps' needs nvidia-cuda-mps-control" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    default = run(
+        [
+            *FRACHUB,
+            "up",
+            "--demo",
+            "--declared",
+            "--write-config-only",
+            "--data-dir",
+            str(tmp_path / "default"),
+        ]
+    )
+    assert (
+        "c.LocalBackend.gpu_sharing = 'cooperative'"
+        in (tmp_path / "default" / "frachub_config.py").read_text()
+    )
+    assert "GPU sharing: cooperative: PyTorch and JAX are capped" in default.stderr

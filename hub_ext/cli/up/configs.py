@@ -168,6 +168,7 @@ def service_config(args: argparse.Namespace, data: Path, gpus: Gpus, team: Team)
         # the notebooks have
         settings["LocalBackend.run_as_user"] = False
         settings["LocalBackend.home_dir_template"] = str(data / "home" / "{username}")
+    settings["LocalBackend.gpu_sharing"] = args.gpu_sharing
     if gpus.source == "declared":
         settings["LocalBackend.inventory_source"] = "declared"
         settings["LocalBackend.declared_inventory"] = [
@@ -189,6 +190,19 @@ def service_config(args: argparse.Namespace, data: Path, gpus: Gpus, team: Team)
         "    load_subconfig(_extra)  # noqa: F821",
     ]
     return "\n".join(lines) + "\n"
+
+
+def sharing_said(mode: str) -> str:
+    """How shares are enforced, in words (the start-up lines and the banner)."""
+    if mode == "mps":
+        return (
+            "mps: one NVIDIA MPS control daemon per GPU; every CUDA program on a shared GPU "
+            "is held to its share's memory and compute"
+        )
+    return (
+        "cooperative: PyTorch and JAX are capped at their share; other CUDA programs are "
+        "not (--gpu-sharing mps holds every program)"
+    )
 
 
 def banner(
@@ -228,6 +242,7 @@ def banner(
         f"{who}"
         f"{secrets_said}"
         f"  GPUs:     {gpus_said}\n"
+        f"  sharing:  {sharing_said(args.gpu_sharing)}\n"
         f"  Training panel: {url.rstrip('/')}{SERVICE_PREFIX}\n"
         f"  data:     {data}\n"
         f"  logs:     {data / LOG_DIR} (jobs: {data / 'logs'})\n"

@@ -130,6 +130,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="use the declared GPUs even if NVML finds real ones",
     )
     parser.add_argument(
+        "--gpu-sharing",
+        choices=("cooperative", "mps"),
+        default="cooperative",
+        help="how a GPU share is enforced: cooperative (the frameworks' own caps: PyTorch, "
+        "JAX) or mps (NVIDIA MPS: the driver caps every CUDA program's memory and compute at "
+        "its share; needs nvidia-cuda-mps-control; docs/gpu-sharing.md) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--password",
         help="the shared log-in password (default: generated once, kept in <data>/password)",
     )

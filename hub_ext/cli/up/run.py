@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hub_ext.cli.up.configs import banner, hub_config, service_config
+from hub_ext.cli.up.configs import banner, hub_config, service_config, sharing_said
 from hub_ext.cli.up.datadir import prepare_data_dir, stop_leftovers
 from hub_ext.cli.up.options import (
     LOG_DIR,
@@ -244,6 +244,13 @@ def _up(args: argparse.Namespace) -> int:
             "to it"
         )
     gpus, gpus_said = detect_gpus(args)
+    if args.gpu_sharing == "mps":
+        from scheduler.backends.mps import MpsUnavailable, find_control
+
+        try:
+            find_control()
+        except MpsUnavailable as error:
+            raise UpError(str(error)) from None
     team = team_for(args, gpus)
     if team.auth == "pam":
         _check_reach(args, team)
@@ -265,6 +272,7 @@ def _up(args: argparse.Namespace) -> int:
     write_private(service_file, service_config(args, data, gpus, team))
     command = [sys.executable, "-m", "jupyterhub", "-f", str(hub_file)]
     print(f"frachub up: GPUs: {gpus_said}", file=sys.stderr, flush=True)
+    print(f"frachub up: GPU sharing: {sharing_said(args.gpu_sharing)}", file=sys.stderr, flush=True)
     if args.write_config_only:
         os.close(lock)
         print(f"wrote {hub_file} and {service_file}")

@@ -65,10 +65,12 @@ def try_start(
     if refusal is not None:
         return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
     shape = Failures.shape(workload)
+    if session.ledger.accounts is not None and workload.request.is_fraction:
+        shape = None  # where one account's share fails, another's may fit (one account a GPU)
     if failures is not None and failures.known(shape):
         return _no_room(session, workload)
     mark = session.ledger.mark()
-    placement = place(session.ledger, workload.request, session.policy.scorer)
+    placement = place(session.ledger, workload.request, session.policy.scorer, None, workload.user)
     if placement is None:
         if failures is not None and shape is not None:
             failures.shapes.append(shape)

@@ -10,7 +10,7 @@ from scheduler.common.placement import Placement
 from scheduler.engine.actions.quota import quota_refusal
 from scheduler.engine.actions.victims import Candidates, shape_key
 from scheduler.engine.model import Workload, held_milli
-from scheduler.engine.placement import place
+from scheduler.engine.placement import choose, place
 from scheduler.engine.session import Session
 
 
@@ -34,9 +34,9 @@ def consolidate(session: Session, claimant: Workload, candidates: Candidates) ->
     moved: dict[str, tuple[Workload, Placement]] = {}
     replicas: list = []
     for _ in range(claimant.request.replicas):
-        spot = place(ledger, one, session.policy.scorer)
+        spot = place(ledger, one, session.policy.scorer, None, claimant.user)
         if spot is None:
-            spot = _consolidate_one(session, one, moved)
+            spot = _consolidate_one(session, one, moved, claimant.user)
         if spot is None:
             ledger.rollback(mark)
             candidates.consolidate_failed.add(memo)
@@ -81,7 +81,7 @@ def _move_fits_quota(session: Session, workload: Workload, placement: Placement)
 
 
 def _consolidate_one(
-    session: Session, one, moved: dict[str, tuple[Workload, Placement]]
+    session: Session, one, moved: dict[str, tuple[Workload, Placement]], account: str | None
 ) -> Placement | None:
     ledger = session.ledger
     emptiest = heapq.nsmallest(
@@ -98,19 +98,22 @@ def _consolidate_one(
         spot = None
         for workload in movers:
             ledger.give_back(
-                workload.placement, workload.request.cpu_milli, workload.request.memory_mib
+                workload.placement,
+                workload.request.cpu_milli,
+                workload.request.memory_mib,
+                workload.user,
             )
             removed.append(workload)
-            spot = session.policy.scorer.choose(ledger, one, {n})
+            spot = choose(ledger, one, session.policy.scorer, {n}, account)
             if spot is not None:
                 break
         if spot is None:
             ledger.rollback(mark)
             continue
-        ledger.take((spot,), one.cpu_milli, one.memory_mib)
+        ledger.take((spot,), one.cpu_milli, one.memory_mib, account)
         new_places = []
         for workload in sorted(removed, key=lambda w: (-session.size(w), w.seq)):
-            placement = place(ledger, workload.request, session.policy.scorer)
+            placement = place(ledger, workload.request, session.policy.scorer, None, workload.user)
             if placement is None or not _move_fits_quota(session, workload, placement):
                 break
             new_places.append((workload, placement))

@@ -11,7 +11,7 @@ from scheduler.common.placement import Placement
 from scheduler.engine import reasons
 from scheduler.engine.actions.quota import EPS, quota_refusal
 from scheduler.engine.model import EvictReason, Kind, Workload, held_milli
-from scheduler.engine.placement import place
+from scheduler.engine.placement import choose, place
 from scheduler.engine.session import Session, default_victim_key, recent_first_victim_key
 
 
@@ -88,11 +88,12 @@ class VictimSearch:
         """Where the claimant would go now, ignoring quotas; the ledger is left unchanged."""
         ledger = self.session.ledger
         request = self.claimant.request
+        account = self.claimant.user
         if request.replicas == 1:
-            replica = self.session.policy.scorer.choose(ledger, request, nodes)
+            replica = choose(ledger, request, self.session.policy.scorer, nodes, account)
             return None if replica is None else (replica,)
         mark = ledger.mark()
-        placement = place(ledger, request, self.session.policy.scorer, nodes)
+        placement = place(ledger, request, self.session.policy.scorer, nodes, account)
         ledger.rollback(mark)
         return placement
 
@@ -151,7 +152,9 @@ class VictimSearch:
         for victim in due:
             if victim.name in self._applied:
                 continue  # a gang reached through another of its nodes
-            ledger.give_back(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
+            ledger.give_back(
+                victim.placement, victim.request.cpu_milli, victim.request.memory_mib, victim.user
+            )
             self._applied.add(victim.name)
             self._tally(victim, -1)
         if nodes is None:
@@ -219,7 +222,9 @@ class VictimSearch:
                 self._account(victim, -1)
                 continue
             mark = ledger.mark()
-            ledger.take(victim.placement, victim.request.cpu_milli, victim.request.memory_mib)
+            ledger.take(
+                victim.placement, victim.request.cpu_milli, victim.request.memory_mib, victim.user
+            )
             self._account(victim, -1)
             untouched = {r.node for r in victim.placement}.isdisjoint(r.node for r in placement)
             if untouched and self.admissible(placement):
@@ -258,12 +263,12 @@ class VictimSearch:
             session.evict(victim, reason, self.claimant.name)
         self.freed, self.freed_np = {}, {}  # the session's accounting has them gone now
         mark = session.ledger.mark()
-        final = place(session.ledger, self.claimant.request, session.policy.scorer)
+        claimant = self.claimant
+        final = place(session.ledger, claimant.request, session.policy.scorer, None, claimant.user)
         if final is None or not self.admissible(final):  # keep the fit the search proved
             session.ledger.rollback(mark)
-            session.ledger.take(
-                placement, self.claimant.request.cpu_milli, self.claimant.request.memory_mib
-            )
+            request = claimant.request
+            session.ledger.take(placement, request.cpu_milli, request.memory_mib, claimant.user)
             final = placement
         session.start(self.claimant, final)
 
@@ -408,6 +413,8 @@ def shape_key(session: Session, workload: Workload) -> tuple:
         request.memory_mib,
         request.gpu_models,
         workload.preemptible,
+        # one account per GPU: another account's claimant may find other GPUs
+        workload.user if session.ledger.accounts is not None else None,
     )
 
 

@@ -154,8 +154,16 @@ class HealthHandler(JSONErrors):
         reason = standby() if standby is not None else ""
         if reason:
             raise web.HTTPError(503, "%s", reason)
+        body: dict[str, object] = {"status": "ok"}
+        sharing = self.settings.get("gpu_sharing")
+        if sharing is not None:
+            # a dead MPS daemon leaves its GPU's new clients unlimited: "degraded", still 200
+            # (the service schedules; restarting it would not bring the daemon back sooner)
+            body["gpu_sharing"] = state = sharing()
+            if any(not daemon["up"] for daemon in state.get("daemons", ())):
+                body["status"] = "degraded"
         self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.finish(json.dumps({"status": "ok"}))
+        self.finish(json.dumps(body))
 
 
 class StandbyHandler(JSONErrors):

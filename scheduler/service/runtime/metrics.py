@@ -7,9 +7,11 @@ Each service instance has its own registry (tests start several in one process);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scheduler.common.states import ACTIVE_STATES
 from scheduler.engine import CycleResult
@@ -94,6 +96,12 @@ class Metrics:
         )
         self.tasks.set_function(_task_count)
 
+    def watch_gpu_sharing(self, health: Callable[[], Mapping[str, Any]]) -> None:
+        """Export the MPS daemons' state (``frachub_mps_daemon_up``,
+        ``frachub_mps_daemon_restarts_total``) from the backend's ``gpu_sharing_health``,
+        read at each scrape."""
+        self.registry.register(_GpuSharingCollector(health))
+
     def submitted(self, kind: str) -> None:
         self.submissions.labels(kind).inc()
 
@@ -129,3 +137,32 @@ def _task_count() -> float:
         return len(asyncio.all_tasks())
     except RuntimeError:  # no running loop
         return 0
+
+
+class _GpuSharingCollector:
+    """The MPS daemons' state as the backend reports it, at scrape time."""
+
+    def __init__(self, health: Callable[[], Mapping[str, Any]]) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.health()
+        daemons = state.get("daemons")
+        if daemons is None:
+            return
+        up = GaugeMetricFamily(
+            "frachub_mps_daemon_up",
+            "1 while a GPU's MPS control daemon runs",
+            labels=["node", "gpu"],
+        )
+        restarts = CounterMetricFamily(
+            "frachub_mps_daemon_restarts",
+            "Times a GPU's MPS control daemon was started again after it died",
+            labels=["node", "gpu"],
+        )
+        for daemon in daemons:
+            labels = [str(daemon["node"]), str(daemon["gpu"])]
+            up.add_metric(labels, 1.0 if daemon["up"] else 0.0)
+            restarts.add_metric(labels, float(daemon["restarts"]))
+        yield up
+        yield restarts

@@ -27,6 +27,12 @@ const PALETTE = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490
 // A colour per holder on the map, by the holders' sorted names: any two holders shown at
 // once get different palette entries (a hash of the name let "alice" and "bob" come out
 // nearly the same teal), and a holder keeps its colour on every GPU and in the legend.
+// What each sharing mode enforces, in the words of docs/gpu-sharing.md (the node's tooltip).
+const SHARING = {
+  cooperative: "PyTorch and JAX are capped at their share; other CUDA programs are not",
+  mps: "NVIDIA MPS: the driver holds every CUDA program on a shared GPU to its share's memory and compute",
+};
+
 function coloursFor(labels) {
   const sorted = [...new Set(labels)].sort();
   return new Map(
@@ -53,6 +59,7 @@ function renderNodes(nodes) {
           { class: "card-header small" },
           el("strong", {}, node.name),
           ` · ${node.gpu_count} × ${node.gpu_model || "GPU"} · ${number(node.gpu_memory_gib)} GiB each`,
+          node.gpu_sharing ? el("span", { class: "frachub-sharing", title: SHARING[node.gpu_sharing] || "" }, ` · sharing: ${node.gpu_sharing}`) : "",
         ),
         el(
           "div",
