@@ -31,6 +31,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
+from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader
+from scheduler.backends.holders import Holders, attempt_holders
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
@@ -223,6 +226,7 @@ class LocalBackend(LoggingConfigurable):
         self._checkpoints = CheckpointScanner(os.path.join(self.data_dir, "checkpoints"), self.log)
         self._confined: cg.Confinement | None = None
         self._confining = threading.Lock()
+        self.gpu_reader = MemoryReader(log=self.log)
 
     # --- Backend protocol ---------------------------------------------------------------------
 
@@ -347,6 +351,13 @@ class LocalBackend(LoggingConfigurable):
                 self._terminate(attempt, self.gang_stop_grace_seconds)
         return exits
 
+    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
+        """The GPU memory each running job and notebook server (``notebooks``: running
+        allocations, id -> (user, server name)) holds per GPU, from one NVML sample; raises
+        ``NvmlUnavailable`` where NVML cannot answer (``gpu_usage``, ``holders``)."""
+        holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
+        return await self.gpu_reader.memory(holders)
+
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""
         path = self._log_file(workload_id, replica)
@@ -363,6 +374,7 @@ class LocalBackend(LoggingConfigurable):
                 attempt.kill_timer.cancel()
         self._attempts.clear()
         self._checkpoints.close()
+        self.gpu_reader.close()
 
     # --- starting -----------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from scheduler.service.persistence import datalock
 from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.persistence.retention import Retention, purge
 from scheduler.service.persistence.store import Store, StoreError, open_store
+from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
 from scheduler.service.scheduling.loop import SchedulingLoop, Settings
@@ -174,7 +175,7 @@ class FracHubService(Application):
         "data-dir": "FracHubService.data_dir",
         "log-level": "Application.log_level",
     }
-    classes: ClassVar[list] = [LocalBackend, *_optional_backends()]
+    classes: ClassVar[list] = [LocalBackend, MemoryWatchdog, *_optional_backends()]
 
     config_file = Unicode(
         "",
@@ -678,6 +679,8 @@ class FracHubService(Application):
         sampler = None
         if self.usage_sample_interval > 0:
             sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
+        watch = MemoryWatch(loop, MemoryWatchdog(parent=self), log=self.log)
+        watch.start()
         app = self.make_app(loop, metrics)
         if switch is None:
             server = self._listen(app)
@@ -700,6 +703,7 @@ class FracHubService(Application):
             sampler.cancel()
         if idle is not None:
             await idle.stop()
+        await watch.stop()
         await loop.stop()
         self.store.close()
 
