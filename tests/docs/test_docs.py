@@ -63,6 +63,7 @@ def configurable_classes() -> dict[str, type]:
 
     from scheduler.backends.local import LocalBackend
     from scheduler.service.app import FracHubService
+    from scheduler.service.runtime.memory_watch import MemoryWatchdog
     from spawner.local import FracLocalSpawner
 
     classes: list[type] = [
@@ -77,6 +78,7 @@ def configurable_classes() -> dict[str, type]:
         ConfigurableHTTPProxy,
         FracHubService,
         LocalBackend,
+        MemoryWatchdog,
     ]
     return {cls.__name__: cls for cls in classes}
 
@@ -133,10 +135,12 @@ def run_block(kind: str, arg: str | None, body: str, where: str, scratch: Path) 
     elif kind == "service-config":
         from scheduler.backends.local import LocalBackend
         from scheduler.service.app import FracHubService
+        from scheduler.service.runtime.memory_watch import MemoryWatchdog
 
         config = load(body, where)
         FracHubService(config=config)
         LocalBackend(config=config)
+        MemoryWatchdog(config=config)
     else:
         raise AssertionError(f"{where}: unknown doctest kind {kind!r}")
 
