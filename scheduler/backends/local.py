@@ -351,6 +351,9 @@ class LocalBackend(LoggingConfigurable):
                 self._terminate(attempt, self.gang_stop_grace_seconds)
         return exits
 
+    gpu_memory_source = "NVML"
+    """Where ``gpu_memory`` reads, in words (the memory watchdog's start-up line)."""
+
     async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
         """The GPU memory each running job and notebook server (``notebooks``: running
         allocations, id -> (user, server name)) holds per GPU, from one NVML sample; raises

@@ -99,7 +99,9 @@ def test_a_job_over_its_share_is_stopped_with_the_reason(
     assert f"stopping: {reason}" in texts, texts
     log = alice.get(f"workloads/{job['id']}/logs").text
     assert f"stopping: {reason}" in log, log
-    assert f"memory watchdog: stopping workload {job['id']} (hog" in service.log_path.read_text()
+    log = service.log_path.read_text()
+    assert "memory watchdog: GPU memory read from NVML every 0.2s; over its share for 2s" in log
+    assert f"memory watchdog: stopping workload {job['id']} (hog" in log
     token = alice.headers["Authorization"].split()[1]
     env = base_env(FRACHUB_URL=hub.service_url(), FRACHUB_TOKEN=token)
     described = run_cli("describe", str(job["id"]), env=env)

@@ -111,20 +111,24 @@ class MemoryWatch:
 
     @property
     def source(self) -> Callable | None:
+        """The backend's ``gpu_memory``, where it has one and something to read it from
+        (``gpu_memory_source``: NVML; Prometheus when ``prometheus_url`` is set)."""
+        if not getattr(self.loop.backend, "gpu_memory_source", None):
+            return None
         return getattr(self.loop.backend, "gpu_memory", None)
 
     def start(self) -> None:
         settings = self.settings
-        if (
-            settings.interval <= 0
-            or self.source is None
-            or settings.jobs == settings.notebooks == "off"
-        ):
-            self.log.info("memory watchdog: off (no GPU memory is read)")
+        if settings.interval <= 0 or settings.jobs == settings.notebooks == "off":
+            self.log.info("memory watchdog: off")
+            return
+        if self.source is None:
+            self.log.info("memory watchdog: off (the backend has no source of GPU memory)")
             return
         self.log.info(
-            "memory watchdog: GPU memory read every %gs; over its share for %gs: jobs %s, "
-            "notebooks %s",
+            "memory watchdog: GPU memory read from %s every %gs; over its share for %gs: "
+            "jobs %s, notebooks %s",
+            self.loop.backend.gpu_memory_source,
             settings.interval,
             settings.grace_seconds,
             settings.jobs,
