@@ -61,6 +61,7 @@ def configurable_classes() -> dict[str, type]:
     from jupyterhub.spawner import LocalProcessSpawner, Spawner
     from traitlets.config import Application
 
+    from scheduler.backends.kubernetes import KubernetesBackend
     from scheduler.backends.local import LocalBackend
     from scheduler.service.app import FracHubService
     from scheduler.service.runtime.memory_watch import MemoryWatchdog
@@ -79,6 +80,7 @@ def configurable_classes() -> dict[str, type]:
         FracHubService,
         LocalBackend,
         MemoryWatchdog,
+        KubernetesBackend,
     ]
     return {cls.__name__: cls for cls in classes}
 
@@ -141,6 +143,10 @@ def run_block(kind: str, arg: str | None, body: str, where: str, scratch: Path) 
         FracHubService(config=config)
         LocalBackend(config=config)
         MemoryWatchdog(config=config)
+        if "KubernetesBackend" in config:
+            from scheduler.backends.kubernetes import KubernetesBackend
+
+            KubernetesBackend(config=config)
     else:
         raise AssertionError(f"{where}: unknown doctest kind {kind!r}")
 
