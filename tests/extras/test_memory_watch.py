@@ -20,13 +20,15 @@ GIB = 1 << 30
 SHARE = 35 * GIB
 
 
-def samples(uses: list[tuple[float, int]], action: str = "stop", grace: float = 10.0):
+def samples(
+    uses: list[tuple[float, float]], action: str = "stop", grace: float = 10.0, slack: int = 0
+):
     """Judge one workload at each (time, GiB on GPU 0); the findings of each sample."""
     over: dict[int, Over] = {}
     out: list[list[Finding]] = []
     for now, gib in uses:
         watched = [Watched(1, SHARE, {"GPU 0": gib * GIB} if gib else {}, action)]
-        judgement = judge(watched, over, now, grace)
+        judgement = judge(watched, over, now, grace, slack)
         over = judgement.over
         out.append(judgement.findings)
     return out
@@ -43,6 +45,16 @@ def test_over_its_share_for_the_grace_period_it_is_stopped_once_with_the_reason(
 
 def test_at_or_under_its_share_nothing_happens() -> None:
     assert samples([(t, g) for t, g in [(0, 35), (20, 10), (40, 0), (60, 35)]]) == [[]] * 4
+
+
+def test_the_slack_covers_a_cuda_context_beyond_a_full_share() -> None:
+    """A PyTorch job capped at its 35 GiB holds 35.5 GiB in NVML's eyes (its context): with
+    the default 1 GiB slack it is not over; 36.5 GiB is."""
+    assert samples([(0, 35.5), (20, 35.5)], slack=GIB) == [[], []]
+    found = samples([(0, 36.5), (20, 36.5)], slack=GIB)
+    assert found[1] == [
+        Finding(1, Verdict.STOP, "uses 36.5 GiB of its 35 GiB share of GPU 0 for more than 10s")
+    ]
 
 
 def test_a_brief_excess_shorter_than_the_grace_period_is_forgiven() -> None:

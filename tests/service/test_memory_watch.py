@@ -3,8 +3,8 @@
 the user sees: the timeline, the failure message, ``frachub describe``, the job's log and the
 service log.
 
-The service samples every 0.2 s with a 2-second grace period and a 1-second SIGTERM grace;
-the declared GPUs hold 80 GiB, so a 0.5 share is 40 GiB.
+The service samples every 0.2 s with a 2-second grace period and a 1-second SIGTERM grace
+(and the default 1 GiB of slack); the declared GPUs hold 80 GiB, so a 0.5 share is 40 GiB.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_a_job_within_its_share_or_over_it_briefly_is_left_alone(
     service: ServiceProcess, alice: httpx.Client, nvml: FakeNvml, tmp_path: Path
 ) -> None:
     job, pid, gpu = started_job(alice, tmp_path, name="fits")
-    nvml.set_processes(gpu, {pid: 40 * GIB})  # exactly its share
+    nvml.set_processes(gpu, {pid: 40 * GIB + 900 * 2**20})  # its share and a CUDA context
     wait_samples(alice, 15)  # 3 s: past the grace period
     nvml.set_processes(gpu, {pid: 45 * GIB})  # over, for less than the grace period
     time.sleep(GRACE / 2)

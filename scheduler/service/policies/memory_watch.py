@@ -7,8 +7,10 @@ The memory watchdog closes that gap after the fact: the service samples the memo
 workload's processes hold on each GPU (``scheduler/backends/gpu_usage.py``) and ``judge``
 says, each sample, what to do:
 
-1. A workload whose processes use more than its share on any one GPU is *over* from the
-   first sample that shows it.
+1. A workload whose processes use more than its share on any one GPU, by more than
+   ``slack`` bytes, is *over* from the first sample that shows it. The slack is for what
+   NVML counts and no framework's cap does: each CUDA process's context (545 MiB on an
+   H200, driver 580, CUDA 13), so a PyTorch job that fills its share is not over.
 2. Over for ``grace`` seconds or more, it is acted on once, as its kind's setting says:
    ``stop`` (the service stops it: it fails with the reason in words), ``warn`` (an event in
    its timeline and the service log; it goes on), ``off`` (not judged at all).
@@ -83,11 +85,11 @@ def gib_words(n_bytes: int) -> str:
     return f"{value:g} GiB"
 
 
-def excess(watched: Watched) -> tuple[str, int] | None:
-    """The GPU where the workload is furthest over its share, and its use there; None when
-    it is within its share everywhere."""
+def excess(watched: Watched, slack: int = 0) -> tuple[str, int] | None:
+    """The GPU where the workload is furthest over its share (by more than ``slack``
+    bytes), and its use there; None when it is within its share everywhere."""
     worst = max(watched.used.items(), key=lambda item: item[1], default=None)
-    if worst is None or worst[1] <= watched.share_bytes:
+    if worst is None or worst[1] <= watched.share_bytes + slack:
         return None
     return worst
 
@@ -98,10 +100,15 @@ def usage_words(share_bytes: int, gpu: str, used: int) -> str:
 
 
 def judge(
-    watched: Iterable[Watched], over: Mapping[int, Over], now: float, grace: float
+    watched: Iterable[Watched],
+    over: Mapping[int, Over],
+    now: float,
+    grace: float,
+    slack: int = 0,
 ) -> Judgement:
     """One sample's decisions. ``over`` is the previous judgement's; workloads missing from
-    ``watched`` (ended, or no longer running) are forgotten."""
+    ``watched`` (ended, or no longer running) are forgotten; ``slack`` bytes over the share
+    are not counted (rule 1)."""
     result = Judgement()
     for item in watched:
         if item.action not in ACTIONS:
@@ -109,7 +116,7 @@ def judge(
         if item.action == "off":
             continue
         before = over.get(item.workload_id)
-        worst = excess(item)
+        worst = excess(item, slack)
         if worst is None:
             if before is not None and before.acted is Verdict.WARN:
                 used = max(item.used.values(), default=0)

@@ -29,11 +29,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from traitlets import CaselessStrEnum, Float, validate
+from traitlets import CaselessStrEnum, Float, Integer, validate
 from traitlets.config import LoggingConfigurable
 
 from scheduler.common.messages import event_line
-from scheduler.common.share import share_of
+from scheduler.common.share import MIB, share_of
 from scheduler.common.states import WorkloadState
 from scheduler.engine.lifecycle import LifecycleError
 from scheduler.service.persistence.orm import WorkloadRecord
@@ -82,7 +82,14 @@ class MemoryWatchdog(LoggingConfigurable):
         (short: it may be holding another workload's memory).""",
     ).tag(config=True)
 
-    @validate("grace_seconds", "interval", "stop_grace_seconds")
+    slack_mib = Integer(
+        1024,
+        help="""MiB a workload may hold beyond its share, per GPU, without being over: NVML
+        counts each CUDA process's context (about 545 MiB on an H200 with CUDA 13), which
+        the frameworks' caps do not, so a PyTorch job that fills its share is not stopped.""",
+    ).tag(config=True)
+
+    @validate("grace_seconds", "interval", "stop_grace_seconds", "slack_mib")
     def _not_negative(self, proposal):
         if proposal.value < 0:
             raise ValueError(f"MemoryWatchdog.{proposal.trait.name} must be >= 0")
@@ -197,7 +204,9 @@ class MemoryWatch:
             )
             for r in running
         ]
-        judgement = judge(watched, self.over, now, self.settings.grace_seconds)
+        judgement = judge(
+            watched, self.over, now, self.settings.grace_seconds, self.settings.slack_mib * MIB
+        )
         self.over = judgement.over
         self.loop.metrics.over_share.set(len(self.over))
         for finding in judgement.findings:
