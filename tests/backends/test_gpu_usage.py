@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakenvml import GIB, FakeNvml
 
 from scheduler.backends import confinement as cg
 from scheduler.backends.gpu_usage import MemoryReader, NvmlSampler
@@ -20,6 +19,7 @@ from scheduler.backends.holders import Holders, holder_of
 from scheduler.backends.inventory import NvmlUnavailable
 from scheduler.backends.local import LocalBackend
 from tests.backends.test_local_backend import make_job, run
+from tests.fakenvml import GIB, FakeNvml
 
 pytestmark = pytest.mark.backends
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakenvml import FakeNvml
 
 from scheduler.backends import inventory as inventory_module
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, JobSpec
@@ -30,6 +29,7 @@ from scheduler.backends.inventory import declared_inventory, load_inventory, val
 from scheduler.backends.local import LocalBackend
 from scheduler.common.paths import HOOK_DIR
 from scheduler.common.placement import GpuShare, ReplicaPlacement
+from tests.fakenvml import FakeNvml
 
 pytestmark = pytest.mark.backends
 
