@@ -606,6 +606,11 @@ class FracHubService(Application):
         return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
 
     async def serve(self) -> None:
+        try:
+            watchdog = MemoryWatchdog(parent=self)
+        except (TraitError, ValueError) as error:
+            self.log.critical("MemoryWatchdog: %s", error)
+            self.exit(2)
         self._hold_data_dir()
         try:
             self.store = open_store(self.db_url)
@@ -679,7 +684,7 @@ class FracHubService(Application):
         sampler = None
         if self.usage_sample_interval > 0:
             sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
-        watch = MemoryWatch(loop, MemoryWatchdog(parent=self), log=self.log)
+        watch = MemoryWatch(loop, watchdog, log=self.log)
         watch.start()
         app = self.make_app(loop, metrics)
         if switch is None:
