@@ -31,6 +31,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
+from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader
+from scheduler.backends.holders import Holders, attempt_holders
 from scheduler.backends.inventory import load_inventory, validate_declared
 from scheduler.backends.mps import GpuSharing
 from scheduler.common.contract import (
@@ -225,6 +228,7 @@ class LocalBackend(GpuSharing):
         self._checkpoints = CheckpointScanner(os.path.join(self.data_dir, "checkpoints"), self.log)
         self._confined: cg.Confinement | None = None
         self._confining = threading.Lock()
+        self.gpu_reader = MemoryReader(log=self.log)
 
     # --- Backend protocol ---------------------------------------------------------------------
 
@@ -351,6 +355,16 @@ class LocalBackend(GpuSharing):
                 self._terminate(attempt, self.gang_stop_grace_seconds)
         return self.gpu_sharing_exits(exits)  # MPS: a GPU fault's victims are not failures
 
+    gpu_memory_source = "NVML"
+    """Where ``gpu_memory`` reads, in words (the memory watchdog's start-up line)."""
+
+    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
+        """The GPU memory each running job and notebook server (``notebooks``: running
+        allocations, id -> (user, server name)) holds per GPU, from one NVML sample; raises
+        ``NvmlUnavailable`` where NVML cannot answer (``gpu_usage``, ``holders``)."""
+        holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
+        return await self.gpu_reader.memory(holders)
+
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""
         path = self._log_file(workload_id, replica)
@@ -369,6 +383,7 @@ class LocalBackend(GpuSharing):
         self._attempts.clear()
         self._checkpoints.close()
         await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing)
+        self.gpu_reader.close()
 
     # --- starting -----------------------------------------------------------------------------
 

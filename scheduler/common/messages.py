@@ -10,6 +10,8 @@ _EVENT_WORDS = {
     "cancelling": "stopping",
     "stopping": "stopping",
     "lost": "lost its process",
+    "over-share": "over its GPU memory share",
+    "within-share": "back within its share",
 }
 
 

@@ -30,7 +30,8 @@ class WorkloadState(Words):
     CANCELLING = "cancelling"
     """Stopping at its owner's request; holds its GPUs until its process has stopped."""
     STOPPING = "stopping"
-    """Ran past its max runtime; holds its GPUs until its process has stopped, then failed."""
+    """Ran past its max runtime, or broke a rule the service enforces (more GPU memory than its
+    share); holds its GPUs until its process has stopped, then failed."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"

@@ -24,6 +24,8 @@ nothing, unless the workload is in one of the states ``ALLOWED`` lists for it):
 * ``cancel``: ``pending`` -> ``cancelled``; a running job -> ``cancelling`` (its process gets
   the grace period), a preempting one too; an allocation -> ``released``.
 * ``stop_overdue`` / ``time_limit``: a job running past its ``max_runtime`` -> ``stopping``.
+* ``enforce``: a running job broke a rule the service enforces (more GPU memory than its
+  share) -> ``stopping``, with the reason in words.
 * ``exited``: the process ended. ``running`` -> ``succeeded`` (code 0), ``failed`` (other
   codes) or, with no code (the process was lost), ``pending`` again; ``preempting`` ->
   ``pending`` (requeued); ``cancelling`` -> ``cancelled``; ``stopping`` -> ``failed``.
@@ -96,6 +98,7 @@ ALLOWED: dict[str, frozenset[WorkloadState]] = {
     "evict": frozenset({_R}),
     "cancel": frozenset({_P, _R, WorkloadState.PREEMPTING}),
     "time_limit": frozenset({_R}),
+    "enforce": frozenset({_R}),
     "exited": frozenset(HOLDING_STATES),
     "checkpointed": frozenset(HOLDING_STATES),
     "launch_failed": frozenset(ACTIVE_STATES),
@@ -559,6 +562,16 @@ class Lifecycle:
             Stop(name, self.grace_seconds),
         ]
 
+    def enforce(self, name: str, rule: str, why: str, grace: float) -> list[Effect]:
+        """A running job broke ``rule`` (kept as its ``stop_reason``, e.g. "memory"); ``why``
+        says how in words ("uses 52 GiB of its 35 GiB share of GPU 0 for more than 10s"). It
+        stops with ``grace`` seconds before SIGKILL and then fails with ``why`` as its message."""
+        life = self._life(name, "enforce")
+        life.state = WorkloadState.STOPPING
+        life.stop_reason = rule
+        life.message = f"stopped: {why}"
+        return [Note(name, WorkloadState.STOPPING, why), Stop(name, grace)]
+
     def exited(
         self, name: str, now: float, exit_code: int | None = None, message: str = ""
     ) -> list[Effect]:
@@ -579,9 +592,10 @@ class Lifecycle:
             message = life.message or "cancelled"  # who asked, from cancel()
             return self._finish(life, WorkloadState.CANCELLED, now, message, exit_code=exit_code)
         limit = f"{life.max_runtime:g}s" if life.max_runtime else "its limit"
-        return self._finish(
-            life, WorkloadState.FAILED, now, f"stopped: ran longer than {limit}", exit_code
-        )
+        message = f"stopped: ran longer than {limit}"
+        if life.stop_reason not in (None, "max-runtime") and life.message:
+            message = life.message  # what ``enforce`` said
+        return self._finish(life, WorkloadState.FAILED, now, message, exit_code)
 
     def launch_failed(self, name: str, now: float, message: str) -> list[Effect]:
         life = self._life(name, "launch_failed")

@@ -56,6 +56,7 @@ from scheduler.service.persistence import datalock
 from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.persistence.retention import Retention, purge
 from scheduler.service.persistence.store import Store, StoreError, open_store
+from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
 from scheduler.service.scheduling.loop import SchedulingLoop, Settings
@@ -174,7 +175,7 @@ class FracHubService(Application):
         "data-dir": "FracHubService.data_dir",
         "log-level": "Application.log_level",
     }
-    classes: ClassVar[list] = [LocalBackend, *_optional_backends()]
+    classes: ClassVar[list] = [LocalBackend, MemoryWatchdog, *_optional_backends()]
 
     config_file = Unicode(
         "",
@@ -606,6 +607,11 @@ class FracHubService(Application):
         return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
 
     async def serve(self) -> None:
+        try:
+            watchdog = MemoryWatchdog(parent=self)
+        except (TraitError, ValueError) as error:
+            self.log.critical("MemoryWatchdog: %s", error)
+            self.exit(2)
         self._hold_data_dir()
         try:
             self.store = open_store(self.db_url)
@@ -689,6 +695,8 @@ class FracHubService(Application):
         sampler = None
         if self.usage_sample_interval > 0:
             sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
+        watch = MemoryWatch(loop, watchdog, log=self.log)
+        watch.start()
         app = self.make_app(loop, metrics)
         if switch is None:
             server = self._listen(app)
@@ -711,6 +719,7 @@ class FracHubService(Application):
             sampler.cancel()
         if idle is not None:
             await idle.stop()
+        await watch.stop()
         await loop.stop()
         self.store.close()
 

@@ -29,6 +29,7 @@ from scheduler.backends.inventory import declared_inventory, load_inventory, val
 from scheduler.backends.local import LocalBackend
 from scheduler.common.paths import HOOK_DIR
 from scheduler.common.placement import GpuShare, ReplicaPlacement
+from tests.fakenvml import FakeNvml
 
 pytestmark = pytest.mark.backends
 
@@ -539,38 +540,6 @@ def test_declared_inventory_errors_name_the_field(entries: Any, message: str) ->
 def test_backend_refuses_a_bad_declared_inventory_at_configuration() -> None:
     with pytest.raises(ValueError, match=r"inventory\[0\].gpus must be a positive integer"):
         LocalBackend(declared_inventory=[{"name": "local", "gpus": -1}])
-
-
-class FakeNvml:
-    """Enough of pynvml for two GPUs; ``broken`` makes nvmlInit fail like a missing driver."""
-
-    def __init__(self, broken: bool) -> None:
-        import pynvml
-
-        self.NVMLError = pynvml.NVMLError
-        self.broken = broken
-
-    def nvmlInit(self) -> None:
-        if self.broken:
-            raise self.NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetMemoryInfo(self, device: int) -> Any:
-        return type("Memory", (), {"total": 80 * 1024**3})()
-
-    def nvmlDeviceGetUUID(self, device: int) -> bytes:
-        return f"GPU-real-{device}".encode()
-
-    def nvmlDeviceGetName(self, device: int) -> str:
-        return "NVIDIA H100"
 
 
 @pytest.fixture

@@ -61,8 +61,10 @@ def configurable_classes() -> dict[str, type]:
     from jupyterhub.spawner import LocalProcessSpawner, Spawner
     from traitlets.config import Application
 
+    from scheduler.backends.kubernetes import KubernetesBackend
     from scheduler.backends.local import LocalBackend
     from scheduler.service.app import FracHubService
+    from scheduler.service.runtime.memory_watch import MemoryWatchdog
     from spawner.local import FracLocalSpawner
 
     classes: list[type] = [
@@ -77,6 +79,8 @@ def configurable_classes() -> dict[str, type]:
         ConfigurableHTTPProxy,
         FracHubService,
         LocalBackend,
+        MemoryWatchdog,
+        KubernetesBackend,
     ]
     return {cls.__name__: cls for cls in classes}
 
@@ -133,10 +137,16 @@ def run_block(kind: str, arg: str | None, body: str, where: str, scratch: Path) 
     elif kind == "service-config":
         from scheduler.backends.local import LocalBackend
         from scheduler.service.app import FracHubService
+        from scheduler.service.runtime.memory_watch import MemoryWatchdog
 
         config = load(body, where)
         FracHubService(config=config)
         LocalBackend(config=config)
+        MemoryWatchdog(config=config)
+        if "KubernetesBackend" in config:
+            from scheduler.backends.kubernetes import KubernetesBackend
+
+            KubernetesBackend(config=config)
     else:
         raise AssertionError(f"{where}: unknown doctest kind {kind!r}")
 

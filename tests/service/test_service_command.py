@@ -33,6 +33,9 @@ def test_help_all_lists_every_setting() -> None:
         "--LocalBackend.declared_inventory",
         "--LocalBackend.inventory_source",
         "--KubernetesBackend.namespace",
+        "--KubernetesBackend.prometheus_url",
+        "--MemoryWatchdog.jobs",
+        "--MemoryWatchdog.grace_seconds",
     ):
         assert trait in result.stdout, trait
 
@@ -49,8 +52,10 @@ def test_help_all_lists_every_setting() -> None:
             'c.LocalBackend.declared_inventory = [{"name": "x", "gpus": 0}]',
             "inventory[0].gpus must be a positive integer",
         ),
+        ('c.MemoryWatchdog.notebooks = "stop"', "MemoryWatchdog: The 'notebooks' trait"),
+        ("c.MemoryWatchdog.grace_seconds = -1", "MemoryWatchdog.grace_seconds must be >= 0"),
     ],
-    ids=["queue-parent", "placement", "inventory"],
+    ids=["queue-parent", "placement", "inventory", "watchdog-action", "watchdog-grace"],
 )
 def test_bad_settings_stop_start_up_with_the_field_named(tmp_path, config, words) -> None:
     path = tmp_path / "frachub_config.py"

@@ -211,6 +211,23 @@ def test_max_runtime_stops_the_job_and_it_ends_failed() -> None:
     )
 
 
+def test_a_job_that_broke_an_enforced_rule_stops_and_fails_with_the_reason() -> None:
+    """The memory watchdog's stop: its own grace period, its reason kept as the failure
+    message (and its rule as ``stop_reason``); only a running job can be stopped so."""
+    lifecycle = Lifecycle(grace_seconds=30)
+    lifecycle.submit(life("1", 1), 0)
+    with pytest.raises(LifecycleError, match="pending"):
+        lifecycle.enforce("1", "memory", "uses too much", 5)
+    lifecycle.apply(cycle(Start("1", ONE)), 0)
+    why = "uses 52 GiB of its 35 GiB share of GPU 0 for more than 10s"
+    assert lifecycle.enforce("1", "memory", why, 5) == [Note("1", S.STOPPING, why), Stop("1", 5)]
+    assert lifecycle["1"].stop_reason == "memory"
+    with pytest.raises(LifecycleError, match="stopping"):
+        lifecycle.enforce("1", "memory", why, 5)
+    lifecycle.exited("1", 7, exit_code=143)
+    assert (lifecycle["1"].state, lifecycle["1"].message) == (S.FAILED, f"stopped: {why}")
+
+
 @pytest.mark.parametrize(
     ("code", "message", "after", "words"),
     [

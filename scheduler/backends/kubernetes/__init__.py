@@ -16,6 +16,7 @@ One module a job; where a change goes:
 - ``reservation.py``  reservation pods (shared with FracKubeSpawner)
 - ``credentials.py``  a job's credentials as a Secret
 - ``logs.py``         training logs through pods/log
+- ``usage.py``        each pod's GPU memory from the DCGM exporter through Prometheus
 - ``inventory.py``    the engine's inventory from Nodes (and HAMi's registrations)
 - ``pods.py``         what every FracHub pod shares, pinning, reading pods back
 - ``labels.py``       the labels, annotations and names FracHub writes

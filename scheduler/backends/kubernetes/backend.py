@@ -31,14 +31,15 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
-from scheduler.backends.kubernetes import credentials, logs, sharing, volumes
+from scheduler.backends.gpu_usage import MemoryByWorkload
+from scheduler.backends.kubernetes import credentials, logs, sharing, usage, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
 from scheduler.backends.kubernetes.client import (
@@ -293,6 +294,13 @@ class KubernetesBackend(LoggingConfigurable):
     request_timeout = Float(30.0, help="Seconds for one API request.").tag(config=True)
     watch_timeout = Integer(300, help="Seconds a watch runs before it is renewed.").tag(config=True)
 
+    prometheus_url = Unicode(
+        "",
+        help="""A Prometheus that scrapes NVIDIA's DCGM exporter (with its pod mapping), e.g.
+        http://prometheus-server.monitoring.svc: the memory watchdog reads each pod's GPU
+        memory there (DCGM_FI_DEV_FB_USED). Empty: no watchdog on this backend.""",
+    ).tag(config=True)
+
     leader_election = Bool(
         True,
         help="""Hold a coordination.k8s.io Lease while scheduling, so only one replica acts;
@@ -334,6 +342,7 @@ class KubernetesBackend(LoggingConfigurable):
         self.leadership_lost = asyncio.Event()
         self._attempts: dict[str, Attempt] = {}
         self._reservations = sharing.ReservationCollector()
+        self._pod_memory: usage.PodMemoryReader | None = None
 
     # --- connecting ---------------------------------------------------------------------------
 
@@ -639,6 +648,23 @@ class KubernetesBackend(LoggingConfigurable):
             self.log.warning("listing the pods of %s failed: %s", attempt.name, error)
             return False
         return any(pod_live(pod) for pod in body.get("items") or [])
+
+    @property
+    def gpu_memory_source(self) -> str | None:
+        """Where ``gpu_memory`` reads, in words; None when it cannot."""
+        return (
+            f"Prometheus at {self.prometheus_url} (DCGM exporter)" if self.prometheus_url else None
+        )
+
+    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
+        """The GPU memory of each workload's pods per GPU, from Prometheus (``usage``); the
+        pods are told apart by their labels, so ``notebooks`` is not needed here."""
+        _, caches = self._require()
+        if self._pod_memory is None:
+            self._pod_memory = usage.PodMemoryReader(
+                self.prometheus_url, self.namespace, self.request_timeout, self.log
+            )
+        return await self._pod_memory.memory(caches.pods.objects.values())
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""

@@ -17,6 +17,7 @@ from scheduler.common.states import ACTIVE_STATES
 from scheduler.engine import CycleResult
 
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
+SAMPLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 CYCLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -95,6 +96,30 @@ class Metrics:
             registry=r,
         )
         self.tasks.set_function(_task_count)
+        self.gpu_samples = Counter(
+            "frachub_gpu_memory_samples",
+            "Samples of the running workloads' GPU memory the memory watchdog took, by outcome "
+            "(ok, failed: no NVML, Prometheus unreachable)",
+            ["outcome"],
+            registry=r,
+        )
+        self.gpu_sample_seconds = Histogram(
+            "frachub_gpu_memory_sample_duration_seconds",
+            "Time to read the running workloads' GPU memory (NVML or Prometheus) and attribute it",
+            buckets=SAMPLE_BUCKETS,
+            registry=r,
+        )
+        self.over_share = Gauge(
+            "frachub_workloads_over_memory_share",
+            "Running workloads whose processes hold more GPU memory than their share",
+            registry=r,
+        )
+        self.watchdog_actions = Counter(
+            "frachub_memory_watchdog_actions",
+            "What the memory watchdog did: stop, warn, cleared (back within the share)",
+            ["action"],
+            registry=r,
+        )
 
     def watch_gpu_sharing(self, health: Callable[[], Mapping[str, Any]]) -> None:
         """Export the MPS daemons' state (``frachub_mps_daemon_up``,
@@ -111,6 +136,14 @@ class Metrics:
     def arrived(self, outcome: str, count: int = 1) -> None:
         if count:
             self.arrivals.labels(outcome).inc(count)
+
+    def gpu_sampled(self, seconds: float, *, ok: bool) -> None:
+        self.gpu_samples.labels("ok" if ok else "failed").inc()
+        if ok:
+            self.gpu_sample_seconds.observe(seconds)
+
+    def watchdog_acted(self, action: str) -> None:
+        self.watchdog_actions.labels(action).inc()
 
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(reason).inc()

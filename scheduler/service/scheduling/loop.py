@@ -318,6 +318,12 @@ class SchedulingLoop:
         self._notify()
         self.request_cycle()
 
+    def changed(self) -> None:
+        """Something outside the loop changed a workload (the memory watchdog stopped or
+        warned it): wake whoever waits for a change, and run a cycle."""
+        self._notify()
+        self.request_cycle()
+
     def checkpointed(self, record: WorkloadRecord, at: float | None = None) -> bool:
         """The job saved its work at ``at`` (default: now), as it told the API or as its
         backend saw; kept so the engine counts only the work since then as at risk. False

@@ -1,0 +1,211 @@
+"""What this machine's GPUs are doing, from NVML: the one sampler the service reads them by.
+
+``NvmlSampler.sample()`` returns a ``GpuSample``: per GPU its utilization, its memory in use
+and total, and the memory each compute process holds on it
+(``nvmlDeviceGetComputeRunningProcesses``). The memory watchdog judges workloads by the
+per-process figures; per-GPU and per-workload charts and metrics can read the same samples,
+so there is one reader of NVML, not one per feature.
+
+NVML calls block (a GPU that falls off the bus can take seconds to answer), so ``sample``
+runs them on a thread of the sampler's own, never on the event loop, and one at a time: a
+slow read delays the next sample rather than piling threads up.
+
+Pids: NVML names processes by their pid in the host's pid namespace. A service that runs in
+a container of its own pid namespace sees other numbers (or none) in ``/proc``, so it cannot
+tell whose processes they are; ``by_workload`` then finds no holder, and the service says so
+in its log (``unknown_pids``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.backends.holders import Holders, holder_of
+from scheduler.backends.inventory import NvmlUnavailable
+
+MemoryByWorkload = dict[int, dict[str, int]]
+"""GPU memory in use per workload: workload id -> {GPU in words ("GPU 0"): bytes}. What a
+backend's ``gpu_memory`` answers and the memory watchdog judges, whatever the source (NVML
+on the local backend, NVIDIA's DCGM exporter on Kubernetes)."""
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One compute process on one GPU: its host pid and the GPU memory it holds."""
+
+    pid: int
+    used_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU at one moment."""
+
+    index: int
+    uuid: str
+    utilization_percent: int | None
+    """Percent of the last sample period in which a kernel ran (None: NVML cannot say)."""
+    memory_used_bytes: int
+    memory_total_bytes: int
+    processes: tuple[ProcessMemory, ...]
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """Every GPU of this machine at ``at`` (Unix seconds); ``seconds`` is what reading them
+    took."""
+
+    at: float
+    seconds: float
+    gpus: tuple[GpuReading, ...]
+
+
+def gpu_words(index: int) -> str:
+    """How a local GPU is named in the watchdog's words ("GPU 0"), as placements name it."""
+    return f"GPU {index}"
+
+
+class NvmlSampler:
+    """Reads NVML on a thread of its own. NVML is initialised on the first read and shut
+    down by ``close``; a read that fails raises ``NvmlUnavailable`` with the driver's words,
+    and the next read tries again from the start."""
+
+    def __init__(self, nvml: Any = None) -> None:
+        self._nvml = nvml
+        self._started = False
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _module(self) -> Any:
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError as e:
+                raise NvmlUnavailable(
+                    f"the pynvml module (package nvidia-ml-py) is missing: {e}"
+                ) from e
+            self._nvml = pynvml
+        return self._nvml
+
+    def read(self) -> GpuSample:
+        """Every GPU, now (blocking: call it from a thread, or through ``sample``)."""
+        nvml = self._module()
+        began = time.monotonic()
+        with self._lock:
+            try:
+                if not self._started:
+                    nvml.nvmlInit()
+                    self._started = True
+                gpus = tuple(
+                    _reading(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
+                    for index in range(nvml.nvmlDeviceGetCount())
+                )
+            except nvml.NVMLError as e:
+                self._shutdown(nvml)
+                raise NvmlUnavailable(f"NVML could not read the GPUs: {e}") from e
+        return GpuSample(time.time(), time.monotonic() - began, gpus)
+
+    async def sample(self) -> GpuSample:
+        """``read`` on the sampler's own thread."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="frachub-nvml")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.read)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        if self._nvml is not None:
+            with self._lock:
+                self._shutdown(self._nvml)
+
+    def _shutdown(self, nvml: Any) -> None:
+        if self._started:
+            self._started = False
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
+
+
+def _reading(nvml: Any, index: int, device: Any) -> GpuReading:
+    memory = nvml.nvmlDeviceGetMemoryInfo(device)
+    try:
+        utilization: int | None = int(nvml.nvmlDeviceGetUtilizationRates(device).gpu)
+    except nvml.NVMLError:  # not supported on this GPU (some models, MIG)
+        utilization = None
+    held: dict[int, int] = {}
+    for process in nvml.nvmlDeviceGetComputeRunningProcesses(device):
+        used = process.usedGpuMemory  # None where the driver cannot say (NVML_VALUE_NOT_AVAILABLE)
+        held[int(process.pid)] = held.get(int(process.pid), 0) + int(used or 0)
+    uuid = nvml.nvmlDeviceGetUUID(device)
+    return GpuReading(
+        index=index,
+        uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+        utilization_percent=utilization,
+        memory_used_bytes=int(memory.used),
+        memory_total_bytes=int(memory.total),
+        processes=tuple(ProcessMemory(pid, used) for pid, used in sorted(held.items())),
+    )
+
+
+def by_workload(
+    sample: GpuSample, holder_of: Callable[[int], int | None]
+) -> tuple[MemoryByWorkload, list[int]]:
+    """Each workload's memory per GPU, summed over its processes, and the pids no workload
+    holds (the service's own, another user's outside FracHub, or pids of another pid
+    namespace). ``holder_of`` answers for each pid (``holders.holder_of``)."""
+    memory: MemoryByWorkload = {}
+    unknown: list[int] = []
+    for gpu in sample.gpus:
+        for process in gpu.processes:
+            workload = holder_of(process.pid)
+            if workload is None:
+                unknown.append(process.pid)
+                continue
+            per_gpu = memory.setdefault(workload, {})
+            words = gpu_words(gpu.index)
+            per_gpu[words] = per_gpu.get(words, 0) + process.used_bytes
+    return memory, unknown
+
+
+def unknown_pids(pids: list[int]) -> list[int]:
+    """Of NVML's pids that no workload holds, those this process cannot see at all: a sign
+    that the service runs in another pid namespace than the GPUs' processes."""
+    return [pid for pid in pids if not os.path.exists(f"/proc/{pid}")]
+
+
+class MemoryReader:
+    """Samples NVML and tells each process's memory to its workload: what
+    ``LocalBackend.gpu_memory`` answers with. Keeps the newest sample (``last``) for whoever
+    shows per-GPU figures, and warns once when NVML names pids this process cannot see."""
+
+    def __init__(self, sampler: NvmlSampler | None = None, *, log: logging.Logger) -> None:
+        self.sampler = sampler or NvmlSampler()
+        self.log = log
+        self.last: GpuSample | None = None
+        self._warned = False
+
+    async def memory(self, holders: Holders) -> MemoryByWorkload:
+        sample = await self.sampler.sample()
+        self.last = sample
+        memory, unknown = by_workload(sample, lambda pid: holder_of(pid, holders))
+        unseen = unknown_pids(unknown) if unknown and not self._warned else []
+        if unseen:
+            self._warned = True
+            self.log.warning(
+                "NVML names GPU processes this service cannot see (pids %s): it runs in "
+                "another pid namespace, so their memory counts for no workload",
+                ", ".join(map(str, unseen)),
+            )
+        return memory
+
+    def close(self) -> None:
+        self.sampler.close()
