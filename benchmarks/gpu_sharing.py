@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import pwd
 import shutil
 import subprocess
@@ -106,7 +105,8 @@ class Bench:
         self.go = data_dir / "go"
 
     async def __aenter__(self) -> Bench:
-        await self.backend.begin()
+        # the service's own start: MPS daemons (mps), refused in words where MPS cannot run
+        await asyncio.get_running_loop().run_in_executor(None, self.backend.start_gpu_sharing)
         self._poller = asyncio.create_task(self._poll())
         return self
 
@@ -263,20 +263,24 @@ async def fault(bench: Bench, out: dict[str, Any]) -> None:
     """A job at 0.5 keeps computing while the job at 0.25 beside it faults."""
     placements, _ = bench.place([(Request(gpus=0.5), None), (Request(gpus=0.25), None)])
     assert all(placements), placements
-    victim = await bench.start(["survive", "--seconds", "12"], placements[0])
+    victim = await bench.start(["survive", "--seconds", "8"], placements[0])
     await bench.until(victim, "ready")
     culprit = await bench.start(["fault"], placements[1])
     await bench.wait(victim, culprit)
     out["fault"] = {
         "culprit": bench.probes(culprit)[-1] if bench.probes(culprit) else bench.log_tail(culprit),
         "culprit_exit": culprit.exit.exit_code if culprit.exit else None,
+        "culprit_said": culprit.exit.message if culprit.exit else None,
         "victim": bench.probes(victim)[-1] if bench.probes(victim) else bench.log_tail(victim),
         "victim_exit": victim.exit.exit_code if victim.exit else None,
+        # what FracHub makes of the victim's end (mps: "stopped by a GPU fault of ..."; the
+        # service requeues an end with no exit code)
+        "victim_said": victim.exit.message if victim.exit else None,
         "ended_apart_s": round(abs((victim.ended or 0) - (culprit.ended or 0)), 2),
     }
 
 
-async def run_mode(mode: str, work: Path, out: dict[str, Any]) -> None:
+async def run_mode(mode: str, work: Path, out: dict[str, Any], save) -> None:
     async with Bench(mode, work / mode) as bench:
         out["gpu"] = bench.node.gpu_model
         out["gpu_memory_gib"] = round(bench.node.gpu_memory_mib / GIB, 1)
@@ -287,6 +291,7 @@ async def run_mode(mode: str, work: Path, out: dict[str, Any]) -> None:
             except Exception as e:  # one step's failure must not cost the others
                 out[f"{step.__name__}_error"] = f"{type(e).__name__}: {e}"
             out[f"{step.__name__}_seconds"] = round(time.perf_counter() - began, 1)
+            save()  # what a run cut short had measured is kept
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -353,12 +358,16 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         victim = f.get("victim") or {}
         if isinstance(victim, dict) and victim.get("ok"):
             return "the job beside it finished unharmed"
+        said = f.get("victim_said") or ""
+        if f.get("victim_exit") is None and said:
+            return f"**the job beside it died too**; FracHub: “{said}”"
         return "**the job beside it died too**"
 
     row("one job faults (illegal address)", fault_words)
     for extra in ("accounts", "watchdog"):
         if any(extra in results[mode] for mode in modes):
             row(*_extra_row(extra))
+    rows = [(what, [" ".join(cell.split()) for cell in cells]) for what, cells in rows]
     head = "| what | " + " | ".join(f"`{mode}`" for mode in modes) + " |"
     rule = "|---|" + "---|" * len(modes)
     body = ["| " + what + " | " + " | ".join(cells) + " |" for what, cells in rows]
@@ -375,7 +384,7 @@ def _extra_row(name: str):
 
 
 def machine() -> dict[str, str]:
-    facts = {"date": time.strftime("%Y-%m-%d"), "host": platform.node()}
+    facts = {"date": time.strftime("%Y-%m-%d")}
     with contextlib.suppress(Exception):
         query = "--query-gpu=name,driver_version,memory.total"
         line = (
@@ -412,9 +421,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--doc", default=str(REPO / "docs" / "gpu-sharing.md"))
     parser.add_argument("--json", default="")
     parser.add_argument("--keep", default="", help="copy the jobs' logs and MPS logs here")
+    parser.add_argument(
+        "--from-json", default="", help="render the table of a saved --json result; measure nothing"
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        return report(saved["machine"], saved["results"], args.doc)
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     results: dict[str, dict[str, Any]] = {}
+    facts = machine()
+
+    def save() -> None:
+        if args.json:
+            saved = {"machine": facts, "results": results}
+            Path(args.json).write_text(json.dumps(saved, indent=1))
+
     work = Path(tempfile.mkdtemp(prefix="frachub-gpu-sharing-"))
     os.chmod(work, 0o755)
     try:
@@ -423,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             began = time.perf_counter()
             print(f"--- {mode}", flush=True)
             try:
-                asyncio.run(run_mode(mode, work, results[mode]))
+                asyncio.run(run_mode(mode, work, results[mode], save))
             except NoGpu as e:
                 print(f"gpu_sharing: {e}; this benchmark needs an NVIDIA GPU", file=sys.stderr)
                 return 2
@@ -432,18 +454,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             results[mode]["seconds"] = round(time.perf_counter() - began, 1)
             print(json.dumps(results[mode], indent=1), flush=True)
     finally:
-        if args.keep:
-            shutil.copytree(work, args.keep, dirs_exist_ok=True, symlinks=True)
+        if args.keep:  # the MPS pipes are sockets and fifos: only files are worth keeping
+            shutil.copytree(work, args.keep, dirs_exist_ok=True, ignore=_not_files)
         shutil.rmtree(work, ignore_errors=True)
-    facts = machine()
-    text = table(results)
+    save()
+    return report(facts, results, args.doc)
+
+
+def _not_files(directory: str, names: list[str]) -> list[str]:
+    paths = ((name, os.path.join(directory, name)) for name in names)
+    return [name for name, path in paths if not (os.path.isfile(path) or os.path.isdir(path))]
+
+
+def report(facts: dict[str, str], results: dict[str, dict[str, Any]], doc: str) -> int:
+    """Print the table, and write it into ``doc`` (unless empty) with the machine's facts."""
     stamp = ", ".join(f"{key} {value}" for key, value in facts.items())
-    text = f"Measured on {stamp} with `python3 benchmarks/gpu_sharing.py`:\n\n{text}"
+    text = f"Measured on {stamp} with `python3 benchmarks/gpu_sharing.py`:\n\n{table(results)}"
     print(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"machine": facts, "results": results}, indent=1))
-    if args.doc:
-        write_doc(Path(args.doc), text)
+    if doc:
+        write_doc(Path(doc), text)
     return 0
 
 

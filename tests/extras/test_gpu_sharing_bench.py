@@ -81,3 +81,26 @@ def _plain(tmp_path: Path) -> Path:
     path = tmp_path / "plain.md"
     path.write_text("# No block\n")
     return path
+
+
+def test_the_published_table_is_the_saved_run() -> None:
+    """docs/gpu-sharing.md's table is what the saved run in benchmarks/results renders: a
+    figure in the doc is one a run measured."""
+    saved = REPO / "benchmarks" / "results" / "gpu_sharing-h200-2026-11-28.json"
+    doc = (REPO / "docs" / "gpu-sharing.md").read_text()
+    published = doc.split(gpu_sharing.BEGIN)[1].split(gpu_sharing.END)[0].strip()
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_sharing.py"),
+            "--doc",
+            "",
+            "--from-json",
+            str(saved),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == published
