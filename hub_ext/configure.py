@@ -26,6 +26,7 @@ from scheduler.common.scopes import (
     ADMIN_SCOPES,
     API_PATH,
     CUSTOM_SCOPES,
+    PANEL_SCOPES,
     SERVICE_NAME,
     SERVICE_PREFIX,
     SERVICE_SCOPES,
@@ -116,7 +117,8 @@ def configure(
         "display": False,  # the navigation bar has its own Training link
         "oauth_no_confirm": True,
         # the panel's browser session may use the API as the user, within their own scopes
-        "oauth_client_allowed_scopes": [scope for scope in CUSTOM_SCOPES],
+        # (and "admin-ui", for the hub's Admin link on FracHub's pages)
+        "oauth_client_allowed_scopes": list(PANEL_SCOPES),
     }
     if managed:
         command = [sys.executable, "-m", "hub_ext.cli", "service", "--data-dir", str(data)]

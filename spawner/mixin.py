@@ -206,6 +206,22 @@ class FracSpawnerMixin(Configurable):
         themselves to a project rather than ask an admin to."""
         return bool(getattr(self.user, "admin", False)) or ADMIN_GROUP in self.user_groups()  # type: ignore[attr-defined]
 
+    @property
+    def frachub_hub_admin_page(self) -> bool:
+        """The user may open the hub's admin page and change a group's members there
+        (``admin-ui`` and a ``groups`` scope): the way into a project the no-project words
+        name for an admin."""
+        try:
+            from jupyterhub.scopes import get_scopes_for
+
+            scopes = get_scopes_for(self.user.orm_user)  # type: ignore[attr-defined]
+        except (ImportError, AttributeError):  # a user object without roles: say both ways
+            return True
+        return "admin-ui" in scopes and any(scope.split("!")[0] == "groups" for scope in scopes)
+
+    def frachub_no_project(self) -> str:
+        return no_project_message(self.frachub_is_admin, self.frachub_hub_admin_page)
+
     def frachub_selection(self, profiles: list[Profile]) -> Selection:
         try:
             selection = resolve(profiles, self.user_options or {}, self.user_groups())
@@ -278,7 +294,7 @@ class FracSpawnerMixin(Configurable):
             project=project,
             selection=selection,
             unreachable=unreachable,
-            no_project="" if projects or unreachable else no_project_message(self.frachub_is_admin),
+            no_project="" if projects or unreachable else self.frachub_no_project(),
         )
         environment = Environment(
             loader=ChoiceLoader(
@@ -465,9 +481,7 @@ class FracSpawnerMixin(Configurable):
             status = 503
         message = error.message
         if "is not a member of any project" in message:
-            message = no_project_message(self.frachub_is_admin).replace(
-                "CPU only works", "a CPU-only server works"
-            )
+            message = self.frachub_no_project().replace("CPU only works", "a CPU-only server works")
         else:
             message = f"The GPU scheduler refused this server: {message}"
         return refusal(message, reason="frachub-refused", status=status)

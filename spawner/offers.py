@@ -160,14 +160,22 @@ def hint(message: str) -> str:
     return message.removeprefix("a notebook that ")
 
 
-def no_project_message(is_admin: bool) -> str:
+def no_project_message(is_admin: bool, hub_admin_page: bool = True) -> str:
     """Why GPU choices are greyed out for someone in no project, and what they can do; an
-    admin is told how to fix it, not to ask an admin."""
+    admin is told how to fix it, not to ask an admin, and sent to the hub's admin page only
+    if it lets them change a group's members (``hub_admin_page``)."""
+    if is_admin and hub_admin_page:
+        return (
+            "You are in no FracHub project, so GPU choices are unavailable; CPU only works. "
+            "To use GPUs, add yourself to a project: its group on the hub's admin page (Admin, "
+            "then Groups), or its members through FracHub's queues API."
+        )
     if is_admin:
         return (
             "You are in no FracHub project, so GPU choices are unavailable; CPU only works. "
-            "To use GPUs, add yourself to a project: its group on the hub's admin page, or its "
-            "members through FracHub's queues API."
+            "To use GPUs, add yourself to a project's members through FracHub's queues API "
+            "(PATCH queues/NAME), or ask a hub admin to add you to its group: the hub does not "
+            "let you change groups on its admin page."
         )
     return (
         "You are in no FracHub project, so GPU choices are unavailable; CPU only works. "

@@ -31,6 +31,7 @@ from scheduler.common.scopes import (
     ADMIN_GROUP,
     ADMIN_SCOPES,
     CUSTOM_SCOPES,
+    PANEL_SCOPES,
     SERVICE_NAME,
     SERVICE_SCOPES,
     USER_SCOPES,
@@ -179,7 +180,7 @@ def hub_values(definitions: Mapping[str, Any]) -> dict[str, Any]:
                     "url": service_url(definitions),
                     "display": False,
                     "oauth_no_confirm": True,
-                    "oauth_client_allowed_scopes": list(CUSTOM_SCOPES),
+                    "oauth_client_allowed_scopes": list(PANEL_SCOPES),
                 }
             },
             "loadRoles": {

@@ -21,6 +21,7 @@ from hub_ext.client.reports import (
     state_line,
 )
 from hub_ext.client.session import FracHubError
+from scheduler.common.scopes import ADMIN_SCOPE, lacking
 from scheduler.common.states import FINAL_STATES, HOLDING_STATES, WorkloadState
 
 # --- views: a client and parsed arguments -> what to show, shared with the magics ---------------
@@ -133,12 +134,18 @@ def submit_job(client: FracHubClient, **kwargs: Any) -> dict[str, Any]:
 def whose_jobs(client: FracHubClient, args: argparse.Namespace) -> list[str]:
     """The ``user`` filter of ``jobs``: the caller's own jobs by default (an admin's token
     would otherwise list everyone's), every user's with ``--all-users``, named users with
-    ``--user``; the last two need the admin right, said here in the CLI's words."""
+    ``--user``; the last two need the admin scope, said here in the CLI's words: what lacks
+    it is the token the client sends (named by where it came from), not necessarily its
+    user."""
     if args.all_users or args.user:
         me = client.user()
         if not me.get("admin"):
             flag = "--all-users" if args.all_users else "--user"
-            raise FracHubError(403, f"{flag} needs the FracHub admin right ({me['name']} has not)")
+            credential = f"the token in {client.token_source}"
+            if client.token_source == "--token":
+                credential = "the token given with --token"
+            reason = lacking(ADMIN_SCOPE, credential, admin_group=bool(me.get("in_admin_group")))
+            raise FracHubError(403, f"{flag} needs the FracHub admin scope {ADMIN_SCOPE}: {reason}")
         return list(args.user)
     return [client.user()["name"]]
 

@@ -510,6 +510,7 @@ class FracHubService(Application):
             "cluster_may_grow": self.cluster_may_grow,
             "page_default_limit": self.page_default_limit,
             "page_max_limit": self.page_max_limit,
+            "usage_sample_interval": self.usage_sample_interval,
             "log_function": self._log_request,
             "standby_reason": lambda: (
                 "this replica lost the leader Lease and is shutting down"

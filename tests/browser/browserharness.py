@@ -29,14 +29,27 @@ CHROMIUM = "/usr/bin/chromium"
 
 # What the hub must say for the panel to work: the OAuth token a browser session gets
 # holds the user's FracHub scopes (without this it holds only access:services, and the API
-# refuses it); the hub skips its "authorize this application?" page for the hub's own
-# scheduler; and the hub's pages load FracHub's page.html (the "Training" link).
+# refuses it), and admin-ui for those who hold it (the hub's Admin link); the hub skips its
+# "authorize this application?" page for the hub's own scheduler; and the hub's pages load
+# FracHub's page.html (the "Training" link).
+# Members of the group HUB_ADMIN_PAGE_GROUP may open the hub's admin page (admin-ui), as a
+# hub admin may; the harness's token cannot make hub admins.
+PANEL_OAUTH_SCOPES = [READ_SCOPE, SUBMIT_SCOPE, ADMIN_SCOPE, "admin-ui"]
+HUB_ADMIN_PAGE_GROUP = "hub-admin-page"
 OAUTH_CONFIG = f"""
 for _service in c.JupyterHub.services:
     if _service["name"] == {SERVICE_NAME!r}:
-        _service["oauth_client_allowed_scopes"] = {[READ_SCOPE, SUBMIT_SCOPE, ADMIN_SCOPE]!r}
+        _service["oauth_client_allowed_scopes"] = {PANEL_OAUTH_SCOPES!r}
         _service["oauth_no_confirm"] = True
 c.JupyterHub.template_paths = [{str(TEMPLATES_DIR)!r}]
+c.JupyterHub.load_roles.append(
+    {{
+        "name": "admin-page",
+        "scopes": ["admin-ui", "list:users", "read:users", "list:groups", "read:groups"],
+        "groups": [{HUB_ADMIN_PAGE_GROUP!r}],
+    }}
+)
+c.JupyterHub.load_groups = {{**c.JupyterHub.load_groups, {HUB_ADMIN_PAGE_GROUP!r}: {{"users": []}}}}
 """
 
 # Chromium on a closed network: no sandbox (root in a container), no GPU, and none of the

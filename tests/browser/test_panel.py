@@ -16,6 +16,8 @@ from hubharness import API_PATH, SERVICE_PREFIX, Hub
 from playwright.sync_api import Locator, Page, expect
 from service_client import CHECKED, submit, wait_state
 
+from browser.browserharness import HUB_ADMIN_PAGE_GROUP
+
 pytestmark = pytest.mark.browser
 
 
@@ -290,17 +292,39 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
     shot("gpu-map")
 
 
+def test_who_may_open_the_hubs_admin_page_finds_it_from_the_panel(
+    page: Page, frachub, make_user, login, shot
+) -> None:
+    """The hub's own pages show their Admin link to who holds admin-ui; FracHub's pages show
+    it to them too (the panel's OAuth token carries admin-ui for them), and it opens."""
+    name, _ = make_user(groups=[HUB_ADMIN_PAGE_GROUP])
+    login(page, name)
+    link = page.locator(".navbar a.nav-link", has_text=re.compile("^Admin$"))
+    expect(link).to_have_count(1)
+    expect(page.locator("#frachub-nav-training")).to_be_visible()
+    expect(page.locator("#frachub-nav-admin")).to_have_count(0)  # no FracHub admin scope
+    shot("hub-admin-link")
+    with page.expect_navigation():
+        link.click()
+    expect(page).to_have_url(re.compile(r"/hub/admin"))
+    assert "403" not in page.title()
+
+
 def test_a_user_gets_no_admin_section(page: Page, frachub, make_user, login, shot) -> None:
     name, _ = make_user(groups=["nlp"])
     login(page, name)
     expect(page.locator("#frachub-workloads-table")).to_be_visible()
     expect(page.locator("#frachub-nav-admin")).to_have_count(0)
+    expect(page.locator(".navbar a.nav-link", has_text=re.compile("^Admin$"))).to_have_count(0)
     expect(page.locator("#frachub-admin-link")).to_have_count(0)
     expect(page.locator("#frachub-gpu-map")).to_have_count(0)
     answer = page.goto(f"{SERVICE_PREFIX}admin")
     assert answer is not None and answer.status == 403
     expect(page.locator("h1")).to_contain_text("403")
-    expect(page.locator("body")).to_contain_text("custom:frachub:admin")
+    expect(page.locator("body")).to_contain_text(
+        "needs the scope custom:frachub:admin: your login to FracHub lacks it; the hub grants "
+        "it to FracHub admins"
+    )
     # still logged in, and it shows: the user's name, Logout and the way back to the panel
     expect(page.locator("#login_widget")).to_contain_text(name)
     expect(page.locator("#logout")).to_be_visible()

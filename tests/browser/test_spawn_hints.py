@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from hub.upharness import SERVICE_API, Up, open_spawn_form
+from playwright.sync_api import expect
 
 from browser.browserharness import browser_page
 
@@ -147,3 +148,49 @@ def test_an_admin_in_no_project_gets_cpu_and_words_for_an_admin(up: Up, up_page,
     message = refused.json()["message"]
     assert "SpawnException" not in message and "ask an admin" not in message.lower()
     assert "add yourself to a project" in message
+
+
+def test_the_demo_admin_can_do_what_its_form_says(up: Up, up_page, shot) -> None:
+    """The form sends the admin, in no project, to the hub's admin page: the hub's pages and
+    FracHub's show it an Admin link, the page opens (not 403), and on it the admin may put
+    itself in a project's group (not in the FracHub admins' group); then the form offers the
+    project's GPUs."""
+    page = up_page
+    form = open_spawn_form(page, up, "admin")
+    assert "its group on the hub's admin page (Admin, then Groups)" in form.inner_text()
+    admin_link = page.locator(".navbar a.nav-link", has_text=re.compile("^Admin$"))
+    expect(admin_link).to_have_count(1)
+    page.goto(f"{up.url}/services/frachub/")
+    page.locator("#frachub").wait_for()
+    expect(admin_link).to_have_count(1)  # on FracHub's pages too
+    expect(page.locator("#frachub-nav-admin")).to_have_text("GPU cluster")
+    with page.expect_response(re.compile(r"/hub/admin")) as opened:
+        admin_link.click()
+    assert opened.value.status == 200
+    expect(page.get_by_text("carol").first).to_be_visible()  # it may list the users
+    keep(shot, "hub-admin-page-demo-admin", page)
+
+    xsrf = page.evaluate("window.jhdata.xsrf_token")
+    headers = {"X-XSRFToken": xsrf}
+    members = f"{up.url}/hub/api/groups/vision/users"
+    added = page.request.post(members, data={"users": ["admin"]}, headers=headers)
+    try:
+        assert added.ok, added.text()
+        others = f"{up.url}/hub/api/groups/frachub-admins/users"
+        barred = page.request.post(others, data={"users": ["alice"]}, headers=headers)
+        # the hub hides what a scope does not reach: "No access to resources or not found"
+        assert barred.status == 404 and "No access" in barred.text(), barred.text()
+        # the service learns the group within its cache's 30 s; the form then offers vision
+        deadline = time.monotonic() + 60
+        while True:
+            page.goto(f"{up.url}/hub/spawn")
+            form = page.locator("#frachub-form")
+            form.wait_for()
+            if not page.locator("#profile-gpu").is_disabled():
+                break
+            assert time.monotonic() < deadline, form.inner_text()
+            time.sleep(2)
+        assert "vision:" in form.inner_text()
+        assert "You are in no FracHub project" not in form.inner_text()
+    finally:
+        page.request.delete(members, data={"users": ["admin"]}, headers=headers)

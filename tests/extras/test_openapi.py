@@ -876,11 +876,14 @@ class FakeStore:
 
     def sample_buckets(self, start: float, end: float, step: float, projects: Any) -> list:
         rows = [
-            SampleBucket(project, end - age, 1.5, 2.5, 2.0, 2, 1, 4.0)
+            SampleBucket(project, end - age, 1.5, 2.5, 2.0, 2, 1, 4.0, 2.0, 5)
             for age in (600.0, 60.0)
             for project in ("", "vision")
         ]
         return [row for row in rows if projects is None or row.project in projects]
+
+    def first_sample_time(self) -> float | None:
+        return NOW - 3600.0
 
 
 def service_loop() -> types.SimpleNamespace:

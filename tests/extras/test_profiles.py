@@ -223,6 +223,11 @@ def test_someone_in_no_project_gets_cpu_pre_selected_and_words_for_who_they_are(
     assert "ask an admin" not in no_project_message(is_admin=True).lower()
     assert "add yourself" in no_project_message(is_admin=True)
     assert "Ask an admin" in no_project_message(is_admin=False)
+    # an admin whom the hub does not let change groups is not sent to its admin page
+    assert "hub's admin page (Admin, then Groups)" in no_project_message(is_admin=True)
+    barred = no_project_message(is_admin=True, hub_admin_page=False)
+    assert "hub's admin page (Admin" not in barred and "queues API" in barred
+    assert "ask a hub admin to add you to its group" in barred
 
 
 def test_the_quota_line_does_not_say_an_idle_project_gets_nothing():

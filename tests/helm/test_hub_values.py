@@ -16,7 +16,13 @@ import yaml
 from conftest import REPO, load_yaml, one, render
 
 from hub_ext.cli import helm_values
-from scheduler.common.scopes import ADMIN_SCOPES, CUSTOM_SCOPES, SERVICE_SCOPES, USER_SCOPES
+from scheduler.common.scopes import (
+    ADMIN_SCOPES,
+    CUSTOM_SCOPES,
+    PANEL_SCOPES,
+    SERVICE_SCOPES,
+    USER_SCOPES,
+)
 from spawner.profiles import parse_profiles
 
 HELM = REPO / "helm"
@@ -59,7 +65,7 @@ def test_roles_and_scopes_come_from_scopes_py():
     assert roles["frachub"] == {"scopes": SERVICE_SCOPES, "services": ["frachub"]}
     assert HUB_VALUES["hub"]["config"]["JupyterHub"]["custom_scopes"] == CUSTOM_SCOPES
     service = HUB_VALUES["hub"]["services"]["frachub"]
-    assert service["oauth_client_allowed_scopes"] == list(CUSTOM_SCOPES)
+    assert service["oauth_client_allowed_scopes"] == list(PANEL_SCOPES)
     assert service["oauth_no_confirm"] is True
     assert "apiToken" not in service  # z2jh generates it; nothing secret is committed
 

@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from hub.upharness import Up
+from hub.upharness import SERVICE_API, Up
+from scheduler.common.scopes import ADMIN_SCOPE, SCOPE_HOLDERS
 
 ENV_PROBE = (
     "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
@@ -64,6 +66,49 @@ def test_server_token_acts_as_the_user_with_submit_scope(up: Up, kernel) -> None
     found = kernel("bob").text(TERMINAL_PROBE).split()
     venv_frachub = str(Path(sys.executable).parent / "frachub")
     assert found == [venv_frachub, venv_frachub], found
+    # asking for everyone's jobs: the refusal names the token and who gets the scope
+    status, stderr = json.loads(kernel("bob").text(ALL_USERS_PROBE))
+    assert status == 1
+    assert stderr == (
+        f"frachub: --all-users needs the FracHub admin scope {ADMIN_SCOPE}: the token in "
+        f"JUPYTERHUB_API_TOKEN lacks it; the hub grants it to {SCOPE_HOLDERS[ADMIN_SCOPE]}\n"
+    )
+
+
+def test_an_admins_server_token_carries_the_admin_scope(up: Up, kernel) -> None:
+    """The demo's admin (a FracHub admin by the frachub-admins group) gets a notebook token
+    with the admin scope, so `frachub jobs --all-users` works in its own terminal."""
+    with httpx.Client(
+        base_url=f"{up.url}{SERVICE_API}",
+        headers={"Authorization": f"token {up.token('alice')}"},
+        timeout=60,
+    ) as alice:
+        job = alice.post("workloads", json={"command": "sleep 60", "gpus": 0.25, "name": "alices"})
+        assert job.status_code == 201, job.text
+    try:
+        up.start_server("admin", {"profile": "cpu"})
+        up.wait_ready("admin")
+        me = json.loads(kernel("admin").text(USER_PROBE).split(" ", 1)[1])
+        assert me["name"] == "admin" and me["admin"] is True
+        probe = ALL_USERS_PROBE.replace("r.stderr", "r.stdout")
+        status, stdout = json.loads(kernel("admin").text(probe))
+        assert status == 0, stdout
+        assert "alices" in stdout, stdout  # alice's job, in the admin's listing
+    finally:
+        up.stop_server("admin")
+
+
+USER_PROBE = (
+    "import os, httpx; r = httpx.get(os.environ['FRACHUB_URL'] + 'api/v1/user', "
+    "headers={'Authorization': 'token ' + os.environ['JUPYTERHUB_API_TOKEN']}); "
+    "print(r.status_code, r.text)"
+)
+ALL_USERS_PROBE = (
+    "import json, os, subprocess; "
+    "env = {k: v for k, v in os.environ.items() if k != 'FRACHUB_TOKEN'}; "
+    "r = subprocess.run(['frachub', 'jobs', '--all-users'], capture_output=True, text=True, "
+    "env=env); print(json.dumps([r.returncode, r.stderr]))"
+)
 
 
 TERMINAL_PROBE = """

@@ -21,6 +21,15 @@ import pytest
 from hubharness import free_port, module_service
 from service_client import service_config, submit, wait_state
 
+from scheduler.common.scopes import (
+    ACCESS_SCOPE,
+    ADMIN_GROUP,
+    ADMIN_SCOPE,
+    READ_SCOPE,
+    SCOPE_HOLDERS,
+    SUBMIT_SCOPE,
+)
+
 pytestmark = pytest.mark.service
 
 SUBMITTED = re.compile(r"^Submitted job (\d+) \((\S+)\) to project (\S+): ")
@@ -461,9 +470,10 @@ def test_runai_and_slurm_words_json_and_admin_views(user, make_user, hub, api) -
 
     refused = alice("jobs", "--all-users")
     assert refused.returncode == 1
-    assert (
-        refused.stderr
-        == f"frachub: --all-users needs the FracHub admin right ({alice.name} has not)\n"
+    # the token is what lacks the scope, named by where it came from; and who has it
+    assert refused.stderr == (
+        f"frachub: --all-users needs the FracHub admin scope {ADMIN_SCOPE}: the token in "
+        f"FRACHUB_TOKEN lacks it; the hub grants it to {SCOPE_HOLDERS[ADMIN_SCOPE]}\n"
     )
 
     admin_name, admin_token = make_user(admin=True)
@@ -481,6 +491,24 @@ def test_runai_and_slurm_words_json_and_admin_views(user, make_user, hub, api) -
     assert [record["id"] for record in only_bob] == [other]
     table = admin("jobs", "--all-users")
     assert "USER" in table.stdout.splitlines()[0]
+
+    # an admin's token made without the admin scope: the refusal says how to get one that
+    # has it, rather than that the admin is none
+    narrow = hub.token_for(admin_name, [ACCESS_SCOPE, READ_SCOPE, SUBMIT_SCOPE])
+    lacking = admin("jobs", "--user", bob.name, env={**admin.env, "FRACHUB_TOKEN": narrow})
+    assert lacking.returncode == 1
+    assert lacking.stderr.startswith(
+        f"frachub: --user needs the FracHub admin scope {ADMIN_SCOPE}: the token in "
+        "FRACHUB_TOKEN lacks it; the hub grants it to FracHub admins"
+    ), lacking.stderr
+    assert f"You are in {ADMIN_GROUP}, so a new token carries it" in lacking.stderr
+    assert admin_name not in lacking.stderr
+    over_api = api(narrow).get("workloads", params={"user": bob.name})
+    assert over_api.status_code == 403
+    assert over_api.json()["message"].startswith(
+        f"listing other users' workloads needs {ADMIN_SCOPE}: this token lacks it; the hub "
+        "grants it to FracHub admins"
+    ), over_api.json()
 
     deleted = alice("delete", str(job))
     assert deleted.returncode == 0, deleted.stderr

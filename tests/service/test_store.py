@@ -13,7 +13,13 @@ from sqlalchemy import create_engine, insert, inspect
 from sqlalchemy.exc import IntegrityError
 
 from scheduler.engine import Kind, Request, WorkloadRequest
-from scheduler.service.persistence.orm import Base, EventRecord, UsageRecord, WorkloadRecord
+from scheduler.service.persistence.orm import (
+    Base,
+    EventRecord,
+    UsageRecord,
+    UsageSampleRecord,
+    WorkloadRecord,
+)
 from scheduler.service.persistence.store import (
     MIGRATIONS,
     StoreError,
@@ -349,6 +355,37 @@ def test_usage_sums_each_intervals_overlap_with_the_range(url) -> None:
     [bob] = store.usage(1 * hour, 4 * hour, now=3 * hour, users=["bob"])
     assert bob.user == "bob" and round(bob.gpu_hours, 9) == 0.25
     assert store.usage(1 * hour, 4 * hour, now=3 * hour, projects=["nlp"]) == []
+    store.close()
+
+
+def test_sample_buckets_keep_each_buckets_peak_and_count(url) -> None:
+    """A bucket's mean hides a one-sample spike; its peak and its sample count keep it, so
+    the history names the true peak and weighs means right. The oldest sample's time is the
+    first of all projects'."""
+    store = open_store(url)
+    assert store.first_sample_time() is None
+    used = [1.0, 1.0, 2.0, 1.0, 0.5, 0.5]  # three to a bucket of 3 minutes
+    # within the first half of each bucket: SQLite truncates the bucket number, PostgreSQL
+    # rounds it, and both must put these in the same buckets
+    times = [60.0 + offset for start in (0.0, 180.0) for offset in (start, start + 18, start + 36)]
+    store.add_samples(
+        UsageSampleRecord(time=times[k], project="vision", allocated_gpus=gpus,
+                          deserved_gpus=1.0, fair_share_gpus=1.5, running=1, pending=k % 2,
+                          cluster_gpus=2.0)
+        for k, gpus in enumerate(used)
+    )  # fmt: skip
+    store.add_samples(
+        [UsageSampleRecord(time=30.0, project="nlp", allocated_gpus=0.0, deserved_gpus=1.0,
+                           fair_share_gpus=1.0, running=0, pending=0, cluster_gpus=2.0)]
+    )  # fmt: skip
+    store.commit()
+    buckets = store.sample_buckets(60.0, 420.0, 180.0, ["vision"])
+    assert [(b.samples, round(b.allocated_gpus, 6), b.peak_allocated_gpus) for b in buckets] == [
+        (3, round(4.0 / 3, 6), 2.0),
+        (3, round(2.0 / 3, 6), 1.0),
+    ]
+    assert [b.pending for b in buckets] == [1, 1]
+    assert store.first_sample_time() == 30.0
     store.close()
 
 

@@ -22,7 +22,7 @@ from hub_ext.cli.up.options import (
     Team,
     proxy_command,
 )
-from scheduler.common.scopes import SERVICE_PREFIX
+from scheduler.common.scopes import ADMIN_GROUP, SERVICE_PREFIX
 
 
 def file_logging(path: Path, level: str, logger: str) -> dict[str, Any]:
@@ -77,6 +77,27 @@ def login_hint(args: argparse.Namespace) -> str:
     )
 
 
+def demo_admin_role(team: Team) -> dict[str, Any]:
+    """What the demo's ``admin`` may do on the hub's admin page, which its spawn form sends it
+    to: see the users and groups and change the members of the projects' groups, so it can
+    add itself (or alice) to a project. It is no hub admin (the shared password cannot log
+    one in), and it cannot change the FracHub admins' group nor anything else."""
+    projects = sorted(name for name in team.groups if name != ADMIN_GROUP)
+    return {
+        "name": "frachub-demo-admin",
+        "description": "The demo admin: the hub's admin page, to edit the projects' members",
+        "scopes": [
+            "admin-ui",
+            "list:users",
+            "read:users",
+            "list:groups",
+            "read:groups",
+            *(f"groups!group={name}" for name in projects),
+        ],
+        "users": [ADMIN_USER],
+    }
+
+
 def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> str:
     service_url = f"http://127.0.0.1:{args.service_port}"
     scheme = "https" if args.ssl_cert else "http"
@@ -114,6 +135,7 @@ def hub_config(args: argparse.Namespace, data: Path, proxy: str, team: Team) -> 
         settings["JupyterHub.template_vars"] = {"announcement_login": login_hint(args)}
         if args.demo:
             settings["Authenticator.allowed_users"] = {*DEMO_USERS, *team.admins}
+            settings["JupyterHub.load_roles"] = [demo_admin_role(team)]
         else:
             settings["Authenticator.allow_all"] = True
     lines = [

@@ -68,7 +68,9 @@ class AllocationListHandler(AllocationAccess):
         self.require(READ)
         user = self.get_argument("user", self.caller.name)
         if user != self.caller.name and not self.caller.is_admin:
-            raise web.HTTPError(403, f"listing other users' allocations needs {ADMIN}")
+            raise web.HTTPError(
+                403, f"listing other users' allocations needs {ADMIN}: {self.lacks(ADMIN)}"
+            )
         asked = self.page()
         states = self.list_argument("state")
         unknown = [state for state in states if state not in STATES]

@@ -28,6 +28,7 @@ from tornado import web
 from tornado.log import app_log
 from traitlets import Float, validate
 
+from scheduler.common.scopes import ADMIN_GROUP, lacking
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import JOB, Caller
 from scheduler.service.hub.directory import HubDirectory, HubDirectoryError
@@ -308,7 +309,19 @@ class APIHandler(HubOAuthenticated, JSONErrors):
         if job and JOB in self.caller.scopes:
             self.as_job = True
             return
-        raise web.HTTPError(403, f"this action needs the scope {scope}")
+        raise web.HTTPError(403, f"this action needs the scope {scope}: {self.lacks(scope)}")
+
+    def lacks(self, scope: str) -> str:
+        """A refusal's reason when the caller's credential lacks ``scope``: it names the
+        credential (a token, a job's token, the panel's login) and who the hub grants the
+        scope to, never the user as the one lacking it."""
+        if JOB in self.caller.scopes:
+            credential = "this job's own token"
+        elif self.request.headers.get("Authorization"):
+            credential = "this token"
+        else:
+            credential = "your login to FracHub (the panel's session)"
+        return lacking(scope, credential, admin_group=ADMIN_GROUP in self.caller.groups)
 
     # -- bodies and replies ---------------------------------------------------------------
 

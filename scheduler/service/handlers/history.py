@@ -6,6 +6,13 @@ project and user as CSV for cost sharing.
 so a week of minute samples stays a small answer and a quick query. A user sees the
 projects they belong to; an admin sees every project and the whole cluster (its allocation
 and queue lengths).
+
+Each series comes with its summary over the whole range (the most GPUs in use at any one
+sample, the mean over all samples, the longest queue), so that a chart names the true peak
+and the average rather than the largest bucket mean; and the answer says since when samples
+are kept (``recorded_since``, the oldest sample's time: stable between refreshes), with the
+buckets spread from then on when that is later than ``start``, so a young service's chart
+is not one dot at the end of an empty day.
 """
 
 from __future__ import annotations
@@ -37,11 +44,27 @@ def point(bucket: SampleBucket) -> dict:
     return {
         "time": iso(bucket.time),
         "allocated_gpus": round(bucket.allocated_gpus, 3),
+        "peak_allocated_gpus": round(bucket.peak_allocated_gpus, 3),
         "fair_share_gpus": round(bucket.fair_share_gpus, 3),
         "deserved_gpus": bucket.deserved_gpus,
         "running": bucket.running,
         "pending": bucket.pending,
         "cluster_gpus": bucket.cluster_gpus,
+    }
+
+
+def summary(buckets: list[SampleBucket]) -> dict | None:
+    """One series over the whole range: the peak is the most GPUs in use at one sample, the
+    average the mean over every sample (each bucket's mean weighed by its samples)."""
+    samples = sum(bucket.samples for bucket in buckets)
+    if not samples:
+        return None
+    total = sum(bucket.allocated_gpus * bucket.samples for bucket in buckets)
+    return {
+        "samples": samples,
+        "peak_allocated_gpus": round(max(bucket.peak_allocated_gpus for bucket in buckets), 3),
+        "average_allocated_gpus": round(total / samples, 3),
+        "peak_pending": max(bucket.pending for bucket in buckets),
     }
 
 
@@ -70,29 +93,39 @@ class HistoryHandler(UsageHandler):
                     403, f"the history of {others[0]} needs membership of it or {ADMIN}"
                 )
         wanted = asked or allowed
-        step = (end - start) / points
         # in a thread with a session of its own: a long range must not stall other requests
         read = wanted if wanted is None or not caller.is_admin else [*wanted, CLUSTER]
-        buckets = await asyncio.get_running_loop().run_in_executor(
-            None, self.loop.store.sample_buckets, start, end, step, read
-        )
-        by_project: dict[str, list[dict]] = {name: [] for name in wanted or ()}
-        cluster: list[dict] | None = [] if caller.is_admin else None
+        run = asyncio.get_running_loop().run_in_executor
+        first = await run(None, self.loop.store.first_sample_time)
+        origin = first if first is not None and start < first < end else start
+        step = (end - origin) / points
+        buckets = await run(None, self.loop.store.sample_buckets, origin, end, step, read)
+        # every project the caller may see has its series, empty until it has samples
+        shown = wanted if wanted is not None else [queue.name for queue in self.loop.queues]
+        by_project: dict[str, list[SampleBucket]] = {name: [] for name in shown}
+        cluster: list[SampleBucket] = []
         for bucket in buckets:
             if bucket.project != CLUSTER:
-                by_project.setdefault(bucket.project, []).append(point(bucket))
-            elif cluster is not None:
-                cluster.append(point(bucket))
+                by_project.setdefault(bucket.project, []).append(bucket)
+            else:
+                cluster.append(bucket)
         self.write_json(
             {
                 "start": iso(start),
                 "end": iso(end),
-                "step_seconds": round(step, 3),
+                "step_seconds": max(round(step, 3), 0.001),
+                "recorded_since": None if first is None else iso(first),
+                "sample_interval_seconds": self.settings.get("usage_sample_interval", 0.0),
                 "projects": [
-                    {"project": name, "points": series}
+                    {
+                        "project": name,
+                        "points": [point(bucket) for bucket in series],
+                        "summary": summary(series),
+                    }
                     for name, series in sorted(by_project.items())
                 ],
-                "cluster": cluster,
+                "cluster": [point(bucket) for bucket in cluster] if caller.is_admin else None,
+                "cluster_summary": summary(cluster) if caller.is_admin else None,
             }
         )
 

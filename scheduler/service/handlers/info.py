@@ -14,6 +14,7 @@ from tornado import web
 from scheduler import __version__
 from scheduler.common.limits import shown
 from scheduler.common.projects import projects_of
+from scheduler.common.scopes import ADMIN_GROUP
 from scheduler.fields import InvalidSpec
 from scheduler.service.access import ADMIN, READ, SUBMIT
 from scheduler.service.handlers.base import APIHandler, JSONErrors
@@ -55,6 +56,7 @@ class UserHandler(APIHandler):
                 "read": caller.has(READ),
                 "submit": caller.has(SUBMIT),
                 "admin": caller.is_admin,
+                "in_admin_group": ADMIN_GROUP in caller.groups,
             }
         )
 
@@ -100,7 +102,7 @@ class UsageHandler(APIHandler):
         users = self.list_argument("user")
         if not self.caller.is_admin:
             if any(user != self.caller.name for user in users):
-                raise web.HTTPError(403, f"other users' usage needs {ADMIN}")
+                raise web.HTTPError(403, f"other users' usage needs {ADMIN}: {self.lacks(ADMIN)}")
             users = [self.caller.name]
         projects = self.list_argument("project")
         rows = await asyncio.get_running_loop().run_in_executor(

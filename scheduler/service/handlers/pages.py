@@ -38,6 +38,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuth
 from tornado import web
 
 from scheduler.common.paths import TEMPLATES_DIR
+from scheduler.common.scopes import ADMIN_GROUP, lacking
 from scheduler.engine.lifecycle import vocabulary
 from scheduler.service.access import ADMIN, READ
 
@@ -147,7 +148,9 @@ class PageRendering:
             "user": PageUser(model["name"]) if model else None,
             "admin_access": False,
             "no_spawner_check": True,
-            "parsed_scopes": frozenset(),
+            # the hub's page.html shows its Admin link for "admin-ui", which the panel's
+            # OAuth token carries for those who hold it (PANEL_SCOPES)
+            "parsed_scopes": self.scopes,
             "services": [],
             "logo_url": None,
             "login_url": f"{hub}login",
@@ -229,7 +232,11 @@ class AdminHandler(PageHandler):
 
     async def get(self) -> None:
         if ADMIN not in self.scopes:
-            raise web.HTTPError(403, f"The FracHub admin page needs the scope {ADMIN}.")
+            model = getattr(self, "_current_user", None) or {}
+            reason = lacking(
+                ADMIN, "your login to FracHub", admin_group=ADMIN_GROUP in model.get("groups", ())
+            )
+            raise web.HTTPError(403, f"The FracHub admin page needs the scope {ADMIN}: {reason}.")
         self.render_page(self.template)
 
 

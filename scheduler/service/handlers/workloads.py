@@ -99,7 +99,7 @@ class WorkloadAccess(APIHandler):
         ``doing`` words the refusal ("allocating" for another user needs admin)."""
         user = requested or self.caller.name
         if user != self.caller.name and not self.caller.is_admin:
-            raise web.HTTPError(403, f"{doing} for another user needs {ADMIN}")
+            raise web.HTTPError(403, f"{doing} for another user needs {ADMIN}: {self.lacks(ADMIN)}")
         return user
 
     @property
@@ -164,7 +164,7 @@ class WorkloadListHandler(WorkloadAccess):
         if not self.caller.is_admin:
             if any(user != self.caller.name for user in users):
                 raise web.HTTPError(
-                    403, "listing other users' workloads needs custom:frachub:admin"
+                    403, f"listing other users' workloads needs {ADMIN}: {self.lacks(ADMIN)}"
                 )
             users = [self.caller.name]
         states = self.list_argument("state")

@@ -136,6 +136,11 @@ class SampleBucket:
     running: int
     pending: int
     cluster_gpus: float
+    peak_allocated_gpus: float
+    """The most GPUs in use at any one sample of the bucket (``allocated_gpus`` is their
+    mean): the peak a chart names is this one, not the largest mean."""
+    samples: int
+    """How many samples the bucket holds, so means over several buckets weigh them right."""
 
 
 class Store:
@@ -339,7 +344,8 @@ class Store:
         """The samples taken within [start, end), summed up per project and ``step``-wide
         bucket by the database (a week of minute samples never becomes Python objects):
         mean GPUs in use and fair share, the largest quota, cluster size and queues, the
-        time of the bucket's last sample. Sorted by project, then time.
+        time of the bucket's last sample, the most GPUs in use at one sample and how many
+        samples it holds. Sorted by project, then time.
 
         It reads in a session of its own, not the scheduler's, so the handler can run it in a
         thread: a week of everyone's samples takes a quarter of a second on SQLite, which the
@@ -356,6 +362,8 @@ class Store:
                 func.max(UsageSampleRecord.running),
                 func.max(UsageSampleRecord.pending),
                 func.max(UsageSampleRecord.cluster_gpus),
+                func.max(UsageSampleRecord.allocated_gpus),
+                func.count(),
             )
             .where(UsageSampleRecord.time >= start, UsageSampleRecord.time < end)
             .group_by(UsageSampleRecord.project, bucket)
@@ -365,6 +373,15 @@ class Store:
             query = query.where(UsageSampleRecord.project.in_(list(projects)))
         with Session(self.engine) as session:
             return [SampleBucket(*row) for row in session.execute(query)]
+
+    def first_sample_time(self) -> float | None:
+        """When the oldest sample kept was taken: since when the service has been recording,
+        what the charts call "recorded since". It moves only when retention deletes old
+        samples. Over every project (a younger project's chart is empty before it was made,
+        which is true): the time index answers that at once, where a project filter read
+        all of the project's rows."""
+        with Session(self.engine) as session:
+            return session.execute(select(func.min(UsageSampleRecord.time))).scalar()
 
 
 # -- retention (its own short transactions, apart from the scheduler's session) -------------
