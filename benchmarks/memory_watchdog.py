@@ -48,8 +48,6 @@ def job(workload_id: int, command: str, replica: ReplicaPlacement, share: Share)
         working_dir="/tmp",
         env={},
         placement=(replica,),
-        gpu_fraction=share.fraction,
-        gpu_memory_mib=share.memory_mib,
     )
 
 

@@ -694,16 +694,8 @@ class GpuSharing(LoggingConfigurable):
             return {}
         inventory = self.inventory()
         gpu = replica.gpus[0]
-        memory = next(
-            (
-                g.memory_mib
-                for g in inventory.gpus
-                if g.node == replica.node and g.index == gpu.index
-            ),
-            0,
-        )
         return mps_env(
-            share_of(replica, memory),
+            inventory.share(replica),
             self._mps.pipe_directory(replica.node, gpu.index),
             inventory.uuid(replica.node, gpu.index),
             self.mps_context_allowance_mib,
