@@ -68,6 +68,8 @@ def workload_json(
         "state": record.state,
         "gpus": record.gpus,
         "gpu_memory_gib": None if record.gpu_memory_mib is None else record.gpu_memory_mib / 1024,
+        "cpu": (record.cpu_milli or 0) / 1000,
+        "memory_gib": (record.memory_mib or 0) / 1024,
         "gpu_model": record.gpu_model,
         "replicas": record.replicas,
         "priority": record.priority,
@@ -184,6 +186,8 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                 "gpu_count": node.gpus,
                 "gpu_memory_gib": node.gpu_memory_mib / 1024,
                 "gpu_model": node.gpu_model,
+                "cpu": None if node.cpu_milli is None else node.cpu_milli / 1000,
+                "memory_gib": None if node.memory_mib is None else node.memory_mib / 1024,
                 "labels": dict(node.labels),
             }
         )

@@ -39,7 +39,7 @@ from scheduler.service import access, requests
 from scheduler.service.handlers import allocations, dryrun, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
-from scheduler.service.persistence.store import SampleBucket, WorkloadPage
+from scheduler.service.persistence.store import SampleBucket, UsageRow, WorkloadPage
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit
@@ -867,7 +867,7 @@ class FakeStore:
         pass
 
     def usage(self, start: float, end: float, now: float, projects: Any, users: Any) -> list:
-        row = types.SimpleNamespace(project="vision", user="alice", gpu_hours=1.2345678)
+        row = UsageRow("vision", "alice", 1.2345678, 2.5, 8.25)
         return [row]
 
     def sample_buckets(self, start: float, end: float, step: float, projects: Any) -> list:
@@ -950,6 +950,7 @@ def call_with_headers(
     settings = {
         "hub_auth": FakeHubAuth(model),
         "scheduling_loop": service_loop(),
+        "resource_defaults": requests.NO_DEFAULTS,
         "directory": None,
         "backend_name": "LocalBackend",
         "metrics": types.SimpleNamespace(render=lambda: "# no metrics yet\n"),

@@ -94,7 +94,15 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         assert sheet.headers["content-type"] == "text/csv; charset=utf-8"
         assert sheet.headers["content-disposition"].startswith('attachment; filename="frachub-')
         rows = list(csv.reader(io.StringIO(sheet.text)))
-        assert rows[0] == ["project", "user", "gpu_hours", "start", "end"]
+        assert rows[0] == [
+            "project",
+            "user",
+            "gpu_hours",
+            "cpu_hours",
+            "memory_gib_hours",
+            "start",
+            "end",
+        ]
         assert [(r[0], r[1]) for r in rows[1:]] == [("vision", name)]
         assert float(rows[1][2]) > 0
         assert sheet.text.endswith("\r\n")

@@ -124,6 +124,10 @@ class UsageRow:
     project: str
     user: str
     gpu_hours: float
+    cpu_hours: float = 0.0
+    """Core-hours held (cores times hours; jobs that asked for no CPU count none)."""
+    memory_gib_hours: float = 0.0
+    """GiB-hours of memory held."""
 
 
 @dataclass(frozen=True)
@@ -276,12 +280,17 @@ class Store:
     # -- usage --------------------------------------------------------------------------
 
     def open_usage(self, workload: WorkloadRecord, gpus: float, start: float) -> None:
+        """An interval from ``start`` on, holding ``gpus`` and the CPU and memory the
+        workload asked for (each replica's, times its replicas)."""
+        replicas = workload.replicas or 1
         self.session.add(
             UsageRecord(
                 workload_id=workload.id,
                 user=workload.user,
                 project=workload.project,
                 gpus=gpus,
+                cpu=(workload.cpu_milli or 0) * replicas / 1000,
+                memory_gib=(workload.memory_mib or 0) * replicas / 1024,
                 start=start,
                 end=None,
             )
@@ -302,7 +311,8 @@ class Store:
         projects: Iterable[str] = (),
         users: Iterable[str] = (),
     ) -> list[UsageRow]:
-        """GPU-hours per (project, user) held within [start, end); open intervals run to now.
+        """GPU-hours (and CPU core-hours and memory GiB-hours) per (project, user) held within
+        [start, end); open intervals run to now.
         Summed by the database: a month of everyone's intervals never becomes Python objects
         (100,000 of them took about a second that way). Like ``sample_buckets`` it reads in
         a session of its own, so the handler can run it in a thread."""
@@ -311,7 +321,13 @@ class Store:
             (UsageRecord.start > start, UsageRecord.start), else_=start
         )
         query = (
-            select(UsageRecord.project, UsageRecord.user, func.sum(UsageRecord.gpus * overlap))
+            select(
+                UsageRecord.project,
+                UsageRecord.user,
+                func.sum(UsageRecord.gpus * overlap),
+                func.sum(UsageRecord.cpu * overlap),
+                func.sum(UsageRecord.memory_gib * overlap),
+            )
             .where(
                 UsageRecord.start < end,
                 or_(UsageRecord.end.is_(None), UsageRecord.end > start),
@@ -326,7 +342,10 @@ class Store:
         if users:
             query = query.where(UsageRecord.user.in_(users))
         with Session(self.engine) as session:
-            return [UsageRow(p, u, held / 3600) for p, u, held in session.execute(query)]
+            return [
+                UsageRow(p, u, held / 3600, (cores or 0) / 3600, (gib or 0) / 3600)
+                for p, u, held, cores, gib in session.execute(query)
+            ]
 
     # -- usage samples (the history charts) -------------------------------------------------
 
