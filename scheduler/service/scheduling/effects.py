@@ -70,6 +70,8 @@ def job_spec(record: WorkloadRecord, nodes: Sequence[Node]) -> JobSpec:
         gpu_memory_mib=memory,
         restart_count=record.restart_count,
         replicas=record.replicas,
+        cpu_milli=record.cpu_milli or 0,
+        memory_mib=record.memory_mib or 0,
     )
 
 
