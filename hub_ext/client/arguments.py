@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 
 from scheduler.common.limits import (
+    MAX_CPU,
     MAX_GPU_MEMORY_GIB,
     MAX_ID,
+    MAX_MEMORY_GIB,
     MAX_NAME_LENGTH,
     MAX_REPLICAS,
     gpu_count_problem,
@@ -109,6 +111,38 @@ def gpu_memory(text: str) -> float:
     return round(value, 6)
 
 
+def cpu_cores(text: str) -> float:
+    """CPU cores per replica, as Run:ai's ``--cpu``: ``2``, ``0.5`` (thousandths at most),
+    or Kubernetes' ``500m``."""
+    milli = text.endswith("m")
+    try:
+        value = float(text[:-1] if milli else text) / (1000 if milli else 1)
+    except ValueError:
+        value = float("nan")
+    if value != value or len(text) > 40:
+        raise argparse.ArgumentTypeError(f"not a number of cores: {text[:40]!r} (2, 0.5, 500m)")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if value > MAX_CPU:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU} cores, got {text}")
+    if abs(value * 1000 - round(value * 1000)) > 1e-6:
+        raise argparse.ArgumentTypeError(f"cores are counted in thousandths, got {text}")
+    return round(value, 3)
+
+
+def memory_size(text: str) -> float:
+    """Memory (RAM) per replica in GiB, as Run:ai's ``--memory``: ``16G``, ``16GiB``,
+    ``512M``, or a bare number of GiB, read by the one size grammar."""
+    value = memory_gib(text, bare="G")
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 16G or 512M)")
+    if value * 1024 < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1M, got {text}")
+    if value > MAX_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB}G, got {text}")
+    return round(value, 6)
+
+
 def gpu_model(text: str) -> str:
     """A GPU model name as the cluster's nodes report it (bounded as the API bounds it)."""
     if not 0 < len(text) <= MAX_NAME_LENGTH:
@@ -178,6 +212,20 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         type=gpu_memory,
         metavar="SIZE",
         help="instead of --gpus: GPU memory per replica, in GiB (20, 20G, 512M)",
+    )
+    parser.add_argument(
+        "--cpu",
+        type=cpu_cores,
+        metavar="CORES",
+        help="CPU cores per replica (2, 0.5, 500m): counted on its node and, where jobs run "
+        "locally, its limit (default: the service's default for training)",
+    )
+    parser.add_argument(
+        "--memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="memory (RAM) per replica (16G, 512M; a bare number is GiB): counted on its node, "
+        "and its hard limit: a job that uses more is killed (default: the service's default)",
     )
     parser.add_argument(
         "--replicas",
