@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 from hubharness import ServiceProcess
-from service_client import service_config, submit, wait_state
+from service_client import service_config, submit, wait_for, wait_state
 
 EXTRA = """
 c.LocalBackend.declared_inventory = [
@@ -108,3 +108,21 @@ def test_usage_counts_cpu_and_memory_hours(make_user, api, service) -> None:
     lines = bob.get("usage.csv").text.splitlines()
     assert lines[0] == "project,user,gpu_hours,cpu_hours,memory_gib_hours,start,end"
     assert lines[1].split(",")[3] == f"{row['cpu_hours']:.6f}"
+
+
+def test_metrics_per_resource(make_user, api, service) -> None:
+    _, token = make_user(groups=["nlp"])
+    carol = api(token)
+    job = submit(carol, command="sleep 30", gpus=0.25, cpu=3, memory_gib=2)
+    wait_state(carol, job["id"], "running")
+    metrics = "../../metrics"
+    held = 'frachub_queue_allocated_cpu_cores{queue="nlp"} 3.0'
+    wait_for(lambda: held in carol.get(metrics).text, 10, "the next cycle's metrics")
+    text = carol.get(metrics).text
+    assert 'frachub_queue_allocated_memory_gib{queue="nlp"} 2.0' in text
+    assert 'frachub_node_cpu_cores{node="local"} 8.0' in text
+    assert 'frachub_node_memory_gib{node="local"} 32.0' in text
+    carol.delete(f"workloads/{job['id']}")
+    wait_state(carol, job["id"], "cancelled")
+    gone = 'frachub_queue_allocated_cpu_cores{queue="nlp"} 0.0'
+    wait_for(lambda: gone in carol.get(metrics).text, 10, "the project's CPU released")

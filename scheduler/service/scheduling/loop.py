@@ -502,7 +502,13 @@ class SchedulingLoop:
         self._note_borrowed(started, now)
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
-        self.metrics.cycle(self._last_cycle_seconds, result, self.roster.counts())
+        self.metrics.cycle(
+            self._last_cycle_seconds,
+            result,
+            self.roster.counts(),
+            held=self.roster.held_resources(),
+            nodes=self.inventory.nodes,
+        )
         self.freezer.settled(busy=self._busy)
         self._busy = False
         self._notify()
