@@ -101,14 +101,7 @@ def gpu_memory(text: str) -> float:
     """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
     ``--gpu-memory 5G`` works as is), read by the one size grammar
     (``scheduler/common/quantities.py``)."""
-    value = memory_gib(text, bare="G")
-    if value is None:
-        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
-    if value * 1024 < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1M, got {text}")
-    if value > MAX_GPU_MEMORY_GIB:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPU_MEMORY_GIB}G, got {text}")
-    return round(value, 6)
+    return _memory_size(text, MAX_GPU_MEMORY_GIB, "20 or 20G")
 
 
 def cpu_cores(text: str) -> float:
@@ -133,13 +126,18 @@ def cpu_cores(text: str) -> float:
 def memory_size(text: str) -> float:
     """Memory (RAM) per replica in GiB, as Run:ai's ``--memory``: ``16G``, ``16GiB``,
     ``512M``, or a bare number of GiB, read by the one size grammar."""
+    return _memory_size(text, MAX_MEMORY_GIB, "16G or 512M")
+
+
+def _memory_size(text: str, maximum: int, example: str) -> float:
+    """A size in GiB by the one size grammar (a bare number is GiB), 1 MiB to ``maximum``."""
     value = memory_gib(text, bare="G")
     if value is None:
-        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 16G or 512M)")
+        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example {example})")
     if value * 1024 < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1M, got {text}")
-    if value > MAX_MEMORY_GIB:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB}G, got {text}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum}G, got {text}")
     return round(value, 6)
 
 

@@ -282,41 +282,35 @@ def oom_kills(confinement: Confinement, name: str) -> int:
     (v2's ``memory.events`` or v1's ``memory.oom_control``, ``oom_kill``; on a v1 kernel
     without that line, whether the limit was ever hit: ``memory.failcnt``). 0 when its
     memory was not limited here, or its group is gone."""
-    if confinement.memory is None:
-        return 0
-    group = os.path.join(confinement.memory, name)
-    events = "memory.events" if confinement.is_v2(confinement.memory) else "memory.oom_control"
-    try:
-        with open(os.path.join(group, events)) as f:
-            text = f.read()
-    except OSError:
-        return 0
-    match = re.search(r"^oom_kill (\d+)$", text, re.MULTILINE)
+    text = _memory_file(confinement, name, "memory.events", "memory.oom_control")
+    match = re.search(r"^oom_kill (\d+)$", text or "", re.MULTILINE)
     if match:
         return int(match.group(1))
-    if confinement.is_v2(confinement.memory):
+    if text is None or confinement.is_v2(confinement.memory):
         return 0
-    try:
-        with open(os.path.join(group, "memory.failcnt")) as f:
-            return 1 if int(f.read().strip() or 0) > 0 else 0
-    except (OSError, ValueError):
-        return 0
+    failed = _memory_file(confinement, name, "", "memory.failcnt") or "0"
+    return 1 if failed.isdigit() and int(failed) > 0 else 0
 
 
 def memory_limit_mib(confinement: Confinement, name: str) -> int:
     """The replica's memory limit in MiB as its group holds it; 0 when unlimited or gone."""
-    if confinement.memory is None:
-        return 0
-    group = os.path.join(confinement.memory, name)
-    limit = "memory.max" if confinement.is_v2(confinement.memory) else "memory.limit_in_bytes"
-    try:
-        with open(os.path.join(group, limit)) as f:
-            text = f.read().strip()
-    except OSError:
-        return 0
+    text = _memory_file(confinement, name, "memory.max", "memory.limit_in_bytes") or ""
     if not text.isdigit() or int(text) >= 2**62:  # "max", or v1's "unlimited" page count
         return 0
     return int(text) // 2**20
+
+
+def _memory_file(confinement: Confinement, name: str, v2: str, v1: str) -> str | None:
+    """A file of the replica's memory group (``v2``'s or ``v1``'s name as the group is),
+    stripped; None when its memory is not limited here or the file cannot be read."""
+    if confinement.memory is None:
+        return None
+    file = v2 if confinement.is_v2(confinement.memory) else v1
+    try:
+        with open(os.path.join(confinement.memory, name, file)) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def members(confinement: Confinement, name: str, token: str) -> list[int]:

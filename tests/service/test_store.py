@@ -211,20 +211,25 @@ def test_a_0007_database_gains_the_list_indexes_and_keeps_every_row(url) -> None
     assert len(sql(url, "SELECT id FROM workloads")) == 301
 
 
+def _filled_at(url: str, revision: str, count: int = 30) -> dict[str, list[tuple]]:
+    """A database at ``revision`` holding ``_rows(count)``; its dump."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), revision)
+        for table, rows in _rows(count).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):  # ids given explicitly: move the sequence past them
+        sql(url, f"SELECT setval('workloads_id_seq', {count})")
+    return _dump(url)
+
+
 def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None:
     """0009 adds each workload's idempotency key and body digest, unique per user: the rows
     from before have none (and many NULL keys never collide), a key finds its workload, the
     same key is refused for a second workload of the same user but not of another, and a
     downgrade takes the columns away again."""
-    engine = create_engine(engine_url(url))
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0008")
-        for table, rows in _rows(30).items():
-            connection.execute(insert(table), rows)
-    engine.dispose()
-    if url.startswith("postgresql"):
-        sql(url, "SELECT setval('workloads_id_seq', 30)")
-    before = _dump(url)
+    before = _filled_at(url, "0008")
 
     store = open_store(url)
     assert sql(url, "SELECT version_num FROM alembic_version") == [(HEAD,)]
@@ -264,15 +269,7 @@ def test_a_0009_database_gains_cpu_and_memory_and_keeps_every_row(url) -> None:
     """0011 adds each workload's CPU (thousandths of a core) and memory (MiB) per replica,
     and each usage interval's cores and GiB: the rows from before asked for none (0), read
     back as asking for none, count no CPU-hours; a downgrade takes the columns away."""
-    engine = create_engine(engine_url(url))
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0009")
-        for table, rows in _rows(30).items():
-            connection.execute(insert(table), rows)
-    engine.dispose()
-    if url.startswith("postgresql"):
-        sql(url, "SELECT setval('workloads_id_seq', 30)")
-    before = _dump(url)
+    before = _filled_at(url, "0009")
 
     store = open_store(url)
     after = _dump(url)
