@@ -42,6 +42,8 @@ def point(bucket: SampleBucket) -> dict:
         "running": bucket.running,
         "pending": bucket.pending,
         "cluster_gpus": bucket.cluster_gpus,
+        "allocated_cpu": round(bucket.allocated_cpu or 0.0, 3),
+        "allocated_memory_gib": round(bucket.allocated_memory_gib or 0.0, 3),
     }
 
 

@@ -305,6 +305,10 @@ class UsageSampleRecord(Base):
     pending: Mapped[int] = mapped_column(Integer)
     cluster_gpus: Mapped[float] = mapped_column(Float)
     """The GPUs the cluster had at that moment (the same on every row of one sample)."""
+    allocated_cpu: Mapped[float] = mapped_column(Float, server_default="0")
+    """CPU cores the project's work holding GPUs asked for (migration 0011)."""
+    allocated_memory_gib: Mapped[float] = mapped_column(Float, server_default="0")
+    """Memory (GiB) the project's work holding GPUs asked for."""
 
 
 def placement_to_json(placement: Placement) -> list:

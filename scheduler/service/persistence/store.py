@@ -140,6 +140,9 @@ class SampleBucket:
     running: int
     pending: int
     cluster_gpus: float
+    allocated_cpu: float = 0.0
+    """Mean CPU cores asked for by the work holding GPUs."""
+    allocated_memory_gib: float = 0.0
 
 
 class Store:
@@ -358,7 +361,8 @@ class Store:
         """The samples taken within [start, end), summed up per project and ``step``-wide
         bucket by the database (a week of minute samples never becomes Python objects):
         mean GPUs in use and fair share, the largest quota, cluster size and queues, the
-        time of the bucket's last sample. Sorted by project, then time.
+        time of the bucket's last sample, mean CPU and memory asked for. Sorted by project,
+        then time.
 
         It reads in a session of its own, not the scheduler's, so the handler can run it in a
         thread: a week of everyone's samples takes a quarter of a second on SQLite, which the
@@ -375,6 +379,8 @@ class Store:
                 func.max(UsageSampleRecord.running),
                 func.max(UsageSampleRecord.pending),
                 func.max(UsageSampleRecord.cluster_gpus),
+                func.avg(UsageSampleRecord.allocated_cpu),
+                func.avg(UsageSampleRecord.allocated_memory_gib),
             )
             .where(UsageSampleRecord.time >= start, UsageSampleRecord.time < end)
             .group_by(UsageSampleRecord.project, bucket)
