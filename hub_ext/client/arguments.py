@@ -35,11 +35,14 @@ MAX_LISTED = 1_000_000  # `jobs --limit` at most
 
 def gpu_count(text: str) -> float:
     """GPUs per replica, by the API's own rule (``scheduler/common/limits.py``): a fraction
-    in (0, 1] or a whole number, so ``--gpus 1.5`` is refused here, before anything is sent."""
+    in (0, 1] or a whole number, so ``--gpus 1.5`` is refused here, before anything is sent;
+    0 is a CPU-only job (the service refuses it without CPU or memory)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value == 0:
+        return 0.0  # a CPU-only job, with --cpu or --memory (the service checks)
     problem = gpu_count_problem(int(value) if value.is_integer() else value)  # "got 0", not 0.0
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
@@ -203,7 +206,8 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         "--gpus",
         type=gpu_count,
         metavar="N",
-        help="GPUs per replica: a fraction (0.25, 0.5) or a whole number",
+        help="GPUs per replica: a fraction (0.25, 0.5) or a whole number; 0 with --cpu or "
+        "--memory: a CPU-only job",
     )
     size.add_argument(
         "--gpu-memory",

@@ -298,7 +298,8 @@ def parse_submission(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) ->
         raise InvalidSpec("working_dir", "must be a directory path")
     if working_dir is not None:
         _sized(working_dir, "working_dir", MAX_PATH)
-    gpus, memory_mib = gpus_field(body, "")
+    cpu_only = body.get("gpus") == 0 and not isinstance(body.get("gpus"), bool)
+    gpus, memory_mib = (0.0, None) if cpu_only else gpus_field(body, "")
     preemptible = _bool(body, "preemptible", DEFAULT_PREEMPTIBLE[kind])
     priority = priority_field(body, "priority", "", default_priority(kind, preemptible))
     replicas = integer_field(body, "replicas", "", 1, 1, MAX_REPLICAS)
@@ -319,6 +320,10 @@ def parse_submission(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) ->
         body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
     )
     cpu_milli, ram_mib = defaults.resources(body, "", kind)
+    if cpu_only and (body.get("gpu_memory_gib") is not None or not (cpu_milli or ram_mib)):
+        raise InvalidSpec(
+            "gpus", "0 (a CPU-only job) needs cpu or memory_gib, and no gpu_memory_gib"
+        )
     request = Request(
         gpus,
         memory_mib,
