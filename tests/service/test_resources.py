@@ -126,3 +126,18 @@ def test_metrics_per_resource(make_user, api, service) -> None:
     wait_state(carol, job["id"], "cancelled")
     gone = 'frachub_queue_allocated_cpu_cores{queue="nlp"} 0.0'
     wait_for(lambda: gone in carol.get(metrics).text, 10, "the project's CPU released")
+
+
+def test_a_cpu_only_job_runs_with_no_gpu(alice) -> None:
+    job = submit(alice, command='echo "gpus=[$CUDA_VISIBLE_DEVICES]"', gpus=0, cpu=1)
+    assert (job["gpus"], job["cpu"]) == (0.0, 1.0)
+    done = wait_state(alice, job["id"], "succeeded", "failed", timeout=30)
+    assert done["state"] == "succeeded", done
+    assert [replica["gpus"] for replica in done["placement"]] == [[]]
+    assert "gpus=[]" in alice.get(f"workloads/{job['id']}/logs").text
+    body = {"command": "true", "gpus": 0, "cpu": 0, "memory_gib": 0}  # the defaults named away
+    refused = alice.post("workloads", json=body)
+    assert refused.status_code == 400
+    assert refused.json()["message"] == (
+        "gpus: 0 (a CPU-only job) needs cpu or memory_gib, and no gpu_memory_gib"
+    )
