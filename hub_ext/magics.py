@@ -101,7 +101,8 @@ DESCRIPTION = """Training from a notebook, as this notebook's user.
   %frachub quota
   %frachub help [COMMAND]     (or %frachub --help, %frachub COMMAND --help)
 
---gpu-memory 20 (GiB) may replace --gpus. Ctrl-C (interrupt the kernel) stops --follow; the
+--gpu-memory 20 (GiB) may replace --gpus; --cpu 4 and --memory 16G ask for CPU cores and
+memory (RAM) per replica. Ctrl-C (interrupt the kernel) stops --follow; the
 job goes on."""
 
 

@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.common.limits import (
+    MAX_CPU,
     MAX_GPU_MEMORY_GIB,
     MAX_GPU_MODELS,
     MAX_ID,
+    MAX_MEMORY_GIB,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     MAX_QUOTA_GPUS,
@@ -216,6 +218,34 @@ def gpus_field(entry: Mapping, where: str) -> tuple[float, int | None]:
     if problem is not None:
         raise InvalidSpec(field_path(where, "gpus"), problem)
     return float(value), None
+
+
+def cpu_field(entry: Mapping, where: str, default: int = 0) -> int:
+    """``cpu``: CPU cores one replica asks for (``1.5``), in thousandths of a core as the
+    engine counts them; absent: ``default`` (thousandths). 0 asks for none: not counted on
+    the node, not limited."""
+    cores = number_field(entry, "cpu", where, None, optional=True, maximum=MAX_CPU)
+    if cores is None:
+        return default
+    if abs(cores * 1000 - round(cores * 1000)) > 1e-6:
+        raise InvalidSpec(
+            field_path(where, "cpu"), f"cores are counted in thousandths, got {cores!r}"
+        )
+    return round(cores * 1000)
+
+
+def memory_field(entry: Mapping, where: str, default: int = 0) -> int:
+    """``memory_gib``: memory (RAM) one replica asks for, in GiB (``16``, ``0.5``), as MiB;
+    absent: ``default`` (MiB). 0 asks for none: not counted on the node, not limited."""
+    gib = number_field(entry, "memory_gib", where, None, optional=True, maximum=MAX_MEMORY_GIB)
+    if gib is None:
+        return default
+    if 0 < gib * 1024 < 1:
+        raise InvalidSpec(
+            field_path(where, "memory_gib"),
+            f"must be 0 or at least 1 MiB (1/1024 GiB), got {gib!r}",
+        )
+    return round(gib * 1024)
 
 
 def gpu_model_field(entry: Mapping, where: str) -> frozenset[str]:

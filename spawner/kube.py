@@ -119,6 +119,19 @@ class FracKubeSpawner(FracSpawnerMixin, KubeSpawner):
             self.log.debug("Applying KubeSpawner override for profile %r", selection.profile.slug)
         for overrides in selection.overrides:
             self._apply_overrides(copy.deepcopy(dict(overrides)))
+        self._frachub_default_resources()
+
+    def _frachub_default_resources(self) -> None:
+        """Where neither the profile nor this spawner's config sets the server's CPU or
+        memory but its allocation was given some (the service's default for notebooks), the
+        pod requests it (memory also as its limit, as a job's pod): what the scheduler
+        counted is what the pod asks the cluster for. What is set stays as KubeSpawner's."""
+        allocation = self.allocation or {}
+        if allocation.get("cpu") and self.cpu_guarantee is None and self.cpu_limit is None:
+            self.cpu_guarantee = float(allocation["cpu"])
+        if allocation.get("memory_gib") and self.mem_guarantee is None and self.mem_limit is None:
+            memory = round(allocation["memory_gib"] * 2**30)
+            self.mem_guarantee = self.mem_limit = memory
 
     def _frachub_replica(self) -> ReplicaPlacement | None:
         if (

@@ -19,7 +19,10 @@ and says in the log which it skipped.
 Each server runs in a control group of its own where the hub can make one, as the local
 backend's jobs do (``scheduler/backends/confinement.py``): the server starts only once it is
 inside, and when it has stopped (or died), whatever it left (kernels, terminals' daemons) is
-killed before its GPU share is released. GPU device nodes are not denied to servers.
+killed before its GPU share is released. GPU device nodes are not denied to servers. Its
+CPU and memory are limited there as a job's are: to the ``cpu_limit``/``mem_limit`` its
+profile (or this spawner's config) sets, else to its guarantees, else to what its allocation
+was given (the service's default for notebooks).
 """
 
 from __future__ import annotations
@@ -105,6 +108,11 @@ class ConfinedProcessSpawner(LocalProcessSpawner):
             self.log.info("Notebook servers are confined by %s", chosen.describe())
         return chosen
 
+    def frachub_limits(self) -> cg.Limits:
+        """The CPU and memory the server's group holds (none here; FracLocalSpawner's are its
+        profile's)."""
+        return cg.Limits()
+
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env[cg.ATTEMPT_VARIABLE] = self.frachub_group  # the session mode's sweep finds it
@@ -113,7 +121,7 @@ class ConfinedProcessSpawner(LocalProcessSpawner):
     async def start(self) -> Any:
         confined = self.frachub_confined()
         await self.frachub_kill_group(confined)  # what a server that died before left
-        cg.prepare(confined, self.frachub_group, ())
+        cg.prepare(confined, self.frachub_group, (), self.frachub_limits())
         shell_cmd, popen_kwargs = self.shell_cmd, self.popen_kwargs
         if not shell_cmd:  # a configured shell_cmd runs as configured, confined once started
             self.shell_cmd = ["/bin/sh", "-c", GATE]
@@ -199,6 +207,12 @@ class FracLocalSpawner(FracSpawnerMixin, ConfinedProcessSpawner):
     @property
     def hub_only_users(self) -> bool:
         return bool(self.home_dir_template)
+
+    def frachub_limits(self) -> cg.Limits:
+        """The server's ``cpu_limit``/``mem_limit`` (else its guarantees, else what its
+        allocation was given), as its control group's limits: a notebook past its memory is
+        killed by the kernel, as a job is."""
+        return cg.Limits(*self.frachub_resources().enforced)
 
     def frachub_apply_profile(self, selection: Selection) -> None:
         if selection.profile is None:

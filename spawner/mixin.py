@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -50,15 +51,18 @@ from spawner.offers import (
     verdicts_by_choice,
 )
 from spawner.profiles import (
+    RESOURCE_TRAITS,
     InvalidOption,
     KubeProfiles,
     Profile,
+    Resources,
     Selection,
     UnknownChoice,
     WrongType,
     evaluate,
     parse_profiles,
     resolve,
+    resources_of,
 )
 
 RELEASE_RETRY_SECONDS = 600.0
@@ -379,6 +383,26 @@ class FracSpawnerMixin(Configurable):
         """Apply the selection's ``kubespawner_override`` dicts (``selection.overrides``);
         each spawner knows its own traits and when KubeSpawner would apply them."""
 
+    def frachub_resources(self, selection: Selection | None = None) -> Resources:
+        """The server's CPU and memory: the spawner's own ``cpu_guarantee``, ``mem_limit``,
+        ... with the selection's overrides applied (as KubeSpawner will apply them); where
+        neither sets one, what the allocation was given (the service's default for
+        notebooks), as a guarantee."""
+        selection = selection or self.frachub_selected
+        overrides = selection.overrides if selection is not None else ()
+        values = {key: getattr(self, key, None) for key in RESOURCE_TRAITS}
+        try:
+            found = resources_of(values, overrides, spawner=self)
+        except InvalidOption as error:
+            raise SpawnException(400, error.message) from None
+        allocation = self.allocation or {}
+        if found.cpu is None and allocation.get("cpu"):
+            found = dataclasses.replace(found, cpu_guarantee=round(allocation["cpu"] * 1000))
+        if found.memory is None and allocation.get("memory_gib"):
+            memory = round(allocation["memory_gib"] * 1024)
+            found = dataclasses.replace(found, mem_guarantee=memory)
+        return found
+
     async def _frachub_acquire(self, selection: Selection) -> None:
         assert selection.gpu is not None and selection.profile is not None
         body: dict[str, Any] = {
@@ -386,6 +410,7 @@ class FracSpawnerMixin(Configurable):
             "server_name": self.name,  # type: ignore[attr-defined]
             "preemptible": selection.profile.preemptible,
             **selection.gpu.request,
+            **self.frachub_resources(selection).request,
         }
         if selection.project:
             body["project"] = selection.project
@@ -419,6 +444,9 @@ class FracSpawnerMixin(Configurable):
             same = (
                 allocation.get("gpus") == body.get("gpus")
                 and allocation.get("gpu_memory_gib") == body.get("gpu_memory_gib")
+                and all(
+                    allocation.get(key) == body[key] for key in ("cpu", "memory_gib") if key in body
+                )
                 and body.get("project") in (None, allocation["project"])
             )
             if same:

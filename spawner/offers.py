@@ -101,7 +101,13 @@ def dry_run_body(
             continue
         for choice in profile.gpu_choices:
             keys.append((profile.slug, choice.key))
-            requests.append({**choice.request, "preemptible": profile.preemptible})
+            requests.append(
+                {
+                    **choice.request,
+                    **profile.resources.request,
+                    "preemptible": profile.preemptible,
+                }
+            )
     return {"user": user, "project": project, "requests": requests}, keys
 
 

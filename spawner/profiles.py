@@ -14,7 +14,12 @@ profile, ``frachub``::
          "idle_timeout_seconds": 3600,                # stop the server when idle this long
      }}
 
-A profile without ``gpu_choices`` holds no GPU. Wherever FracHub adds no meaning, KubeSpawner's
+A profile without ``gpu_choices`` holds no GPU. CPU and memory are KubeSpawner's own traits,
+as z2jh admins already write them in ``kubespawner_override`` (a profile's, or a profile
+option's choice's): ``cpu_guarantee``/``mem_guarantee`` (what the notebook asks FracHub for,
+and the pod's requests) and ``cpu_limit``/``mem_limit`` (its limits; asked for when no
+guarantee is given, as Kubernetes takes a lone limit as the request); ``resources_of`` reads
+them. Wherever FracHub adds no meaning, KubeSpawner's
 own code decides, called here rather than copied (``KubeProfiles``): a profile's slug, the
 defaults it fills in, the order of a dict's profiles, which overrides a choice applies and
 how form fields become ``user_options``. Everything here is pure: the spawner passes the
@@ -36,8 +41,8 @@ from typing import Any
 from jupyterhub.utils import maybe_future
 from kubespawner.spawner import KubeSpawner
 
-from scheduler.common.limits import gpu_count_problem
-from scheduler.common.quantities import gpus, memory_gib
+from scheduler.common.limits import MAX_CPU, MAX_MEMORY_GIB, gpu_count_problem
+from scheduler.common.quantities import byte_spec_mib, cores, gpus, memory_gib, memory_words
 
 PROFILE_KEYS = frozenset(
     {
@@ -110,6 +115,106 @@ class GpuChoice:
         return {"gpus": self.gpus}
 
 
+RESOURCE_TRAITS = ("cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_limit")
+"""KubeSpawner's (and JupyterHub's ``Spawner``'s) traits for a server's CPU and memory."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A server's CPU (thousandths of a core) and memory (MiB), as guaranteed and as
+    limited; None where not set."""
+
+    cpu_guarantee: int | None = None
+    cpu_limit: int | None = None
+    mem_guarantee: int | None = None
+    mem_limit: int | None = None
+
+    @property
+    def cpu(self) -> int | None:
+        """What the notebook asks for: the guarantee, else the limit (Kubernetes' rule)."""
+        return self.cpu_guarantee if self.cpu_guarantee is not None else self.cpu_limit
+
+    @property
+    def memory(self) -> int | None:
+        return self.mem_guarantee if self.mem_guarantee is not None else self.mem_limit
+
+    @property
+    def request(self) -> dict[str, float]:
+        """The allocation request's ``cpu`` and ``memory_gib`` (only those set)."""
+        body: dict[str, float] = {}
+        if self.cpu is not None:
+            body["cpu"] = self.cpu / 1000
+        if self.memory is not None:
+            body["memory_gib"] = self.memory / 1024
+        return body
+
+    @property
+    def enforced(self) -> tuple[int, int]:
+        """What the local spawner's control group holds (thousandths, MiB; 0: no limit):
+        the limit, else the guarantee (the notebook must not use what others were
+        promised)."""
+        cpu = self.cpu_limit if self.cpu_limit is not None else self.cpu_guarantee
+        memory = self.mem_limit if self.mem_limit is not None else self.mem_guarantee
+        return cpu or 0, memory or 0
+
+    @property
+    def summary(self) -> str:
+        """For the spawn form: "2 CPUs (up to 4), 8 GiB of memory (up to 16 GiB)"."""
+        parts = []
+        for asked, limit, words in (
+            (self.cpu, self.cpu_limit, cores),
+            (self.memory, self.mem_limit, memory_words),
+        ):
+            if asked is None:
+                continue
+            text = words(asked) + (" of memory" if words is memory_words else "")
+            if limit is not None and limit != asked:
+                text += f" (up to {words(limit)})"
+            parts.append(text)
+        return ", ".join(parts)
+
+
+def resources_of(
+    values: Mapping[str, Any],
+    overrides: Sequence[Mapping[str, Any]] = (),
+    spawner: Any = None,
+    where: str = "kubespawner_override",
+) -> Resources:
+    """The CPU and memory ``values`` (a spawner's traits) give, with ``overrides`` applied
+    in order as KubeSpawner applies them (``None`` unsets, a callable is called with
+    ``spawner``). A value that is not CPU or memory raises InvalidOption naming it."""
+    merged = {key: values.get(key) for key in RESOURCE_TRAITS}
+    for override in overrides:
+        for key in RESOURCE_TRAITS:
+            if key in override:
+                value = override[key]
+                if callable(value):
+                    if spawner is None:  # a form's summary: known only at spawn time
+                        continue
+                    value = value(spawner)
+                merged[key] = value
+    parsed: dict[str, int | None] = {}
+    for key, value in merged.items():
+        if value is None:
+            parsed[key] = None
+        elif key.startswith("cpu"):
+            number = not isinstance(value, bool) and isinstance(value, int | float)
+            if not number or not 0 < value <= MAX_CPU:
+                raise InvalidOption(
+                    f"{where}.{key}", f"must be cores above 0, at most {MAX_CPU}, got {value!r}"
+                )
+            parsed[key] = round(value * 1000)
+        else:
+            mib = byte_spec_mib(value)
+            if mib is None or not 0 < mib <= MAX_MEMORY_GIB * 1024:
+                raise InvalidOption(
+                    f"{where}.{key}",
+                    f"must be memory such as '8G' or '512M' (a number is bytes), got {value!r}",
+                )
+            parsed[key] = mib
+    return Resources(**parsed)
+
+
 @dataclass(frozen=True)
 class Profile:
     slug: str
@@ -122,6 +227,9 @@ class Profile:
     preemptible: bool
     idle_timeout_seconds: float | None
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    resources: Resources = Resources()
+    """The CPU and memory its own ``kubespawner_override`` sets (a chosen option may change
+    them; the spawner reads the final values with ``resources_of``)."""
 
     def allows(self, groups: Iterable[str]) -> bool:
         return self.allowed_groups is None or bool(self.allowed_groups & set(groups))
@@ -292,6 +400,10 @@ def parse_profiles(
                 preemptible=bool(extra.get("preemptible", False)),
                 idle_timeout_seconds=None if idle is None else float(idle),
                 raw=raw,
+                resources=resources_of(
+                    raw.get("kubespawner_override") or {},
+                    where=f"{where}.kubespawner_override",
+                ),
             )
         )
     first: dict[str, str] = {}

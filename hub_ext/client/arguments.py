@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 
 from scheduler.common.limits import (
+    MAX_CPU,
     MAX_GPU_MEMORY_GIB,
     MAX_ID,
+    MAX_MEMORY_GIB,
     MAX_NAME_LENGTH,
     MAX_REPLICAS,
     gpu_count_problem,
@@ -33,11 +35,14 @@ MAX_LISTED = 1_000_000  # `jobs --limit` at most
 
 def gpu_count(text: str) -> float:
     """GPUs per replica, by the API's own rule (``scheduler/common/limits.py``): a fraction
-    in (0, 1] or a whole number, so ``--gpus 1.5`` is refused here, before anything is sent."""
+    in (0, 1] or a whole number, so ``--gpus 1.5`` is refused here, before anything is sent;
+    0 is a CPU-only job (the service refuses it without CPU or memory)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value == 0:
+        return 0.0  # a CPU-only job, with --cpu or --memory (the service checks)
     problem = gpu_count_problem(int(value) if value.is_integer() else value)  # "got 0", not 0.0
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
@@ -99,13 +104,43 @@ def gpu_memory(text: str) -> float:
     """GPU memory in GiB: ``20`` (GiB), ``20G``/``20GiB``, or ``512M``/``512MiB`` (Run:ai's
     ``--gpu-memory 5G`` works as is), read by the one size grammar
     (``scheduler/common/quantities.py``)."""
+    return _memory_size(text, MAX_GPU_MEMORY_GIB, "20 or 20G")
+
+
+def cpu_cores(text: str) -> float:
+    """CPU cores per replica, as Run:ai's ``--cpu``: ``2``, ``0.5`` (thousandths at most),
+    or Kubernetes' ``500m``."""
+    milli = text.endswith("m")
+    try:
+        value = float(text[:-1] if milli else text) / (1000 if milli else 1)
+    except ValueError:
+        value = float("nan")
+    if value != value or len(text) > 40:
+        raise argparse.ArgumentTypeError(f"not a number of cores: {text[:40]!r} (2, 0.5, 500m)")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    if value > MAX_CPU:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU} cores, got {text}")
+    if abs(value * 1000 - round(value * 1000)) > 1e-6:
+        raise argparse.ArgumentTypeError(f"cores are counted in thousandths, got {text}")
+    return round(value, 3)
+
+
+def memory_size(text: str) -> float:
+    """Memory (RAM) per replica in GiB, as Run:ai's ``--memory``: ``16G``, ``16GiB``,
+    ``512M``, or a bare number of GiB, read by the one size grammar."""
+    return _memory_size(text, MAX_MEMORY_GIB, "16G or 512M")
+
+
+def _memory_size(text: str, maximum: int, example: str) -> float:
+    """A size in GiB by the one size grammar (a bare number is GiB), 1 MiB to ``maximum``."""
     value = memory_gib(text, bare="G")
     if value is None:
-        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example 20 or 20G)")
+        raise argparse.ArgumentTypeError(f"not a memory size: {text!r} (for example {example})")
     if value * 1024 < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1M, got {text}")
-    if value > MAX_GPU_MEMORY_GIB:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_GPU_MEMORY_GIB}G, got {text}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum}G, got {text}")
     return round(value, 6)
 
 
@@ -171,13 +206,28 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         "--gpus",
         type=gpu_count,
         metavar="N",
-        help="GPUs per replica: a fraction (0.25, 0.5) or a whole number",
+        help="GPUs per replica: a fraction (0.25, 0.5) or a whole number; 0 with --cpu or "
+        "--memory: a CPU-only job",
     )
     size.add_argument(
         "--gpu-memory",
         type=gpu_memory,
         metavar="SIZE",
         help="instead of --gpus: GPU memory per replica, in GiB (20, 20G, 512M)",
+    )
+    parser.add_argument(
+        "--cpu",
+        type=cpu_cores,
+        metavar="CORES",
+        help="CPU cores per replica (2, 0.5, 500m): counted on its node and, where jobs run "
+        "locally, its limit (default: the service's default for training)",
+    )
+    parser.add_argument(
+        "--memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="memory (RAM) per replica (16G, 512M; a bare number is GiB): counted on its node, "
+        "and its hard limit: a job that uses more is killed (default: the service's default)",
     )
     parser.add_argument(
         "--replicas",

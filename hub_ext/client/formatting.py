@@ -10,6 +10,7 @@ from typing import Any
 
 from scheduler.common.placement import describe_placement, placement_from_api
 from scheduler.common.quantities import gpus as gpus_in_words
+from scheduler.common.quantities import plural
 from scheduler.common.states import (
     FINAL_STATES,
     HOLDING_STATES,
@@ -57,6 +58,36 @@ def format_gpus(workload: Mapping[str, Any], *, words: bool = False) -> str:
     if replicas == 1:
         return each
     return f"{each} x {replicas} replicas (a gang)" if words else f"{replicas}x{each}"
+
+
+def asks_resources(workload: Mapping[str, Any]) -> bool:
+    """Whether a workload asked for CPU or memory (a service from before sends neither)."""
+    return bool(workload.get("cpu") or workload.get("memory_gib"))
+
+
+def format_resources(workload: Mapping[str, Any], *, words: bool = False) -> str:
+    """The CPU and memory (RAM) each replica asked for: ``1.5/16G`` (``-`` for none), in
+    ``words``: ``1.5 CPUs and 16 GiB of memory per replica`` (``none asked``)."""
+    cpu, memory = workload.get("cpu") or 0, workload.get("memory_gib") or 0
+    if not words:
+        if not cpu and not memory:
+            return "-"
+        return f"{format_number(cpu) if cpu else '-'}/{_size(memory) if memory else '-'}"
+    parts = []
+    if cpu:
+        parts.append(plural(cpu, "CPU"))
+    if memory:
+        parts.append(f"{_size(memory, ' ')}B of memory")
+    if not parts:
+        return "none asked (not counted, not limited)"
+    return " and ".join(parts) + " per replica"
+
+
+def _size(gib: float, space: str = "") -> str:
+    """GiB as ``16G`` or ``512M`` (``16 Gi``/``512 Mi`` with a ``space``, then + "B")."""
+    if gib >= 1:
+        return f"{format_number(gib)}{space}G" + ("i" if space else "")
+    return f"{round(gib * 1024)}{space}M" + ("i" if space else "")
 
 
 def format_state(workload: Mapping[str, Any]) -> str:

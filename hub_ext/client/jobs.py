@@ -82,6 +82,8 @@ def submission(
         or None,
         "working_dir": working_dir,
         **({"gpu_model": args.gpu_model} if args.gpu_model else {}),
+        **({"cpu": args.cpu} if args.cpu is not None else {}),
+        **({"memory_gib": args.memory} if args.memory is not None else {}),
         **(
             {"checkpoint_interval_seconds": args.checkpoint_interval}
             if args.checkpoint_interval

@@ -20,10 +20,12 @@ from typing import Any
 from hub_ext.client.api import Quota
 from hub_ext.client.formatting import (
     age_seconds,
+    asks_resources,
     format_command,
     format_gpus,
     format_number,
     format_placement,
+    format_resources,
     format_state,
     format_time,
     held_gpus,
@@ -197,12 +199,15 @@ def jobs_table(
     """The ``jobs`` listing; a USER column appears when the rows are not all one user's (an
     admin's view)."""
     show_user = len({w["user"] for w in workloads}) > 1
+    show_resources = any(asks_resources(w) for w in workloads)
     columns = ("ID", "NAME", *(("USER",) if show_user else ()), "PROJECT", "KIND", "STATE")
-    columns += ("GPUS", "NODE", "AGE", "RUNTIME", "INFO")
+    columns += ("GPUS", *(("CPU/MEM",) if show_resources else ()), "NODE", "AGE", "RUNTIME")
+    columns += ("INFO",)
     rows = []
     for w in workloads:
         row = (str(w["id"]), w["name"], *((w["user"],) if show_user else ()), w["project"])
-        row += (w["kind"], format_state(w), format_gpus(w), format_placement(w))
+        row += (w["kind"], format_state(w), format_gpus(w))
+        row += (*((format_resources(w),) if show_resources else ()), format_placement(w))
         row += (
             format_duration(age_seconds(w, now)),
             format_duration(runtime_seconds(w, now)),
@@ -235,6 +240,8 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
         ),
         ("GPUs", format_gpus(w, words=True)),
     ]
+    if asks_resources(w):
+        fields.append(("CPU, memory", format_resources(w, words=True)))
     if "command" in w:
         fields.append(("Command", format_command(w.get("command"))))
         fields.append(("Working dir", w.get("working_dir") or "(home directory)"))

@@ -86,6 +86,11 @@ class JobSpec:
     """Milestone lines decided with this start ("borrowed: ..."): a backend that keeps the
     job's log writes them after its header, before the command's first line, so that no
     later milestone (a preemption while the launch was under way) can come before them."""
+    cpu_milli: int = 0
+    """CPU each replica asked for, in thousandths of a core (0: none): its limit where the
+    backend enforces one (the local backend's control group, a pod's requests and limits)."""
+    memory_mib: int = 0
+    """Memory (RAM) each replica asked for, in MiB (0: none): its hard limit, as cpu_milli."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     credentials: Mapping[str, str] = field(default_factory=dict)
     """Variables that let the job reach the service as itself (``FRACHUB_URL`` and the job's

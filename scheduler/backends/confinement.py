@@ -24,6 +24,19 @@ Modes (``LocalBackend.confinement``; ``auto`` takes the first that works and log
   orphans too, but not a process that replaced its environment (``env -i``, ``execve`` with
   a new one), nor, for a service that is not root, another account's processes.
 
+CPU and memory: a replica that asked for CPU cores gets them as its group's limit
+(``cpu.max`` on v2, ``cpu.cfs_quota_us`` on v1: the cores it asked for, no more, so the
+cores the scheduler counted as free are); one that asked for memory gets it as its hard limit
+(``memory.max``, or v1's ``memory.limit_in_bytes``, with swap held to the same so the job
+cannot page its way past it): memory cannot be taken back from a process once given, so
+what was counted is what it may use, and the kernel kills a process that needs more. The
+backend reads that kill back (``oom_kills``: v2's ``memory.events``, v1's
+``memory.oom_control``) and says it in words. The controllers live where the host has them:
+in the v2 groups themselves when the v2 mount offers ``memory``/``cpu`` (enabled down the
+service's directories), else in the v1 ``memory`` and ``cpu`` hierarchies beside the
+tracking one (hybrid hosts); in ``session`` mode nothing limits them, and ``describe`` says
+so.
+
 GPUs: where a cgroup v1 ``devices`` hierarchy is mounted (v1 and hybrid hosts), each
 replica's group there denies the NVIDIA GPUs (character devices of major 195) that are not
 its share, so a job that ignores ``CUDA_VISIBLE_DEVICES`` cannot open them. Best effort:
@@ -69,19 +82,33 @@ class Confinement:
     mode: str
     root: str | None = None
     devices: str | None = None
+    memory: str | None = None
+    """Where the replicas' memory limits are set: ``root`` itself (v2 with the memory
+    controller), a v1 memory hierarchy's directory, or None (not limited)."""
+    cpu: str | None = None
+    """Where their CPU limits are set, as ``memory``."""
 
     def describe(self) -> str:
         if self.root is None:
             return (
                 "process groups plus a sweep of /proc for each attempt's FRACHUB_ATTEMPT "
-                "(no control group can be made here)"
+                "(no control group can be made here; CPU and memory requests are counted "
+                "but not enforced)"
             )
         devices = (
             f"; other GPUs denied through the v1 devices controller ({self.devices})"
             if self.devices
             else "; GPUs are not denied by a devices controller"
         )
-        return f"{self.mode} control groups under {self.root}{devices}"
+        limits = "; ".join(
+            f"{what} limited in {where}" if where else f"{what} not limited (no controller)"
+            for what, where in (("memory", self.memory), ("CPU", self.cpu))
+        )
+        return f"{self.mode} control groups under {self.root}{devices}; {limits}"
+
+    def is_v2(self, base: str | None) -> bool:
+        """Whether ``base`` (one of the roots) holds v2 groups: the tracking root in v2 mode."""
+        return base is not None and base == self.root and self.mode == "cgroup2"
 
 
 def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> Mounts:
@@ -121,16 +148,33 @@ def choose(wanted: str, scope: str, mounts: Mounts | None = None) -> tuple[Confi
     if wanted in ("auto", "cgroup2"):
         root = _usable(mounts.v2, scope)
         if root is not None:
-            return Confinement("cgroup2", root, devices), ""
+            assert mounts.v2 is not None
+            offered = _v2_controllers(mounts.v2)
+            memory, cpu = (
+                root if name in offered else _usable(mounts.v1.get(name), scope)
+                for name in ("memory", "cpu")
+            )
+            return Confinement("cgroup2", root, devices, memory, cpu), ""
         tried.append("no writable cgroup v2 mount")
     if wanted in ("auto", "cgroup1"):
         for controller in V1_TRACKING:
             root = _usable(mounts.v1.get(controller), scope)
             if root is not None:
-                return Confinement("cgroup1", root, devices), ""
+                memory = _usable(mounts.v1.get("memory"), scope)
+                cpu = _usable(mounts.v1.get("cpu"), scope)
+                return Confinement("cgroup1", root, devices, memory, cpu), ""
         tried.append("no writable cgroup v1 pids or freezer hierarchy")
     why = "" if wanted == "session" else "; ".join(tried)
     return Confinement("session"), why
+
+
+def _v2_controllers(mount: str) -> set[str]:
+    """The controllers a v2 mount offers (none on a hybrid host, where v1 holds them)."""
+    try:
+        with open(os.path.join(mount, "cgroup.controllers")) as f:
+            return set(f.read().split())
+    except OSError:
+        return set()
 
 
 def _usable(mount: str | None, scope: str) -> str | None:
@@ -159,9 +203,25 @@ def server_group_name(user: str, server: str) -> str:
     return "s-" + hashlib.sha256(f"{user}/{server}".encode()).hexdigest()[:16]
 
 
-def prepare(confinement: Confinement, name: str, denied_minors: Iterable[int]) -> None:
-    """Make the replica's groups; the devices one denies ``denied_minors`` (NVIDIA GPUs).
-    Raises OSError."""
+CPU_PERIOD_US = 100_000
+"""The scheduling period of a CPU limit (the kernel's default): 1.5 cores is 150 ms of CPU
+time per 100 ms."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a replica may use of the machine: thousandths of a core and MiB (0: no limit)."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+def prepare(
+    confinement: Confinement, name: str, denied_minors: Iterable[int], limits: Limits = Limits()
+) -> None:
+    """Make the replica's groups; the devices one denies ``denied_minors`` (NVIDIA GPUs),
+    the memory and CPU ones hold ``limits``. Raises OSError, also when a limit cannot be set
+    where the controller is (a job is not started unlimited behind its request's back)."""
     if confinement.root is None:
         return
     _make(os.path.join(confinement.root, name))
@@ -170,13 +230,87 @@ def prepare(confinement: Confinement, name: str, denied_minors: Iterable[int]) -
         _make(group)
         for minor in denied_minors:
             _write(os.path.join(group, "devices.deny"), f"c {NVIDIA_MAJOR}:{minor} rwm")
+    if limits.memory_mib and confinement.memory is not None:
+        group = _limited_group(confinement, confinement.memory, name, "memory")
+        limit = str(limits.memory_mib * 2**20)
+        if confinement.is_v2(confinement.memory):
+            _write(os.path.join(group, "memory.max"), limit)
+            _write_if_there(os.path.join(group, "memory.swap.max"), "0")
+        else:
+            _write(os.path.join(group, "memory.limit_in_bytes"), limit)
+            _write_if_there(os.path.join(group, "memory.memsw.limit_in_bytes"), limit)
+    if limits.cpu_milli and confinement.cpu is not None:
+        group = _limited_group(confinement, confinement.cpu, name, "cpu")
+        quota = max(1000, limits.cpu_milli * CPU_PERIOD_US // 1000)
+        if confinement.is_v2(confinement.cpu):
+            _write(os.path.join(group, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(os.path.join(group, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            _write(os.path.join(group, "cpu.cfs_quota_us"), str(quota))
+
+
+def _limited_group(confinement: Confinement, base: str, name: str, controller: str) -> str:
+    """The replica's group under ``base`` for ``controller``, made; on v2 the controller is
+    first enabled for the children of each directory from the mount down to ``base``."""
+    group = os.path.join(base, name)
+    if confinement.is_v2(base):
+        mount = os.path.dirname(os.path.dirname(base))  # base is <mount>/frachub/<scope>
+        for directory in (mount, os.path.dirname(base), base):
+            with contextlib.suppress(OSError):  # already on, or the host's own business
+                _write(os.path.join(directory, "cgroup.subtree_control"), f"+{controller}")
+    else:
+        _make(group)
+    return group
 
 
 def enter(confinement: Confinement, name: str, pid: int) -> None:
     """Move ``pid`` (the waiting wrapper) into the replica's groups. Raises OSError."""
-    for base in (confinement.root, confinement.devices):
-        if base is not None:
-            _write(os.path.join(base, name, "cgroup.procs"), str(pid))
+    for base in _bases(confinement):
+        group = os.path.join(base, name)
+        if base == confinement.root or os.path.isdir(group):
+            _write(os.path.join(group, "cgroup.procs"), str(pid))
+
+
+def _bases(confinement: Confinement) -> list[str]:
+    """Every directory that holds the replicas' groups, each once."""
+    bases = (confinement.root, confinement.devices, confinement.memory, confinement.cpu)
+    return list(dict.fromkeys(base for base in bases if base is not None))
+
+
+def oom_kills(confinement: Confinement, name: str) -> int:
+    """How many processes of the replica the kernel killed for going past its memory limit
+    (v2's ``memory.events`` or v1's ``memory.oom_control``, ``oom_kill``; on a v1 kernel
+    without that line, whether the limit was ever hit: ``memory.failcnt``). 0 when its
+    memory was not limited here, or its group is gone."""
+    text = _memory_file(confinement, name, "memory.events", "memory.oom_control")
+    match = re.search(r"^oom_kill (\d+)$", text or "", re.MULTILINE)
+    if match:
+        return int(match.group(1))
+    if text is None or confinement.is_v2(confinement.memory):
+        return 0
+    failed = _memory_file(confinement, name, "", "memory.failcnt") or "0"
+    return 1 if failed.isdigit() and int(failed) > 0 else 0
+
+
+def memory_limit_mib(confinement: Confinement, name: str) -> int:
+    """The replica's memory limit in MiB as its group holds it; 0 when unlimited or gone."""
+    text = _memory_file(confinement, name, "memory.max", "memory.limit_in_bytes") or ""
+    if not text.isdigit() or int(text) >= 2**62:  # "max", or v1's "unlimited" page count
+        return 0
+    return int(text) // 2**20
+
+
+def _memory_file(confinement: Confinement, name: str, v2: str, v1: str) -> str | None:
+    """A file of the replica's memory group (``v2``'s or ``v1``'s name as the group is),
+    stripped; None when its memory is not limited here or the file cannot be read."""
+    if confinement.memory is None:
+        return None
+    file = v2 if confinement.is_v2(confinement.memory) else v1
+    try:
+        with open(os.path.join(confinement.memory, name, file)) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def members(confinement: Confinement, name: str, token: str) -> list[int]:
@@ -223,11 +357,10 @@ def kill_all(confinement: Confinement, name: str, token: str) -> bool:
 def remove(confinement: Confinement, name: str) -> None:
     """Remove the replica's (empty) groups, and the service's directory of groups when it
     was the last (``prepare`` makes it again); a group still in use stays."""
-    for base in (confinement.root, confinement.devices):
-        if base is not None:
-            for path in (os.path.join(base, name), base):
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
+    for base in _bases(confinement):
+        for path in (os.path.join(base, name), base):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
 
 
 def remove_empty(confinement: Confinement) -> None:
@@ -308,6 +441,12 @@ def _pids(group: str) -> list[int]:
             return [int(line) for line in f.read().split()]
     except OSError:
         return []
+
+
+def _write_if_there(path: str, text: str) -> None:
+    """Write a control file the kernel may not have (swap accounting is optional)."""
+    if os.path.exists(path):
+        _write(path, text)
 
 
 def _write(path: str, text: str) -> None:

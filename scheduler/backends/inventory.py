@@ -13,13 +13,21 @@
 
 ``validate_declared`` is separate so configuration can be checked at start-up, before any
 workload depends on it.
+
+CPU and memory (RAM): the NVML node offers this machine's cores (those this process may run
+on) and memory, less a reserve for the system and the hub (``machine_resources``; the local
+backend's ``reserved_cpu`` and ``reserved_memory_gib``); a declared node offers the ``cpu``
+and ``memory_gib`` it declares, and none is counted when it declares none (a demo's
+pretend nodes all share one machine, whose cores are not theirs to divide).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from scheduler.backends.base import Gpu, Inventory
@@ -27,7 +35,7 @@ from scheduler.engine.model import Node
 from scheduler.fields import labels_field
 
 SOURCES = ("auto", "nvml", "declared")
-DECLARED_KEYS = ("name", "gpus", "gpu_memory_gib", "model", "labels")
+DECLARED_KEYS = ("name", "gpus", "gpu_memory_gib", "model", "labels", "cpu", "memory_gib")
 DEFAULT_GPU_MEMORY_GIB = 80
 DEFAULT_MODEL = "declared"
 
@@ -72,8 +80,23 @@ def validate_declared(entries: Any) -> list[dict[str, Any]]:
         if not isinstance(model, str):
             raise ValueError(f"{where}.model must be a string, not {model!r}")
         labels = labels_field(entry, where)
+        resources = {}
+        for key in ("cpu", "memory_gib"):
+            value = entry.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            ):
+                raise ValueError(f"{where}.{key} must be a positive number, not {value!r}")
+            resources[key] = value
         checked.append(
-            {"name": name, "gpus": gpus, "gpu_memory_gib": memory, "model": model, "labels": labels}
+            {
+                "name": name,
+                "gpus": gpus,
+                "gpu_memory_gib": memory,
+                "model": model,
+                "labels": labels,
+                **resources,
+            }
         )
     return checked
 
@@ -89,6 +112,8 @@ def declared_inventory(entries: Any) -> Inventory:
             gpus=entry["gpus"],
             gpu_memory_mib=memory_mib,
             gpu_model=entry["model"],
+            cpu_milli=None if entry["cpu"] is None else round(entry["cpu"] * 1000),
+            memory_mib=None if entry["memory_gib"] is None else round(entry["memory_gib"] * 1024),
             labels=entry["labels"],
         )
         nodes.append(node)
@@ -97,6 +122,50 @@ def declared_inventory(entries: Any) -> Inventory:
             for index in range(node.gpus)
         )
     return Inventory(nodes=tuple(nodes), gpus=tuple(gpus), source="declared")
+
+
+def machine_cores() -> float:
+    """Cores this process may run on (its CPU affinity, which a container's cpuset narrows),
+    else every core the machine has."""
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
+
+
+def machine_memory_mib(meminfo: str = "/proc/meminfo") -> int:
+    """The machine's memory (``MemTotal``) in MiB; 0 when it cannot be read."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def machine_resources(
+    reserved_cpu: float | None = None,
+    reserved_memory_gib: float | None = None,
+    *,
+    cores: float | None = None,
+    memory_mib: int | None = None,
+) -> tuple[int, int]:
+    """What this machine offers to workloads: (thousandths of a core, MiB), its cores and
+    memory less a reserve for the system and the hub. A reserve of None is the larger of a
+    tenth and 1 core (2 GiB of memory), so a small machine keeps room for the hub and a big
+    one for its page cache; never below nothing."""
+    cores = machine_cores() if cores is None else cores
+    memory_mib = machine_memory_mib() if memory_mib is None else memory_mib
+    cpu_reserve = max(1.0, cores / 10) if reserved_cpu is None else reserved_cpu
+    memory_reserve = (
+        max(2048.0, memory_mib / 10) if reserved_memory_gib is None else reserved_memory_gib * 1024
+    )
+    return (
+        max(0, round((cores - cpu_reserve) * 1000)),
+        max(0, round(memory_mib - memory_reserve)),
+    )
 
 
 def nvml_inventory(node_name: str | None = None) -> Inventory:
@@ -146,8 +215,14 @@ def nvml_inventory(node_name: str | None = None) -> Inventory:
     return Inventory(nodes=(node,), gpus=tuple(gpus), source="nvml")
 
 
-def load_inventory(source: str, declared: Any, node_name: str | None = None) -> Inventory:
-    """The inventory the ``source`` setting asks for.
+def load_inventory(
+    source: str,
+    declared: Any,
+    node_name: str | None = None,
+    machine: tuple[int, int] | None = None,
+) -> Inventory:
+    """The inventory the ``source`` setting asks for; an NVML node offers ``machine``
+    (thousandths of a core, MiB; ``machine_resources`` read now when None).
 
     ``auto`` is for the common case of one image on machines with and without GPUs: it uses
     NVML when NVML answers and the declared inventory otherwise. ``nvml`` turns a missing
@@ -158,7 +233,7 @@ def load_inventory(source: str, declared: Any, node_name: str | None = None) -> 
     if source == "declared":
         return declared_inventory(declared)
     try:
-        return nvml_inventory(node_name)
+        found = nvml_inventory(node_name)
     except NvmlUnavailable as e:
         if source == "nvml":
             raise NvmlUnavailable(
@@ -166,6 +241,10 @@ def load_inventory(source: str, declared: Any, node_name: str | None = None) -> 
                 "without NVIDIA GPUs"
             ) from e
         return declared_inventory(declared)
+    cpu_milli, memory_mib = machine_resources() if machine is None else machine
+    (node,) = found.nodes
+    node = replace(node, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    return replace(found, nodes=(node,))
 
 
 def _text(value: str | bytes) -> str:

@@ -43,7 +43,7 @@ from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inve
 from scheduler.backends.checkpoints import CheckpointScanner
 from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader
 from scheduler.backends.holders import Holders, attempt_holders
-from scheduler.backends.inventory import load_inventory, validate_declared
+from scheduler.backends.inventory import load_inventory, machine_resources, validate_declared
 from scheduler.backends.mps import GpuSharing
 from scheduler.common.contract import (
     CUDA_VISIBLE_DEVICES,
@@ -144,9 +144,25 @@ class LocalBackend(GpuSharing):
         help="""Nodes to schedule onto when NVML is not used: a list of
         ``{"name": str, "gpus": positive int, "gpu_memory_gib": number (default 80),
         "model": str (default "declared"), "labels": {str: str} (optional topology, e.g.
-        ``{"topology.kubernetes.io/zone": "a"}``; gangs prefer nodes whose labels all match)}``.
-        Every job still runs on this machine; declared GPUs get the UUIDs
+        ``{"topology.kubernetes.io/zone": "a"}``; gangs prefer nodes whose labels all match),
+        "cpu": cores, "memory_gib": GiB (optional: what the node offers; not counted when
+        absent)}``. Every job still runs on this machine; declared GPUs get the UUIDs
         ``GPU-declared-<node>-<index>``.""",
+    ).tag(config=True)
+
+    reserved_cpu = Float(
+        None,
+        allow_none=True,
+        help="""Cores of this machine kept for the system and the hub: the NVML node offers
+        the rest to workloads. None (the default): the larger of 1 core and a tenth.""",
+    ).tag(config=True)
+
+    reserved_memory_gib = Float(
+        None,
+        allow_none=True,
+        help="""Memory (GiB) of this machine kept for the system and the hub: the NVML node
+        offers the rest to workloads. None (the default): the larger of 2 GiB and a
+        tenth.""",
     ).tag(config=True)
 
     inventory_refresh_seconds = Float(
@@ -251,7 +267,11 @@ class LocalBackend(GpuSharing):
         now = time.monotonic()
         stale = now - self._inventory_read_at >= self.inventory_refresh_seconds
         if self._inventory is None or (self._inventory.source == "nvml" and stale):
-            loaded = load_inventory(self.inventory_source, self.declared_inventory)
+            loaded = load_inventory(
+                self.inventory_source,
+                self.declared_inventory,
+                machine=machine_resources(self.reserved_cpu, self.reserved_memory_gib),
+            )
             self._inventory = self.gpu_sharing_inventory(loaded)
             self._inventory_read_at = now
         return self._inventory
@@ -528,12 +548,14 @@ class LocalBackend(GpuSharing):
         return _Replica(rank, process.pid, stat[1] if stat else 0, exit_file, group, process)
 
     def _prepare_group(self, group: str, job: JobSpec, rank: int) -> None:
-        """Make the replica's control groups, denying the GPUs it is not shown."""
+        """Make the replica's control groups, denying the GPUs it is not shown and limiting
+        its CPU and memory to what it asked for."""
         node = job.placement[rank].node
         every = [gpu.index for gpu in self.inventory().gpus if gpu.node == node]
         denied = cg.denied_minors(visible_gpus(job.placement, rank), every)
+        limits = cg.Limits(job.cpu_milli, job.memory_mib)
         try:
-            cg.prepare(self.confined, group, denied)
+            cg.prepare(self.confined, group, denied, limits)
         except OSError as e:
             raise BackendError(f"cannot make the control group of replica {rank}: {e}") from e
 
@@ -637,6 +659,10 @@ class LocalBackend(GpuSharing):
                 code, replica.message = 128 + signal.SIGKILL, "killed after the grace period"
             else:
                 replica.message = "the process vanished without recording an exit code"
+        if code != 0 and cg.oom_kills(self.confined, replica.group):
+            replica.message = processes.out_of_memory(
+                code, cg.memory_limit_mib(self.confined, replica.group), attempt.killed
+            )
         replica.ended, replica.exit_code = True, code
         if code != 0:
             attempt.failures.append(replica)

@@ -9,6 +9,8 @@ import os
 import signal
 import socket
 
+from scheduler.common.quantities import memory_words
+
 
 def free_port() -> int:
     """A port for the gang's rendezvous (torchrun's own way: bind to 0, read, release)."""
@@ -61,3 +63,17 @@ def describe(code: int, killed: bool) -> str:
             return f"killed after the grace period ({name}, code {code})"
         return f"ended by {name} (code {code})"
     return f"exited with code {code}"
+
+
+def out_of_memory(code: int | None, limit_mib: int, killed: bool) -> str:
+    """An end after the kernel killed a process of the job for going past its memory limit:
+    the job's own process (SIGKILL), or another of its processes, after which it ended with
+    ``code``."""
+    limit = memory_words(limit_mib)
+    if code == 128 + signal.SIGKILL and not killed:
+        return f"killed: used more than its {limit} memory (the kernel's OOM killer, SIGKILL)"
+    ended = "ended" if code is None else describe(code, killed)
+    return (
+        f"{ended} after the kernel killed one of its processes for using more than its "
+        f"{limit} memory"
+    )

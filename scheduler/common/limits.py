@@ -22,6 +22,10 @@ MAX_GPUS = 1024
 whether a request can ever start)."""
 MAX_GPU_MEMORY_GIB = 1024
 """GPU memory of one share; the cluster's largest GPU decides whether it can ever start."""
+MAX_CPU = 4096
+"""CPU cores of one replica (counted in thousandths); no machine has more."""
+MAX_MEMORY_GIB = 64 * 1024
+"""Memory (RAM) of one replica, in GiB: 64 TiB, beyond any machine."""
 MAX_QUOTA_GPUS = 1_000_000
 """Deserved and limit GPUs, and over-quota weights, of a queue."""
 MAX_REPLICAS = 256

@@ -11,6 +11,11 @@ same everywhere. Pure functions, no I/O.
 - ``format_duration``: two units at most, like kubectl's AGE (``45s``, ``3m12s``, ``2h05m``,
   ``3d04h``).
 - ``memory_gib``: a memory size (``20G``, ``20GiB``, ``512MiB``) in GiB.
+- ``cores`` / ``memory_words``: CPUs and memory (RAM) in words ("1.5 CPUs", "16 GiB").
+- ``kube_quantity`` / ``kube_cpu`` / ``kube_memory``: Kubernetes' own quantities (a node's
+  allocatable ``7910m``, ``32986620Ki``; a pod's requests) read and written.
+- ``byte_spec_mib``: KubeSpawner's ``mem_guarantee``/``mem_limit`` (``"16G"``: 16 GiB;
+  a number: bytes) in MiB.
 """
 
 from __future__ import annotations
@@ -71,3 +76,69 @@ def memory_gib(text: str, *, bare: str | None = None) -> float | None:
     unit = (match.group(2) or bare or "g").lower()
     value = float(match.group(1))
     return value / 1024 if unit.startswith("m") else value
+
+
+_KUBE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_KUBE_FACTORS = {
+    "": 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+}
+
+
+def kube_quantity(text: str) -> float | None:
+    """A Kubernetes quantity (``7910m``, ``2``, ``32Gi``, ``32986620Ki``, ``1e9``) as a plain
+    number (cores, bytes); None when it is not one."""
+    match = _KUBE.match(str(text))
+    if not match or match.group(2) not in _KUBE_FACTORS:
+        return None
+    return float(match.group(1)) * _KUBE_FACTORS[match.group(2)]
+
+
+def kube_cpu(milli: int) -> str:
+    """Thousandths of a core as a Kubernetes CPU quantity: 1500 -> "1500m", 2000 -> "2"."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def kube_memory(mib: int) -> str:
+    """MiB as a Kubernetes memory quantity: 16384 -> "16Gi", 1536 -> "1536Mi"."""
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+_BYTES = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def byte_spec_mib(value: object) -> int | None:
+    """KubeSpawner's memory (``mem_guarantee``, ``mem_limit``: JupyterHub's
+    ``ByteSpecification``) in MiB: a number is bytes, a string ends in K, M, G or T, powers
+    of 1024 (``"16G"`` is 16 GiB). None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return round(value / 2**20) if value >= 0 else None
+    if not isinstance(value, str) or len(value) < 2 or value[-1] not in _BYTES:
+        return None
+    try:
+        number = float(value[:-1])
+    except ValueError:
+        return None
+    return round(number * _BYTES[value[-1]] / 2**20) if number >= 0 else None
+
+
+def cores(milli: int) -> str:
+    """Thousandths of a core in words: 1500 -> "1.5 CPUs", 1000 -> "1 CPU"."""
+    return plural(milli / 1000, "CPU")
+
+
+def memory_words(mib: int) -> str:
+    """MiB in words: 16384 -> "16 GiB", 512 -> "512 MiB"."""
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib} MiB"

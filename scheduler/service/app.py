@@ -56,6 +56,7 @@ from scheduler.service.persistence import datalock
 from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.persistence.retention import Retention, purge
 from scheduler.service.persistence.store import Store, StoreError, open_store
+from scheduler.service.requests import resource_defaults
 from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
@@ -244,6 +245,32 @@ class FracHubService(Application):
         help="""Seconds a started training job is protected from preemption unless its
         submission says otherwise (Run:ai's min-runtime), so short jobs are not churned.""",
     ).tag(config=True)
+
+    default_cpu = Dict(
+        {},
+        help="""CPU cores each replica of a workload asks for when its request names none, per
+        kind: {"notebook": 1, "training": 4, "inference": 2}. A kind not named asks for none:
+        not counted against its node's cores and not limited (the default, so nothing changes
+        for a deployment that never counted CPUs). A request's own ``cpu`` wins.""",
+    ).tag(config=True)
+
+    default_memory_gib = Dict(
+        {},
+        help="""Memory (RAM, GiB) each replica of a workload asks for when its request names
+        none, per kind: {"notebook": 8, "training": 32}. The local backend enforces what was
+        asked as the job's memory limit (the kernel kills a job that goes past it); a kind not
+        named asks for none (not counted, not limited). A request's own ``memory_gib`` wins.""",
+    ).tag(config=True)
+
+    @validate("default_cpu", "default_memory_gib")
+    def _validate_resource_defaults(self, proposal):
+        name = proposal.trait.name
+        both = {"default_cpu": {}, "default_memory_gib": {}, name: proposal.value}
+        try:
+            resource_defaults(both["default_cpu"], both["default_memory_gib"])
+        except InvalidSpec as error:
+            raise ValueError(str(error)) from None
+        return proposal.value
 
     cluster_may_grow = Bool(
         False,
@@ -507,6 +534,7 @@ class FracHubService(Application):
             "backend_name": self.backend_class.__name__,
             "gpu_sharing": getattr(loop.backend, "gpu_sharing_health", None),
             "default_min_runtime": self.default_min_runtime,
+            "resource_defaults": resource_defaults(self.default_cpu, self.default_memory_gib),
             "cluster_may_grow": self.cluster_may_grow,
             "page_default_limit": self.page_default_limit,
             "page_max_limit": self.page_max_limit,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
@@ -29,10 +29,12 @@ from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     QUEUE_FIELDS,
     InvalidSpec,
+    cpu_field,
     gpu_model_field,
     gpus_field,
     integer_field,
     mapping_field,
+    memory_field,
     number_field,
     parse_queues,
     priority_field,
@@ -52,6 +54,8 @@ SUBMIT_FIELDS = (
     "gpus",
     "gpu_memory_gib",
     "gpu_model",
+    "cpu",
+    "memory_gib",
     "replicas",
     "priority",
     "kind",
@@ -68,11 +72,13 @@ ALLOCATE_FIELDS = (
     "gpus",
     "gpu_memory_gib",
     "gpu_model",
+    "cpu",
+    "memory_gib",
     "preemptible",
     "idle_timeout_seconds",
 )
 DRY_RUN_FIELDS = ("user", "project", "requests")
-DRY_RUN_REQUEST_FIELDS = ("gpus", "gpu_memory_gib", "gpu_model", "preemptible")
+DRY_RUN_REQUEST_FIELDS = ("gpus", "gpu_memory_gib", "gpu_model", "cpu", "memory_gib", "preemptible")
 MAX_DRY_RUN_REQUESTS = 32
 """A spawn form's GPU choices, over all its profiles, with room to spare."""
 MAX_IDLE_TIMEOUT = 365 * 24 * 3600
@@ -93,6 +99,52 @@ MAX_MEMBERS = 10_000
 MAX_USER_NAME = 255
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """NUL, and surrogates (decoded JSON holds one only when it was unpaired)."""
+
+
+@dataclass(frozen=True)
+class ResourceDefaults:
+    """CPU (thousandths of a core) and memory (MiB) per replica that a workload of each kind
+    asks for when its request names none: the admin's ``default_cpu`` and
+    ``default_memory_gib``. A kind not named asks for none (0: not counted, not limited)."""
+
+    cpu_milli: Mapping[Kind, int] = field(default_factory=dict)
+    memory_mib: Mapping[Kind, int] = field(default_factory=dict)
+
+    def resources(self, body: Mapping, where: str, kind: Kind) -> tuple[int, int]:
+        """``cpu`` and ``memory_gib`` of a request body, or this kind's defaults."""
+        return (
+            cpu_field(body, where, self.cpu_milli.get(kind, 0)),
+            memory_field(body, where, self.memory_mib.get(kind, 0)),
+        )
+
+
+NO_DEFAULTS = ResourceDefaults()
+KIND_WORDS = {"notebook": Kind.INTERACTIVE, "training": Kind.TRAINING, "inference": Kind.INFERENCE}
+"""How the admin's settings name the kinds (a notebook is the engine's interactive kind)."""
+
+
+def resource_defaults(
+    cpu: Mapping[str, Any], memory_gib: Mapping[str, Any], where: str = "FracHubService"
+) -> ResourceDefaults:
+    """The admin's ``default_cpu`` and ``default_memory_gib`` (kind name to cores or GiB),
+    checked by the request's own field rules; ``InvalidSpec`` names the setting and kind."""
+    cpu_milli: dict[Kind, int] = {}
+    memory_mib: dict[Kind, int] = {}
+    for setting, values, key, parse, out in (
+        ("default_cpu", cpu, "cpu", cpu_field, cpu_milli),
+        ("default_memory_gib", memory_gib, "memory_gib", memory_field, memory_mib),
+    ):
+        for name, value in values.items():
+            if name not in KIND_WORDS:
+                raise InvalidSpec(
+                    f"{where}.{setting}[{name!r}]",
+                    f"is not a kind; one of {', '.join(KIND_WORDS)}",
+                )
+            try:
+                out[KIND_WORDS[name]] = parse({key: value}, "")
+            except InvalidSpec as error:
+                raise InvalidSpec(f"{where}.{setting}[{name!r}]", error.message) from None
+    return ResourceDefaults(cpu_milli, memory_mib)
 
 
 @dataclass(frozen=True)
@@ -231,7 +283,7 @@ def _env(value: Any) -> dict[str, str]:
     return env
 
 
-def parse_submission(document: Any) -> Submission:
+def parse_submission(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) -> Submission:
     body = _body(document, SUBMIT_FIELDS)
     kind_name = body.get("kind", "training")
     if kind_name not in (Kind.TRAINING.value, Kind.INFERENCE.value):
@@ -246,7 +298,8 @@ def parse_submission(document: Any) -> Submission:
         raise InvalidSpec("working_dir", "must be a directory path")
     if working_dir is not None:
         _sized(working_dir, "working_dir", MAX_PATH)
-    gpus, memory_mib = gpus_field(body, "")
+    cpu_only = body.get("gpus") == 0 and not isinstance(body.get("gpus"), bool)
+    gpus, memory_mib = (0.0, None) if cpu_only else gpus_field(body, "")
     preemptible = _bool(body, "preemptible", DEFAULT_PREEMPTIBLE[kind])
     priority = priority_field(body, "priority", "", default_priority(kind, preemptible))
     replicas = integer_field(body, "replicas", "", 1, 1, MAX_REPLICAS)
@@ -266,7 +319,19 @@ def parse_submission(document: Any) -> Submission:
     min_runtime = number_field(
         body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
     )
-    request = Request(gpus, memory_mib, replicas, gpu_models=gpu_model_field(body, ""))
+    cpu_milli, ram_mib = defaults.resources(body, "", kind)
+    if cpu_only and (body.get("gpu_memory_gib") is not None or not (cpu_milli or ram_mib)):
+        raise InvalidSpec(
+            "gpus", "0 (a CPU-only job) needs cpu or memory_gib, and no gpu_memory_gib"
+        )
+    request = Request(
+        gpus,
+        memory_mib,
+        replicas,
+        cpu_milli=cpu_milli,
+        memory_mib=ram_mib,
+        gpu_models=gpu_model_field(body, ""),
+    )
     checkpoint_interval = number_field(
         body,
         "checkpoint_interval_seconds",
@@ -296,7 +361,7 @@ def parse_submission(document: Any) -> Submission:
     )
 
 
-def parse_allocation(document: Any) -> AllocationRequest:
+def parse_allocation(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) -> AllocationRequest:
     body = _body(document, ALLOCATE_FIELDS)
     server_name = body.get("server_name", "")
     if not isinstance(server_name, str) or "/" in server_name:
@@ -309,7 +374,14 @@ def parse_allocation(document: Any) -> AllocationRequest:
     project = _optional_name(body, "project")
     preemptible = _bool(body, "preemptible", False)
     idle_timeout = _idle_timeout(body)
-    request = Request(gpus, memory_mib, gpu_models=gpu_model_field(body, ""))
+    cpu_milli, ram_mib = defaults.resources(body, "", Kind.INTERACTIVE)
+    request = Request(
+        gpus,
+        memory_mib,
+        cpu_milli=cpu_milli,
+        memory_mib=ram_mib,
+        gpu_models=gpu_model_field(body, ""),
+    )
     return AllocationRequest(
         ask=_notebook(request, preemptible, project, user),
         server_name=server_name,
@@ -327,7 +399,7 @@ class DryRun:
     requests: tuple[WorkloadRequest, ...]
 
 
-def parse_dry_run(document: Any) -> DryRun:
+def parse_dry_run(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) -> DryRun:
     body = _body(document, DRY_RUN_FIELDS)
     items = body.get("requests")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_DRY_RUN_REQUESTS:
@@ -350,9 +422,16 @@ def parse_dry_run(document: Any) -> DryRun:
         try:
             gpus, memory_mib = gpus_field(item, "")
             preemptible = _bool(item, "preemptible", False)
+            cpu_milli, ram_mib = defaults.resources(item, "", Kind.INTERACTIVE)
         except InvalidSpec as error:
             raise InvalidSpec(f"{where}.{error.where}", error.message) from None
-        request = Request(gpus, memory_mib, gpu_models=gpu_model_field(item, where))
+        request = Request(
+            gpus,
+            memory_mib,
+            cpu_milli=cpu_milli,
+            memory_mib=ram_mib,
+            gpu_models=gpu_model_field(item, where),
+        )
         requests.append(_notebook(request, preemptible))
     return DryRun(
         user=_optional_name(body, "user"),

@@ -155,7 +155,15 @@ def test_a_user_sees_their_projects_history_and_downloads_the_csv(
     download = downloading.value
     assert download.suggested_filename.startswith("frachub-usage-")
     rows = list(csv.reader(io.StringIO(Path(download.path()).read_text())))
-    assert rows[0] == ["project", "user", "gpu_hours", "start", "end"]
+    assert rows[0] == [
+        "project",
+        "user",
+        "gpu_hours",
+        "cpu_hours",
+        "memory_gib_hours",
+        "start",
+        "end",
+    ]
     assert [(row[0], row[1]) for row in rows[1:]] == [("vision", name)]
     assert float(rows[1][2]) > 0
     expect(page.locator("#frachub-csv-status")).to_have_text("downloaded 1 row")

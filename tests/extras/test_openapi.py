@@ -39,7 +39,7 @@ from scheduler.service import access, requests
 from scheduler.service.handlers import allocations, dryrun, history, info, queues, workloads
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
-from scheduler.service.persistence.store import SampleBucket, WorkloadPage
+from scheduler.service.persistence.store import SampleBucket, UsageRow, WorkloadPage
 from scheduler.service.views import nodes_json, queue_json, workload_json
 
 pytestmark = pytest.mark.unit
@@ -436,6 +436,18 @@ SUBMISSIONS = [
     {"command": "x", "gpus": None, "gpu_memory_gib": None},
     {"command": "x", "gpus": 1.5},
     {"command": "x", "gpus": 0},
+    {"command": "x", "gpus": 0, "cpu": 2},
+    {"command": "x", "gpus": 0, "memory_gib": 0.5, "cpu": None},
+    {"command": "x", "gpus": 0, "cpu": 0, "memory_gib": 0},
+    {"command": "x", "gpus": 0, "cpu": 1, "gpu_memory_gib": 4},
+    {"command": "x", "gpus": 1, "cpu": 1.5, "memory_gib": 16},
+    {"command": "x", "gpus": 1, "cpu": 0, "memory_gib": None},
+    {"command": "x", "gpus": 1, "cpu": -1},
+    {"command": "x", "gpus": 1, "cpu": "2"},
+    {"command": "x", "gpus": 1, "cpu": 4097},
+    {"command": "x", "gpus": 1, "memory_gib": 0.0001},
+    {"command": "x", "gpus": 1, "memory_gib": 65537},
+    {"command": "x", "gpus": 1, "memory_gib": True},
     {"command": "x", "gpus": -1},
     {"command": "x", "gpus": True},
     {"command": "x", "gpus": "1"},
@@ -476,6 +488,10 @@ ALLOCATIONS = [
     {"gpus": 1, "server_name": ""},
     {"user": "alice", "project": "vision", "gpu_memory_gib": 4, "preemptible": True},
     {"user": None, "project": None, "gpus": 2},
+    {"gpus": 0.5, "cpu": 2, "memory_gib": 8},
+    {"gpus": 0.5, "cpu": -2},
+    {"gpus": 0.5, "memory_gib": "8G"},
+    {"gpus": 0, "cpu": 2},
     {},
     {"server_name": "x"},
     {"gpus": 0.5, "gpu_memory_gib": 1},
@@ -871,7 +887,7 @@ class FakeStore:
         pass
 
     def usage(self, start: float, end: float, now: float, projects: Any, users: Any) -> list:
-        row = types.SimpleNamespace(project="vision", user="alice", gpu_hours=1.2345678)
+        row = UsageRow("vision", "alice", 1.2345678, 2.5, 8.25)
         return [row]
 
     def sample_buckets(self, start: float, end: float, step: float, projects: Any) -> list:
@@ -956,6 +972,7 @@ def call_with_headers(
     settings = {
         "hub_auth": FakeHubAuth(model),
         "scheduling_loop": service_loop(),
+        "resource_defaults": requests.NO_DEFAULTS,
         "directory": None,
         "backend_name": "LocalBackend",
         "metrics": types.SimpleNamespace(render=lambda: "# no metrics yet\n"),

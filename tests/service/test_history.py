@@ -94,7 +94,15 @@ def test_history_shows_use_quota_fair_share_and_queues_to_whom_it_may(
         assert sheet.headers["content-type"] == "text/csv; charset=utf-8"
         assert sheet.headers["content-disposition"].startswith('attachment; filename="frachub-')
         rows = list(csv.reader(io.StringIO(sheet.text)))
-        assert rows[0] == ["project", "user", "gpu_hours", "start", "end"]
+        assert rows[0] == [
+            "project",
+            "user",
+            "gpu_hours",
+            "cpu_hours",
+            "memory_gib_hours",
+            "start",
+            "end",
+        ]
         assert [(r[0], r[1]) for r in rows[1:]] == [("vision", name)]
         assert float(rows[1][2]) > 0
         assert sheet.text.endswith("\r\n")
@@ -120,7 +128,7 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
         _, token = make_user(groups=["vision"])
         _, admin_token = make_user(admin=True)
         alice, admin = api(token), api(admin_token)
-        job = submit(alice, command="sleep 120", gpus=1)
+        job = submit(alice, command="sleep 120", gpus=1, cpu=2, memory_gib=4)
         wait_state(alice, job["id"], "running")
 
         def held() -> dict | None:
@@ -132,6 +140,10 @@ def test_samples_outlive_a_restart_and_go_after_their_retention(
         assert points(answer, "research")[-1]["allocated_gpus"] == 1
         assert points(answer, "vision")[-1]["allocated_gpus"] == 1
         assert answer["cluster"][-1]["deserved_gpus"] == 2
+        # its CPU and memory, counted once for the department and once for the cluster
+        for series in (points(answer, "vision"), points(answer, "research"), answer["cluster"]):
+            assert (series[-1]["allocated_cpu"], series[-1]["allocated_memory_gib"]) == (2, 4)
+        assert points(answer, "nlp")[-1]["allocated_cpu"] == 0
 
         def sample_times() -> int:
             with sqlite3.connect(database) as db:

@@ -217,27 +217,33 @@ def test_a_0007_database_gains_the_list_indexes_and_keeps_every_row(url) -> None
     assert len(sql(url, "SELECT id FROM workloads")) == 301
 
 
+def _filled_at(url: str, revision: str, count: int = 30) -> dict[str, list[tuple]]:
+    """A database at ``revision`` holding ``_rows(count)``; its dump."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), revision)
+        for table, rows in _rows(count).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):  # ids given explicitly: move the sequence past them
+        sql(url, f"SELECT setval('workloads_id_seq', {count})")
+    return _dump(url)
+
+
 def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None:
     """0009 adds each workload's idempotency key and body digest, unique per user: the rows
     from before have none (and many NULL keys never collide), a key finds its workload, the
     same key is refused for a second workload of the same user but not of another, and a
     downgrade takes the columns away again."""
-    engine = create_engine(engine_url(url))
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0008")
-        for table, rows in _rows(30).items():
-            connection.execute(insert(table), rows)
-    engine.dispose()
-    if url.startswith("postgresql"):
-        sql(url, "SELECT setval('workloads_id_seq', 30)")
-    before = _dump(url)
+    before = _filled_at(url, "0008")
 
     store = open_store(url)
     assert sql(url, "SELECT version_num FROM alembic_version") == [(HEAD,)]
     assert sql(url, "SELECT count(*) FROM workloads WHERE idempotency_key IS NULL") == [(30,)]
     after = _dump(url)
     assert _columns_of(before, after) == before
-    assert {row[len(before["workloads"][0]) :] for row in after["workloads"]} == {(None, None)}
+    width = len(before["workloads"][0])
+    assert {row[width : width + 2] for row in after["workloads"]} == {(None, None)}
     assert _indexes(url)["ix_workloads_user_idempotency_key"] == ["user", "idempotency_key"]
     with store.engine.connect() as connection:  # the schema is the one the ORM declares
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
@@ -263,6 +269,33 @@ def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None
     engine.dispose()
     assert "ix_workloads_user_idempotency_key" not in _indexes(url)
     assert len(sql(url, "SELECT id FROM workloads")) == 33
+
+
+def test_a_0009_database_gains_cpu_and_memory_and_keeps_every_row(url) -> None:
+    """0011 adds each workload's CPU (thousandths of a core) and memory (MiB) per replica,
+    and each usage interval's cores and GiB: the rows from before asked for none (0), read
+    back as asking for none, count no CPU-hours; a downgrade takes the columns away."""
+    before = _filled_at(url, "0009")
+
+    store = open_store(url)
+    after = _dump(url)
+    assert _columns_of(before, after) == before
+    assert sql(url, "SELECT DISTINCT cpu_milli, memory_mib FROM workloads") == [(0, 0)]
+    assert sql(url, "SELECT DISTINCT cpu, memory_gib FROM usage") == [(0, 0)]
+    with store.engine.connect() as connection:  # the schema is the one the ORM declares
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert not [d for d in differences if d[0] in ("add_column", "remove_column")], differences
+    old = store.workload(3)
+    assert (old.asked().request.cpu_milli, old.asked().request.memory_mib) == (0, 0)
+    [row] = store.usage(0.0, 100.0, now=100.0, users=["user-0"])
+    assert row.cpu_hours == 0 and row.memory_gib_hours == 0 and row.gpu_hours > 0
+    store.close()
+
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0009")
+    engine.dispose()
+    assert len(sql(url, "SELECT id FROM workloads")) == 30
 
 
 def test_a_newer_database_is_refused(url) -> None:
@@ -347,11 +380,15 @@ def test_usage_sums_each_intervals_overlap_with_the_range(url) -> None:
     ]
     for job, gpus, start, end in intervals:
         store.add(UsageRecord(workload_id=job.id, user=job.user, project=job.project,
-                              gpus=gpus, start=start, end=end))  # fmt: skip
+                              gpus=gpus, cpu=4 * gpus, memory_gib=16 * gpus,
+                              start=start, end=end))  # fmt: skip
     store.commit()
     rows = store.usage(1 * hour, 4 * hour, now=3 * hour)
     assert [(row.project, row.user) for row in rows] == [("vision", "alice"), ("vision", "bob")]
     assert [round(row.gpu_hours, 9) for row in rows] == [2.0 + 0.5 + 0.25, 0.25]
+    # cores and memory held count the same way (4 cores and 16 GiB per GPU here)
+    assert [round(row.cpu_hours, 9) for row in rows] == [4 * 2.75, 4 * 0.25]
+    assert [round(row.memory_gib_hours, 9) for row in rows] == [16 * 2.75, 16 * 0.25]
     [bob] = store.usage(1 * hour, 4 * hour, now=3 * hour, users=["bob"])
     assert bob.user == "bob" and round(bob.gpu_hours, 9) == 0.25
     assert store.usage(1 * hour, 4 * hour, now=3 * hour, projects=["nlp"]) == []
@@ -395,8 +432,9 @@ def test_sample_buckets_keep_each_buckets_peak_and_count(url) -> None:
         Request(gpus=0.25),
         Request(gpus=2.0, replicas=3, gpu_models=frozenset({"A100", "H100"})),
         Request(gpu_memory_mib=12 * 1024),
+        Request(gpus=1.0, replicas=2, cpu_milli=1500, memory_mib=16 * 1024),
     ],
-    ids=["fraction", "gang-on-models", "memory"],
+    ids=["fraction", "gang-on-models", "memory", "cpu-and-memory"],
 )
 def test_what_was_asked_is_stored_and_read_back_unchanged(tmp_path, request_) -> None:
     """The store maps a request once each way: what a row reads back is what was asked."""

@@ -53,7 +53,11 @@ from scheduler.backends.kubernetes.gpus import (
     parse_shares,
     shares_text,
 )
-from scheduler.backends.kubernetes.inventory import foreign_gpus, inventory_from
+from scheduler.backends.kubernetes.inventory import (
+    foreign_gpus,
+    foreign_requests,
+    inventory_from,
+)
 from scheduler.backends.kubernetes.jobs import (
     admit_patch,
     job_environment,
@@ -411,14 +415,15 @@ class KubernetesBackend(LoggingConfigurable):
     def inventory(self) -> Inventory:
         """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods."""
         _, caches = self._require()
-        foreign = caches.foreign
+        foreign = list(caches.foreign.objects.values()) if caches.foreign else None
         return inventory_from(
             list(caches.nodes.objects.values()),
             reserved_uuids(caches.pods.objects.values()),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
-            held=foreign_gpus(list(foreign.objects.values())) if foreign else None,
+            held=foreign_gpus(foreign) if foreign is not None else None,
             sharing=self.sharing_mode,
+            requested=foreign_requests(foreign) if foreign is not None else None,
         )
 
     async def start(self, job: JobSpec) -> Handle:

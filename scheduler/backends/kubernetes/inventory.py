@@ -1,6 +1,7 @@
 """The engine's inventory from the cluster: Ready GPU nodes, their GPUs (from NVIDIA's GPU
 feature discovery labels, or as HAMi registered them), less the GPUs of pods FracHub did not
-create. Pure: the backend passes its watch caches in.
+create; their CPU and memory are the node's allocatable, less what those pods request.
+Pure: the backend passes its watch caches in.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from scheduler.backends.base import Gpu, Inventory
 from scheduler.backends.kubernetes.gpus import GPU, HAMI_REGISTER
 from scheduler.backends.kubernetes.labels import TRACKED
 from scheduler.backends.kubernetes.pods import Obj, condition, pod_live
+from scheduler.common.quantities import kube_quantity
 from scheduler.engine.model import Node
 
 TOPOLOGY_LABELS = (
@@ -70,6 +72,7 @@ def inventory_from(
     default_memory_mib: int = 0,
     held: Mapping[str, int] | None = None,
     sharing: str = "reservation",
+    requested: Mapping[str, tuple[int, int]] | None = None,
 ) -> Inventory:
     """Schedulable GPU nodes from Node objects (NVIDIA GPU feature discovery labels:
     ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``;
@@ -86,7 +89,12 @@ def inventory_from(
     a ``nvidia.com/gpumem`` against, a little under the label's on most cards). A node HAMi
     has not registered is left out (HAMi cannot place pods there). A device HAMi marks
     unhealthy stays in: GPU indices must not shift under running work (the engine would
-    count a GPU twice), so a pod FracHub pins to it waits, as under the device plugin."""
+    count a GPU twice), so a pod FracHub pins to it waits, as under the device plugin.
+
+    A node's CPU and memory are its allocatable ``cpu`` and ``memory`` (what the kubelet
+    offers pods, the system's reserve already taken off), less ``requested`` (node ->
+    thousandths of a core, MiB) by pods FracHub did not create (``foreign_requests``); None
+    (not counted) where the node does not say."""
     out_nodes: list[Node] = []
     gpus: list[Gpu] = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -114,8 +122,18 @@ def inventory_from(
         if count <= 0:
             continue
         topology = {key: labels[key] for key in TOPOLOGY_LABELS if labels.get(key)}
+        cpu_milli, memory_mib = allocatable_resources(allocatable)
+        taken_cpu, taken_memory = (requested or {}).get(name, (0, 0))
         out_nodes.append(
-            Node(name=name, gpus=count, gpu_memory_mib=memory, gpu_model=model, labels=topology)
+            Node(
+                name=name,
+                gpus=count,
+                gpu_memory_mib=memory,
+                gpu_model=model,
+                cpu_milli=None if cpu_milli is None else max(0, cpu_milli - taken_cpu),
+                memory_mib=None if memory_mib is None else max(0, memory_mib - taken_memory),
+                labels=topology,
+            )
         )
         for index in range(count):
             uuid = (
@@ -125,6 +143,51 @@ def inventory_from(
             )
             gpus.append(Gpu(name, index, uuid, model, memory))
     return Inventory(nodes=tuple(out_nodes), gpus=tuple(gpus), source="kubernetes")
+
+
+def allocatable_resources(allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """A node's allocatable ``cpu`` (thousandths of a core) and ``memory`` (MiB, rounded
+    down); None for one it does not state or states in a way that is not a quantity."""
+    cpu = kube_quantity(allocatable.get("cpu", ""))
+    memory = kube_quantity(allocatable.get("memory", ""))
+    return (
+        None if cpu is None else round(cpu * 1000),
+        None if memory is None else int(memory // 2**20),
+    )
+
+
+def pod_requests(pod: Obj) -> tuple[int, int]:
+    """What a pod requests of its node's CPU (thousandths) and memory (MiB), as the
+    Kubernetes scheduler counts it: its containers' requests together, or its largest init
+    container's where that is more."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: Obj) -> tuple[int, int]:
+        asked = ((container.get("resources") or {}).get("requests")) or {}
+        cpu = kube_quantity(asked.get("cpu", "0")) or 0.0
+        memory = kube_quantity(asked.get("memory", "0")) or 0.0
+        return round(cpu * 1000), int(memory // 2**20)
+
+    running = [requests(c) for c in spec.get("containers") or []]
+    cpu, memory = sum(r[0] for r in running), sum(r[1] for r in running)
+    for init in (requests(c) for c in spec.get("initContainers") or []):
+        cpu, memory = max(cpu, init[0]), max(memory, init[1])
+    return cpu, memory
+
+
+def foreign_requests(pods: Sequence[Obj]) -> dict[str, tuple[int, int]]:
+    """node -> (CPU thousandths, MiB) requested by bound, live pods FracHub neither created
+    nor placed, as ``foreign_gpus`` counts their GPUs."""
+    taken: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if labels.get(TRACKED) == "true" or not node or not pod_live(pod):
+            continue
+        cpu, memory = pod_requests(pod)
+        before = taken.get(node, (0, 0))
+        taken[node] = (before[0] + cpu, before[1] + memory)
+    return taken
 
 
 def pod_gpus(pod: Obj) -> int:

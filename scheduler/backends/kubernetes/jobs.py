@@ -39,7 +39,13 @@ from scheduler.backends.kubernetes.labels import (
     WORKLOAD,
     label_value,
 )
-from scheduler.backends.kubernetes.pods import Obj, PodSettings, add_node_settings, pin
+from scheduler.backends.kubernetes.pods import (
+    Obj,
+    PodSettings,
+    add_node_settings,
+    container_resources,
+    pin,
+)
 from scheduler.backends.kubernetes.volumes import format_template, user_fields
 from scheduler.common.contract import NVIDIA_VISIBLE_DEVICES, contract_env, rendezvous
 from scheduler.common.placement import Placement
@@ -165,7 +171,7 @@ def job_manifests(
                     "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                 }
             ],
-            "resources": {"limits": limits} if limits else {},
+            "resources": container_resources(limits, job.cpu_milli, job.memory_mib),
             "volumeMounts": mounts,
         }
         pod_spec: Obj = {

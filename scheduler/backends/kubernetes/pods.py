@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduler.backends.kubernetes.gpus import HAMI_SCHEDULER
 from scheduler.backends.kubernetes.labels import RANKS
+from scheduler.common.quantities import kube_cpu, kube_memory
 
 Obj = dict[str, Any]
 """An API object as the JSON the API server speaks."""
@@ -124,3 +125,22 @@ def owner_job(pod: Obj) -> str | None:
         if ref.get("kind") == "Job":
             return str(ref["name"])
     return None
+
+
+def container_resources(gpu_limits: Mapping[str, str], cpu_milli: int, memory_mib: int) -> Obj:
+    """A container's ``resources``: its GPU limits, and the CPU and memory it asked for as
+    both its requests (what the Kubernetes scheduler counts, as FracHub's engine did) and
+    its limits (memory: the kubelet's OOM kill past it, as on the local backend; CPU: its
+    CFS quota). Nothing asked, nothing set."""
+    limits: dict[str, str] = dict(gpu_limits)
+    requests: dict[str, str] = {}
+    if cpu_milli:
+        requests["cpu"] = limits["cpu"] = kube_cpu(cpu_milli)
+    if memory_mib:
+        requests["memory"] = limits["memory"] = kube_memory(memory_mib)
+    resources: Obj = {}
+    if limits:
+        resources["limits"] = limits
+    if requests:
+        resources["requests"] = requests
+    return resources

@@ -92,7 +92,7 @@ class AllocationListHandler(AllocationAccess):
 
     async def post(self) -> None:
         self.require(SUBMIT)
-        request = parse_allocation(self.json_body())
+        request = parse_allocation(self.json_body(), self.settings["resource_defaults"])
         user = self.acting_for(request.ask.user, "allocating")
         record = self.loop.allocation(user, request.server_name)
         if record is not None:

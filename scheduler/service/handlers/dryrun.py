@@ -26,7 +26,7 @@ ARRIVAL = "dry-run"
 class DryRunHandler(WorkloadAccess):
     async def post(self) -> None:
         self.require(READ)
-        body = parse_dry_run(self.json_body())
+        body = parse_dry_run(self.json_body(), self.settings["resource_defaults"])
         user = self.acting_for(body.user, "a dry run")
         project = await self.project_for(body.project, user)
         loop = self.loop

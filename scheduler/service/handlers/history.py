@@ -50,6 +50,8 @@ def point(bucket: SampleBucket) -> dict:
         "running": bucket.running,
         "pending": bucket.pending,
         "cluster_gpus": bucket.cluster_gpus,
+        "allocated_cpu": round(bucket.allocated_cpu or 0.0, 3),
+        "allocated_memory_gib": round(bucket.allocated_memory_gib or 0.0, 3),
     }
 
 
@@ -142,6 +144,10 @@ class HistoryHandler(UsageHandler):
         return value
 
 
+CSV_COLUMNS = ("project", "user", "gpu_hours", "cpu_hours", "memory_gib_hours", "start", "end")
+"""The usage file's columns: GPU-hours, CPU core-hours and memory GiB-hours held."""
+
+
 def _cell(value: str) -> str:
     """A spreadsheet must not run a name as a formula (CSV injection)."""
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
@@ -157,10 +163,18 @@ class UsageCSVHandler(UsageHandler):
         start, end, rows = await self.usage_rows()
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\r\n")
-        writer.writerow(["project", "user", "gpu_hours", "start", "end"])
+        writer.writerow(CSV_COLUMNS)
         for row in rows:
             writer.writerow(
-                [_cell(row.project), _cell(row.user), f"{row.gpu_hours:.6f}", iso(start), iso(end)]
+                [
+                    _cell(row.project),
+                    _cell(row.user),
+                    f"{row.gpu_hours:.6f}",
+                    f"{row.cpu_hours:.6f}",
+                    f"{row.memory_gib_hours:.6f}",
+                    iso(start),
+                    iso(end),
+                ]
             )
         name = f"frachub-usage-{iso(start)[:10]}-{iso(end)[:10]}.csv"
         self.set_header("Content-Type", "text/csv; charset=utf-8")

@@ -68,8 +68,9 @@ class NodesHandler(APIHandler):
 
 
 class UsageHandler(APIHandler):
-    """GPU-hours per project and user between ``start`` and ``end`` (ISO 8601; default: the
-    last 30 days). Users see their own rows; admins see everyone's."""
+    """GPU-hours, CPU core-hours and memory GiB-hours per project and user between ``start``
+    and ``end`` (ISO 8601; default: the last 30 days). Users see their own rows; admins see
+    everyone's."""
 
     max_days: float | None = None
     """The longest range a request may ask for (None: any)."""
@@ -82,10 +83,18 @@ class UsageHandler(APIHandler):
                 "start": iso(start),
                 "end": iso(end),
                 "rows": [
-                    {"project": r.project, "user": r.user, "gpu_hours": round(r.gpu_hours, 6)}
+                    {
+                        "project": r.project,
+                        "user": r.user,
+                        "gpu_hours": round(r.gpu_hours, 6),
+                        "cpu_hours": round(r.cpu_hours, 6),
+                        "memory_gib_hours": round(r.memory_gib_hours, 6),
+                    }
                     for r in rows
                 ],
                 "total_gpu_hours": round(sum(r.gpu_hours for r in rows), 6),
+                "total_cpu_hours": round(sum(r.cpu_hours for r in rows), 6),
+                "total_memory_gib_hours": round(sum(r.memory_gib_hours for r in rows), 6),
             }
         )
 

@@ -220,7 +220,7 @@ class WorkloadListHandler(WorkloadAccess):
         """Store what ``body`` asks for: the workload, or a sweep's members. With an
         idempotency ``key``, the workload (a sweep's first member) keeps it and the body's
         ``digest``."""
-        submission = parse_submission(body)
+        submission = parse_submission(body, self.settings["resource_defaults"])
         asked = submission.ask
         ceiling = default_priority(asked.kind, False)
         if asked.priority > ceiling and not self.caller.is_admin:

@@ -87,6 +87,10 @@ class WorkloadRecord(Base):
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_model: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     """GPU models it may run on (sorted names); None: any."""
+    cpu_milli: Mapped[int] = mapped_column(Integer, server_default="0")
+    """CPU per replica in thousandths of a core (0: none asked; migration 0011)."""
+    memory_mib: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Memory (RAM) per replica in MiB (0: none asked)."""
     replicas: Mapped[int] = mapped_column(Integer, default=1)
     priority: Mapped[int] = mapped_column(Integer)
     preemptible: Mapped[bool] = mapped_column(Boolean)
@@ -162,6 +166,8 @@ class WorkloadRecord(Base):
             gpus=None if request.gpu_memory_mib is not None else request.gpus,
             gpu_memory_mib=request.gpu_memory_mib,
             gpu_model=sorted(request.gpu_models) or None,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
             replicas=request.replicas,
             priority=ask.priority,
             preemptible=ask.preemptible,
@@ -179,6 +185,8 @@ class WorkloadRecord(Base):
                 gpus=self.gpus or 0.0,
                 gpu_memory_mib=self.gpu_memory_mib,
                 replicas=self.replicas,
+                cpu_milli=self.cpu_milli or 0,
+                memory_mib=self.memory_mib or 0,
                 gpu_models=frozenset(self.gpu_model or ()),
             ),
             priority=self.priority,
@@ -272,6 +280,10 @@ class UsageRecord(Base):
     user: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
     project: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
     gpus: Mapped[float] = mapped_column(Float)
+    cpu: Mapped[float] = mapped_column(Float, server_default="0")
+    """CPU cores it held (all replicas), for CPU-hours (migration 0011)."""
+    memory_gib: Mapped[float] = mapped_column(Float, server_default="0")
+    """Memory (GiB) it held (all replicas), for memory-hours."""
     start: Mapped[float] = mapped_column(Float, index=True)
     end: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
 
@@ -293,6 +305,10 @@ class UsageSampleRecord(Base):
     pending: Mapped[int] = mapped_column(Integer)
     cluster_gpus: Mapped[float] = mapped_column(Float)
     """The GPUs the cluster had at that moment (the same on every row of one sample)."""
+    allocated_cpu: Mapped[float] = mapped_column(Float, server_default="0")
+    """CPU cores the project's work holding GPUs asked for (migration 0011)."""
+    allocated_memory_gib: Mapped[float] = mapped_column(Float, server_default="0")
+    """Memory (GiB) the project's work holding GPUs asked for."""
 
 
 def placement_to_json(placement: Placement) -> list:

@@ -124,6 +124,10 @@ class UsageRow:
     project: str
     user: str
     gpu_hours: float
+    cpu_hours: float = 0.0
+    """Core-hours held (cores times hours; jobs that asked for no CPU count none)."""
+    memory_gib_hours: float = 0.0
+    """GiB-hours of memory held."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,9 @@ class SampleBucket:
     mean): the peak a chart names is this one, not the largest mean."""
     samples: int
     """How many samples the bucket holds, so means over several buckets weigh them right."""
+    allocated_cpu: float = 0.0
+    """Mean CPU cores asked for by the work holding GPUs."""
+    allocated_memory_gib: float = 0.0
 
 
 class Store:
@@ -281,12 +288,17 @@ class Store:
     # -- usage --------------------------------------------------------------------------
 
     def open_usage(self, workload: WorkloadRecord, gpus: float, start: float) -> None:
+        """An interval from ``start`` on, holding ``gpus`` and the CPU and memory the
+        workload asked for (each replica's, times its replicas)."""
+        replicas = workload.replicas or 1
         self.session.add(
             UsageRecord(
                 workload_id=workload.id,
                 user=workload.user,
                 project=workload.project,
                 gpus=gpus,
+                cpu=(workload.cpu_milli or 0) * replicas / 1000,
+                memory_gib=(workload.memory_mib or 0) * replicas / 1024,
                 start=start,
                 end=None,
             )
@@ -307,7 +319,8 @@ class Store:
         projects: Iterable[str] = (),
         users: Iterable[str] = (),
     ) -> list[UsageRow]:
-        """GPU-hours per (project, user) held within [start, end); open intervals run to now.
+        """GPU-hours (and CPU core-hours and memory GiB-hours) per (project, user) held within
+        [start, end); open intervals run to now.
         Summed by the database: a month of everyone's intervals never becomes Python objects
         (100,000 of them took about a second that way). Like ``sample_buckets`` it reads in
         a session of its own, so the handler can run it in a thread."""
@@ -316,7 +329,13 @@ class Store:
             (UsageRecord.start > start, UsageRecord.start), else_=start
         )
         query = (
-            select(UsageRecord.project, UsageRecord.user, func.sum(UsageRecord.gpus * overlap))
+            select(
+                UsageRecord.project,
+                UsageRecord.user,
+                func.sum(UsageRecord.gpus * overlap),
+                func.sum(UsageRecord.cpu * overlap),
+                func.sum(UsageRecord.memory_gib * overlap),
+            )
             .where(
                 UsageRecord.start < end,
                 or_(UsageRecord.end.is_(None), UsageRecord.end > start),
@@ -331,7 +350,10 @@ class Store:
         if users:
             query = query.where(UsageRecord.user.in_(users))
         with Session(self.engine) as session:
-            return [UsageRow(p, u, held / 3600) for p, u, held in session.execute(query)]
+            return [
+                UsageRow(p, u, held / 3600, (cores or 0) / 3600, (gib or 0) / 3600)
+                for p, u, held, cores, gib in session.execute(query)
+            ]
 
     # -- usage samples (the history charts) -------------------------------------------------
 
@@ -344,8 +366,9 @@ class Store:
         """The samples taken within [start, end), summed up per project and ``step``-wide
         bucket by the database (a week of minute samples never becomes Python objects):
         mean GPUs in use and fair share, the largest quota, cluster size and queues, the
-        time of the bucket's last sample, the most GPUs in use at one sample and how many
-        samples it holds. Sorted by project, then time.
+        time of the bucket's last sample, the most GPUs in use at one sample, how many
+        samples it holds, and the mean CPU and memory asked for. Sorted by project, then
+        time.
 
         It reads in a session of its own, not the scheduler's, so the handler can run it in a
         thread: a week of everyone's samples takes a quarter of a second on SQLite, which the
@@ -364,6 +387,8 @@ class Store:
                 func.max(UsageSampleRecord.cluster_gpus),
                 func.max(UsageSampleRecord.allocated_gpus),
                 func.count(),
+                func.avg(UsageSampleRecord.allocated_cpu),
+                func.avg(UsageSampleRecord.allocated_memory_gib),
             )
             .where(UsageSampleRecord.time >= start, UsageSampleRecord.time < end)
             .group_by(UsageSampleRecord.project, bucket)

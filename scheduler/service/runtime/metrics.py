@@ -7,14 +7,14 @@ Each service instance has its own registry (tests start several in one process);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scheduler.common.states import ACTIVE_STATES
-from scheduler.engine import CycleResult
+from scheduler.engine import CycleResult, Node
 
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
 SAMPLE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -53,6 +53,30 @@ class Metrics:
             "frachub_queue_fair_share_gpus",
             "A project's fair share of the cluster right now (deserved plus its share of idle)",
             ["queue"],
+            registry=r,
+        )
+        self.allocated_cpu = Gauge(
+            "frachub_queue_allocated_cpu_cores",
+            "CPU cores asked for by a project's workloads holding GPUs (all their replicas)",
+            ["queue"],
+            registry=r,
+        )
+        self.allocated_memory = Gauge(
+            "frachub_queue_allocated_memory_gib",
+            "Memory (GiB) asked for by a project's workloads holding GPUs",
+            ["queue"],
+            registry=r,
+        )
+        self.node_cpu = Gauge(
+            "frachub_node_cpu_cores",
+            "CPU cores a node offers to workloads (absent where not counted)",
+            ["node"],
+            registry=r,
+        )
+        self.node_memory = Gauge(
+            "frachub_node_memory_gib",
+            "Memory (GiB) a node offers to workloads (absent where not counted)",
+            ["node"],
             registry=r,
         )
         self.time_to_start = Histogram(
@@ -148,15 +172,34 @@ class Metrics:
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(reason).inc()
 
-    def cycle(self, seconds: float, result: CycleResult, counts: Mapping[str, int]) -> None:
-        """A cycle took ``seconds``; ``counts``: the active workloads by state after it."""
+    def cycle(
+        self,
+        seconds: float,
+        result: CycleResult,
+        counts: Mapping[str, int],
+        *,
+        held: Mapping[str, tuple[float, float]] | None = None,
+        nodes: Sequence[Node] = (),
+    ) -> None:
+        """A cycle took ``seconds``; ``counts``: the active workloads by state after it;
+        ``held``: per project, the CPU cores and memory (GiB) its running work asked for;
+        ``nodes``: the inventory, for what each node offers."""
         self.cycle_seconds.observe(seconds)
+        held = held or {}
         for name, status in result.queues.items():
             self.queue_pending.labels(name).set(status.pending)
             self.queue_running.labels(name).set(status.running)
             self.allocated.labels(name).set(status.allocated_gpus)
             self.deserved.labels(name).set(status.deserved_gpus)
             self.fair_share.labels(name).set(status.fair_share_gpus)
+            cores, gib = held.get(name, (0.0, 0.0))
+            self.allocated_cpu.labels(name).set(cores)
+            self.allocated_memory.labels(name).set(gib)
+        for node in nodes:
+            if node.cpu_milli is not None:
+                self.node_cpu.labels(node.name).set(node.cpu_milli / 1000)
+            if node.memory_mib is not None:
+                self.node_memory.labels(node.name).set(node.memory_mib / 1024)
         for state in ACTIVE_STATES:
             self.workloads.labels(state.value).set(counts.get(state.value, 0))
 

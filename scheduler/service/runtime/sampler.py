@@ -1,6 +1,7 @@
 """Usage samples: every ``usage_sample_interval`` the service writes each project's GPUs in
-use, quota, fair share and queue lengths (as the last cycle left them) into the store, so the
-panel can chart the last day and week without Prometheus.
+use (and the CPU and memory its running work asked for), quota, fair share and queue
+lengths (as the last cycle left them) into the store, so the panel can chart the last day
+and week without Prometheus.
 
 The row with the empty project name is the whole cluster: the sums over the top-level
 projects (a parent project's numbers already include its children's), with the cluster's
@@ -27,6 +28,7 @@ def take_sample(loop: SchedulingLoop, now: float) -> list[UsageSampleRecord]:
         return []
     cluster_gpus = float(len(loop.inventory.gpus))
     roots = {queue.name for queue in loop.queues if queue.parent is None}
+    held = subtree_sums(loop.roster.held_resources(), {q.name: q.parent for q in loop.queues})
     rows = [
         UsageSampleRecord(
             time=now,
@@ -37,6 +39,8 @@ def take_sample(loop: SchedulingLoop, now: float) -> list[UsageSampleRecord]:
             running=status.running,
             pending=status.pending,
             cluster_gpus=cluster_gpus,
+            allocated_cpu=round(held.get(name, (0.0, 0.0))[0], 6),
+            allocated_memory_gib=round(held.get(name, (0.0, 0.0))[1], 6),
         )
         for name, status in sorted(statuses.items())
     ]
@@ -51,11 +55,30 @@ def take_sample(loop: SchedulingLoop, now: float) -> list[UsageSampleRecord]:
             running=sum(row.running for row in top),
             pending=sum(row.pending for row in top),
             cluster_gpus=cluster_gpus,
+            allocated_cpu=round(sum(row.allocated_cpu for row in top), 6),
+            allocated_memory_gib=round(sum(row.allocated_memory_gib for row in top), 6),
         )
     )
     loop.store.add_samples(rows)
     loop.store.commit()  # rolls back by itself if the database refuses
     return rows
+
+
+def subtree_sums(
+    held: dict[str, tuple[float, float]], parents: dict[str, str | None]
+) -> dict[str, tuple[float, float]]:
+    """Each project's (cores, GiB) with its descendants' added, as a department's GPUs in
+    use include its projects'."""
+    total: dict[str, tuple[float, float]] = {}
+    for project, (cores, gib) in held.items():
+        seen: set[str] = set()
+        name: str | None = project
+        while name is not None and name not in seen:
+            seen.add(name)
+            before = total.get(name, (0.0, 0.0))
+            total[name] = (before[0] + cores, before[1] + gib)
+            name = parents.get(name)
+    return total
 
 
 async def sample_every(loop: SchedulingLoop, seconds: float, log: logging.Logger) -> None:

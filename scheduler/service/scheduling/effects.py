@@ -65,6 +65,8 @@ def job_spec(record: WorkloadRecord, log_notes: tuple[str, ...] = ()) -> JobSpec
         restart_count=record.restart_count,
         replicas=record.replicas,
         log_notes=log_notes,
+        cpu_milli=record.cpu_milli or 0,
+        memory_mib=record.memory_mib or 0,
     )
 
 

@@ -505,7 +505,13 @@ class SchedulingLoop:
         self.borrowed = {int(name): words for name, words in result.borrowed.items()}
         self.next_wakeup = result.next_wakeup
         self._last_cycle_seconds = time.perf_counter() - began
-        self.metrics.cycle(self._last_cycle_seconds, result, self.roster.counts())
+        self.metrics.cycle(
+            self._last_cycle_seconds,
+            result,
+            self.roster.counts(),
+            held=self.roster.held_resources(),
+            nodes=self.inventory.nodes,
+        )
         self.freezer.settled(busy=self._busy)
         self._busy = False
         self._notify()

@@ -68,6 +68,19 @@ class Roster:
         """The active allocation of ``user``'s server ``server_name``, if there is one."""
         return self._allocations.get((user, server_name))
 
+    def held_resources(self) -> dict[str, tuple[float, float]]:
+        """Per project: the CPU cores and memory (GiB) its workloads holding GPUs asked for,
+        over all their replicas (for the metrics)."""
+        held: dict[str, tuple[float, float]] = {}
+        for record in self.holding.values():
+            replicas = record.replicas or 1
+            cores, gib = held.get(record.project, (0.0, 0.0))
+            held[record.project] = (
+                cores + (record.cpu_milli or 0) * replicas / 1000,
+                gib + (record.memory_mib or 0) * replicas / 1024,
+            )
+        return held
+
     def counts(self) -> dict[str, int]:
         """Active workloads by state: the ones holding GPUs, the rest pending."""
         counts = {WorkloadState.PENDING.value: len(self.records) - len(self.holding)}

@@ -163,6 +163,16 @@ export function gpusText(workload) {
   return workload.replicas > 1 ? `${each} × ${workload.replicas}` : each;
 }
 
+// The CPU and memory (RAM) each replica asked for, "" when it asked for neither: "2 CPUs, 16 GiB
+// memory", in the words of scheduler/common/quantities.py's cores and memory_words.
+export function resourcesText(workload) {
+  const parts = [];
+  if (workload.cpu) parts.push(plural(workload.cpu, "CPU"));
+  const gib = workload.memory_gib;
+  if (gib) parts.push(gib >= 1 ? `${number(gib)} GiB memory` : `${Math.round(gib * 1024)} MiB memory`);
+  return parts.join(", ");
+}
+
 export function placementText(workload) {
   return (workload.placement || [])
     .map((replica) => {

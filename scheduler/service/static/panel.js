@@ -16,6 +16,7 @@ import {
   number,
   placementText,
   plural,
+  resourcesText,
   showError,
   stateBadge,
   stream,
@@ -116,7 +117,14 @@ function renderWorkloads() {
         ),
         el("td", {}, workload.project),
         el("td", {}, stateBadge(workload.state)),
-        el("td", { class: "text-nowrap" }, gpusText(workload)),
+        el(
+          "td",
+          { class: "text-nowrap" },
+          gpusText(workload),
+          resourcesText(workload)
+            ? el("div", { class: "small text-body-secondary frachub-resources" }, resourcesText(workload))
+            : null,
+        ),
         whereCell(workload),
         timeCell(workload.submitted_at),
         el(
@@ -240,6 +248,7 @@ function renderDetail() {
     ...fact("Command", workload.command ? el("code", {}, commandText(workload.command)) : null),
     ...fact("Project", workload.project),
     ...fact("Resources", gpusText(workload)),
+    ...fact("CPU, memory", resourcesText(workload) || null),
     ...fact("Queue position", pending && workload.queue_position ? `#${workload.queue_position}` : null),
     ...fact("Waiting", pending ? waitingFact(workload) : null),
     ...fact("Borrowed", workload.borrowed ? el("span", {}, borrowedBadge(workload), " ", workload.borrowed) : null),
@@ -402,6 +411,9 @@ form.addEventListener("submit", async (event) => {
   };
   if (gpuSelect.value === "memory") body.gpu_memory_gib = Number(data.get("gpu_memory_gib"));
   else body.gpus = Number(gpuSelect.value);
+  // left empty: the service's default for training (the admin's default_cpu/default_memory_gib)
+  if (String(data.get("cpu") || "").trim()) body.cpu = Number(data.get("cpu"));
+  if (String(data.get("memory_gib") || "").trim()) body.memory_gib = Number(data.get("memory_gib"));
   const name = String(data.get("name") || "").trim();
   if (name) body.name = name;
   if (data.get("project")) body.project = data.get("project");
