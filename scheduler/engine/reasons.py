@@ -164,21 +164,33 @@ def _host_words(session: Session, request) -> tuple[str, str]:
 def _no_host_room(session: Session, workload: Workload) -> str:
     """A CPU-only request (no GPU) that no node has room for, in CPUs and memory."""
     request = workload.request
-    ledger = session.ledger
     if not (request.cpu_milli or request.memory_mib):
         return "needs CPU or memory that no node has free"
+    never = host_never(session, request)
+    if never is not None:
+        return never
     need, most = _host_words(session, request)
     if request.replicas > 1:
         need = f"{request.replicas} replicas × {need}, all at once"
+    return f"needs {need}{most or '; no node has it free'}"
+
+
+def host_never(session: Session, request) -> str | None:
+    """ "needs 40 CPUs; the largest node has 32 CPUs, so it can never start", when no node
+    has as many CPUs (or as much memory) as one replica asks for; None otherwise."""
+    ledger = session.ledger
     for key, amount, whole in (
         (resources.CPU, request.cpu_milli, "cpu_milli"),
         (resources.MEMORY, request.memory_mib, "memory_mib"),
     ):
         sizes = [getattr(node, whole) for node in ledger.nodes]
         if amount and sizes and None not in sizes and max(sizes) < amount:
+            need, _most = _host_words(session, request)
+            if request.whole_gpus or request.is_fraction:
+                need = "GPUs with " + need
             largest = resources.words(key, max(sizes))
             return f"needs {need}; the largest node has {largest}, so it can never start"
-    return f"needs {need}{most or '; no node has it free'}"
+    return None
 
 
 def reserved() -> str:
