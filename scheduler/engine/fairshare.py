@@ -19,7 +19,7 @@ Weight-0 queues get nothing beyond their quota. Amounts are in milli-GPUs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.engine.model import Queue
@@ -76,8 +76,19 @@ def subtree_totals(queues: Sequence[Queue], leaf_amounts: Mapping[str, float]) -
     return totals
 
 
-def deserved_quotas(queues: Sequence[Queue]) -> dict[str, float]:
-    """Each queue's quota in milli-GPUs; a department without one deserves its children's sum."""
+def _gpu_quota(queue: Queue) -> float | None:
+    return None if queue.deserved_gpus is None else _milli(queue.deserved_gpus)
+
+
+def deserved_quotas(
+    queues: Sequence[Queue],
+    own: Callable[[Queue], float | None] = _gpu_quota,
+    missing: float = 0,
+) -> dict[str, float]:
+    """Each queue's quota in milli-GPUs; a department without one deserves its children's sum.
+
+    ``own`` reads another resource's quota (``scheduler.engine.resources``), and ``missing``
+    is what a leaf without one deserves there (unlimited for CPUs and memory)."""
     children: dict[str, list[Queue]] = {}
     for queue in queues:
         if queue.parent is not None:
@@ -86,10 +97,13 @@ def deserved_quotas(queues: Sequence[Queue]) -> dict[str, float]:
 
     def resolve(queue: Queue) -> float:
         if queue.name not in resolved:
-            if queue.deserved_gpus is not None:
-                resolved[queue.name] = _milli(queue.deserved_gpus)
+            value = own(queue)
+            if value is not None:
+                resolved[queue.name] = value
+            elif queue.name in children:
+                resolved[queue.name] = sum(resolve(kid) for kid in children[queue.name])
             else:
-                resolved[queue.name] = sum(resolve(kid) for kid in children.get(queue.name, []))
+                resolved[queue.name] = missing
         return resolved[queue.name]
 
     for queue in queues:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.common.limits import MILLI
-from scheduler.engine.fairshare import fair_shares, subtree_totals
+from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
 from scheduler.engine.model import Node, Queue, Request, Workload
 
 CPU = "cpu"
@@ -149,26 +149,12 @@ def host_resources(queues: Sequence[Queue], nodes: Sequence[Node]) -> list[HostR
 def _deserved(queues: Sequence[Queue], key: str) -> dict[str, float]:
     """Each queue's deserved amount; a leaf without one is unlimited, a department without
     one deserves its children's sum (unlimited if any child is)."""
-    children: dict[str, list[Queue]] = {}
-    for queue in queues:
-        if queue.parent is not None:
-            children.setdefault(queue.parent, []).append(queue)
-    resolved: dict[str, float] = {}
 
-    def resolve(queue: Queue) -> float:
-        if queue.name not in resolved:
-            own = _quota(queue, key)[0]
-            if own is not None:
-                resolved[queue.name] = float(own)
-            elif queue.name in children:
-                resolved[queue.name] = sum(resolve(kid) for kid in children[queue.name])
-            else:
-                resolved[queue.name] = UNLIMITED
-        return resolved[queue.name]
+    def own(queue: Queue) -> float | None:
+        value = _quota(queue, key)[0]
+        return None if value is None else float(value)
 
-    for queue in queues:
-        resolve(queue)
-    return resolved
+    return deserved_quotas(queues, own, UNLIMITED)
 
 
 def count_workloads(
