@@ -82,6 +82,10 @@ class Outcome:
                     "running": status.running,
                     "pending": status.pending,
                 }
+                for key, standing in status.resources.items():  # counted by quota only
+                    unit, suffix = (1000, "cpu") if key == "cpu" else (1024, "memory_gib")
+                    queues[name][f"allocated_{suffix}"] = standing.allocated / unit
+                    queues[name][f"fair_share_{suffix}"] = round(standing.fair_share / unit, 6)
         return {"time": self.time, "workloads": workloads, "queues": queues, "events": self.events}
 
 

@@ -11,6 +11,7 @@ from scheduler.common.messages import event_line, pending_headline
 from scheduler.common.placement import Placement, placement_to_api
 from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
+from scheduler.fields import queue_host_dict
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
 from scheduler.service.scheduling.loop import SchedulingLoop
 
@@ -150,7 +151,20 @@ def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[s
         "fair_share_gpus": status.fair_share_gpus if status else 0.0,
         "running": status.running if status else 0,
         "pending": status.pending if status else 0,
+        **queue_host_dict(record.as_queue()),
+        **_host_standing(status),
     }
+
+
+def _host_standing(status: QueueStatus | None) -> dict[str, float | None]:
+    """CPUs (cores) and memory (GiB) in use and the fair share, for the resources some queue
+    has a quota for (rule 3b); null otherwise."""
+    found: dict[str, float | None] = {}
+    for key, suffix, unit in (("cpu", "cpu", 1000), ("memory", "memory_gib", 1024)):
+        standing = status.resources.get(key) if status else None
+        found[f"allocated_{suffix}"] = standing.allocated / unit if standing else None
+        found[f"fair_share_{suffix}"] = round(standing.fair_share / unit, 3) if standing else None
+    return found
 
 
 def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str, Any]]:

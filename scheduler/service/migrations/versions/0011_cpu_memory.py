@@ -4,14 +4,14 @@ memory-hours, and each usage sample's (``allocated_cpu``, ``allocated_memory_gib
 history. Rows from before hold 0: nothing was asked then.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
