@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
+from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
@@ -114,7 +115,7 @@ class _Attempt:
     """When ``poll`` first saw every replica ended (monotonic)."""
 
 
-class LocalBackend(GpuSharing):
+class LocalBackend(LoggingConfigurable, GpuSharing):
     """Runs each replica as a local subprocess; see the module docstring for the file layout.
     Its GPU sharing settings and hooks (MPS) come from ``GpuSharing``."""
 

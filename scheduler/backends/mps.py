@@ -47,8 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traitlets import CaselessStrEnum, Float, Integer, Unicode
-from traitlets.config import LoggingConfigurable
+from traitlets import CaselessStrEnum, Float, HasTraits, Integer, Unicode
 
 from scheduler.backends import processes
 from scheduler.backends.base import Checkpoint, Exit, Inventory
@@ -579,13 +578,15 @@ def _size(path: str) -> int:
 # --- the local backend's settings and hooks -----------------------------------------------------
 
 
-class GpuSharing(LoggingConfigurable):
+class GpuSharing(HasTraits):
     """How the local backend enforces shares of a GPU: its settings (``LocalBackend.*``) and
-    the hooks it calls. A base class of ``LocalBackend``, which provides ``data_dir`` and
-    ``inventory()``."""
+    the hooks it calls. A mixin of ``LocalBackend`` (not a configurable of its own, so that
+    its settings are the backend's and ``--help-all`` lists them once), which provides
+    ``data_dir``, ``run_as_user``, ``log`` and ``inventory()``."""
 
     data_dir: str
     run_as_user: bool
+    log: logging.Logger | logging.LoggerAdapter
 
     def inventory(self) -> Inventory:
         raise NotImplementedError
