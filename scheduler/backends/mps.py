@@ -34,6 +34,7 @@ All process work happens in the supervisor's thread or the caller's (the backend
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -582,10 +583,11 @@ class GpuSharing(HasTraits):
     """How the local backend enforces shares of a GPU: its settings (``LocalBackend.*``) and
     the hooks it calls. A mixin of ``LocalBackend`` (not a configurable of its own, so that
     its settings are the backend's and ``--help-all`` lists them once), which provides
-    ``data_dir``, ``run_as_user``, ``log`` and ``inventory()``."""
+    ``data_dir``, ``run_as_user``, ``env_keep``, ``log`` and ``inventory()``."""
 
     data_dir: str
     run_as_user: bool
+    env_keep: list[str]
     log: logging.Logger | logging.LoggerAdapter
 
     def inventory(self) -> Inventory:
@@ -663,12 +665,15 @@ class GpuSharing(HasTraits):
             return
         control = find_control(self.mps_control)
         gpus = [(gpu.node, gpu.index, gpu.uuid) for gpu in self.inventory().gpus]
+        # the daemons get what jobs get of the service's environment (PATH, LD_LIBRARY_PATH)
+        env = {name: os.environ[name] for name in self.env_keep if name in os.environ}
         daemons = MpsDaemons(
             control,
             os.path.join(self.data_dir, "mps"),
             gpus,
             log=self.log,
             stop_timeout=self.mps_stop_timeout,
+            env=env,
         )
         daemons.start()
         self._mps = daemons
@@ -676,6 +681,12 @@ class GpuSharing(HasTraits):
         self.log.info(
             "GPU sharing: mps (%d control daemons, %s)", len(daemons.daemons), daemons.control
         )
+
+    async def begin(self) -> None:
+        """Before any work starts (the service, or a script, awaits it once): start what the
+        sharing mode needs, off the event loop. Raises ``MpsUnavailable`` (a RuntimeError)
+        when ``mps`` is asked and cannot run here. ``close()`` stops it again."""
+        await asyncio.get_running_loop().run_in_executor(None, self.start_gpu_sharing)
 
     def stop_gpu_sharing(self) -> None:
         """Stop the MPS daemons (blocking, at most ``mps_stop_timeout`` seconds)."""

@@ -226,6 +226,24 @@ def test_jobs_on_a_shared_gpu_are_mps_clients_within_their_share(
     assert mps_backend.gpu_sharing_health() == {"mode": "mps"}
 
 
+def test_begin_starts_the_daemons_off_the_event_loop_and_close_stops_them(
+    mps_backend: LocalBackend, record: Path
+) -> None:
+    async def scenario() -> dict[str, Any]:
+        await mps_backend.begin()
+        health = mps_backend.gpu_sharing_health()
+        await mps_backend.close()
+        return health
+
+    health = run(scenario)
+    assert [d["up"] for d in health["daemons"]] == [True, True]
+    assert mps_backend.gpu_sharing_health() == {"mode": "mps"}
+    assert sorted(i["stdin"] == ["quit"] for i in invocations(record) if i["argv"] == []) == [
+        True,
+        True,
+    ]
+
+
 def test_the_context_allowance_is_a_setting(mps_backend: LocalBackend) -> None:
     mps_backend.mps_context_allowance_mib = 0
     mps_backend.start_gpu_sharing()
