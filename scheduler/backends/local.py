@@ -361,14 +361,15 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
 
         Pending SIGKILLs are cancelled with the rest: a restarted service that still wants an
         attempt stopped calls ``stop`` again after ``adopt``. Under MPS the daemons are told
-        to quit (``stop_gpu_sharing``).
+        to quit, or left running for the jobs that run on (``stop_gpu_sharing``).
         """
+        running = bool(self._attempts)
         for attempt in self._attempts.values():
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
         self._attempts.clear()
         self._checkpoints.close()
-        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing)
+        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing, running)
 
     # --- starting -----------------------------------------------------------------------------
 

@@ -367,13 +367,17 @@ class MpsDaemons:
         self._thread = threading.Thread(target=self._supervise, name="mps-daemons", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop supervising, ask every daemon to quit, and kill those still there after
-        ``stop_timeout`` seconds."""
+    def detach(self) -> None:
+        """Stop supervising; the daemons run on (a later ``start`` adopts them)."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def stop(self) -> None:
+        """Stop supervising, ask every daemon to quit, and kill those still there after
+        ``stop_timeout`` seconds."""
+        self.detach()
         with self._lock:
             deadline = time.monotonic() + self.stop_timeout
             for daemon in self.daemons:
@@ -688,10 +692,18 @@ class GpuSharing(HasTraits):
         when ``mps`` is asked and cannot run here. ``close()`` stops it again."""
         await asyncio.get_running_loop().run_in_executor(None, self.start_gpu_sharing)
 
-    def stop_gpu_sharing(self) -> None:
-        """Stop the MPS daemons (blocking, at most ``mps_stop_timeout`` seconds)."""
+    def stop_gpu_sharing(self, leave_running: bool = False) -> None:
+        """Stop the MPS daemons (blocking, at most ``mps_stop_timeout`` seconds); with
+        ``leave_running`` (jobs run on past the service, as they do across its restarts),
+        only stop supervising them: the next start adopts them, and the jobs keep their
+        MPS servers."""
         daemons, self._mps = self._mps, None
-        if daemons is not None:
+        if daemons is None:
+            return
+        if leave_running:
+            daemons.detach()
+            self.log.info("Leaving the MPS control daemons running for the jobs that run on")
+        else:
             daemons.stop()
 
     def gpu_sharing_health(self) -> dict[str, Any]:
