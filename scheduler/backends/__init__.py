@@ -4,7 +4,8 @@
 this machine with GPUs from NVML or a declared inventory (``inventory``), each replica held
 in a control group of its own (``confinement``), its command, directories and log checked as
 the job's user (``workplace``), its processes read and signalled through ``processes``, its
-checkpoints found off the event loop (``checkpoints``). The Kubernetes backend lives beside
-them.
+checkpoints found off the event loop (``checkpoints``), and, with ``gpu_sharing = mps``, a
+supervised NVIDIA MPS daemon per GPU and its clients' variables (``mps``; GPU faults and
+their victims: ``mps_faults``). The Kubernetes backend lives beside them.
 Nothing above a backend knows which one is in use.
 """

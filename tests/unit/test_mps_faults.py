@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.backends.mps import EndedClient, MpsFault, blame, fault_in, victim_message
+from scheduler.backends.mps_faults import EndedClient, MpsFault, blame, fault_in, victim_message
 
 pytestmark = pytest.mark.unit
 
