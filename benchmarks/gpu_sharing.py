@@ -106,7 +106,7 @@ class Bench:
 
     async def __aenter__(self) -> Bench:
         # the service's own start: MPS daemons (mps), refused in words where MPS cannot run
-        await asyncio.get_running_loop().run_in_executor(None, self.backend.start_gpu_sharing)
+        await self.backend.begin()
         self._poller = asyncio.create_task(self._poll())
         return self
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, List, Unicode, validate
+from traitlets.config import LoggingConfigurable
 
 from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
@@ -117,7 +118,7 @@ class _Attempt:
     """When ``poll`` first saw every replica ended (monotonic)."""
 
 
-class LocalBackend(GpuSharing):
+class LocalBackend(LoggingConfigurable, GpuSharing):
     """Runs each replica as a local subprocess; see the module docstring for the file layout.
     Its GPU sharing settings and hooks (MPS) come from ``GpuSharing``."""
 
@@ -395,14 +396,15 @@ class LocalBackend(GpuSharing):
 
         Pending SIGKILLs are cancelled with the rest: a restarted service that still wants an
         attempt stopped calls ``stop`` again after ``adopt``. Under MPS the daemons are told
-        to quit (``stop_gpu_sharing``).
+        to quit, or left running for the jobs that run on (``stop_gpu_sharing``).
         """
+        running = bool(self._attempts)
         for attempt in self._attempts.values():
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
         self._attempts.clear()
         self._checkpoints.close()
-        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing)
+        await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing, running)
         self.gpu_reader.close()
 
     # --- starting -----------------------------------------------------------------------------

@@ -8,7 +8,8 @@ caps); under MPS the driver itself refuses a client more pinned memory than
 
 One daemon per GPU (``nvidia-cuda-mps-control -f``, in the foreground so the service owns the
 process and learns of its death from ``waitpid``), each started with
-``CUDA_VISIBLE_DEVICES=<the GPU's UUID>`` and its own pipe and log directories::
+``CUDA_VISIBLE_DEVICES=<the GPU's UUID>`` and its own pipe and log directories (what their
+logs say about GPU faults, and who was whose victim: ``mps_faults``)::
 
     <data_dir>/mps/gpu<index>/pipe    CUDA_MPS_PIPE_DIRECTORY (control socket, pid file)
     <data_dir>/mps/gpu<index>/log     CUDA_MPS_LOG_DIRECTORY, and daemon.out: the daemon's
@@ -34,10 +35,10 @@ All process work happens in the supervisor's thread or the caller's (the backend
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -47,11 +48,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traitlets import CaselessStrEnum, Float, Integer, Unicode
-from traitlets.config import LoggingConfigurable
+from traitlets import CaselessStrEnum, Float, HasTraits, Integer, Unicode
 
 from scheduler.backends import processes
 from scheduler.backends.base import Checkpoint, Exit, Inventory
+from scheduler.backends.mps_faults import (
+    FAULT_WINDOW_SECONDS,
+    OUTPUT_FAULT_PATTERNS,
+    EndedClient,
+    MpsFault,
+    blame,
+    fault_in,
+    victim_message,
+)
 from scheduler.common.contract import CUDA_VISIBLE_DEVICES
 from scheduler.common.placement import ReplicaPlacement
 from scheduler.common.share import Share, share_of
@@ -135,115 +144,6 @@ def mps_env(
         THREAD_PERCENTAGE: str(share.thread_percentage),
         CUDA_VISIBLE_DEVICES: gpu_uuid,
     }
-
-
-# --- faults in the daemons' logs ----------------------------------------------------------------
-
-FAULT_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"fatal (gpu )?exception", re.IGNORECASE),
-    re.compile(r"\bxid\b", re.IGNORECASE),
-    re.compile(r"illegal (memory )?(access|address|instruction)", re.IGNORECASE),
-    re.compile(r"\b(gpu|device|mmu) fault\b", re.IGNORECASE),
-    re.compile(r"\bfault(ed|ing)? client\b", re.IGNORECASE),
-)
-"""A line of control.log or server.log that reports a GPU fault. NVIDIA documents no wording;
-these follow logs seen in the wild ("Server encountered a fatal exception. Shutting down").
-Adjust them here when a real fault's log says otherwise (``benchmarks/gpu_sharing.py`` keeps
-the logs it captured)."""
-
-FAULT_PID = re.compile(r"\b(?:client\s*\{?\s*)?pid\s*[:=]?\s*(?P<pid>\d+)", re.IGNORECASE)
-"""Where a fault line names the faulting client (``Client {PID: 4267, ...}``)."""
-
-SERVER_EXIT = re.compile(r"server (?P<pid>\d+) exited with status (?P<status>-?\d+)", re.I)
-"""The control daemon's line when an MPS server ends; after a fault, with a non-zero status."""
-
-OUTPUT_FAULT_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"illegal (memory )?(access|address|instruction)", re.IGNORECASE),
-    re.compile(r"\bxid\b", re.IGNORECASE),
-    re.compile(r"misaligned address|unspecified launch failure|hardware stack error", re.I),
-)
-"""What a faulting program's own output says (CUDA's error strings), to tell it from the
-clients it took down when the daemon's log does not name it."""
-
-FAULT_WINDOW_SECONDS = 5.0
-"""Clients of one GPU that end this close to a fault on it ended because of it."""
-
-
-@dataclass(frozen=True)
-class MpsFault:
-    """A GPU fault an MPS daemon's log reported: on GPU ``gpu``, seen at ``at`` (Unix time),
-    naming client ``pid`` where the line does."""
-
-    gpu: int
-    at: float
-    line: str
-    pid: int | None = None
-
-
-def fault_in(line: str, gpu: int, at: float) -> MpsFault | None:
-    """The fault ``line`` reports, or None: a fault pattern, or a server that exited with a
-    non-zero status."""
-    exited = SERVER_EXIT.search(line)
-    faulted = any(pattern.search(line) for pattern in FAULT_PATTERNS)
-    if not faulted and not (exited and exited.group("status") != "0"):
-        return None
-    named = FAULT_PID.search(line) if faulted else None
-    return MpsFault(gpu, at, line.strip(), int(named.group("pid")) if named else None)
-
-
-@dataclass(frozen=True)
-class EndedClient:
-    """A workload's replica on an MPS GPU that ended: when, with what, and its last output."""
-
-    workload_id: int
-    gpu: int
-    ended_at: float
-    exit_code: int | None
-    pids: frozenset[int] = frozenset()
-    output: str = ""
-
-
-def blame(
-    faults: Sequence[MpsFault], ended: Sequence[EndedClient], window: float = FAULT_WINDOW_SECONDS
-) -> dict[int, int | None]:
-    """Which ended workloads were taken down by a GPU fault, and by whose.
-
-    Returns ``{victim workload: faulting workload}``; the faulting one is not in it (it
-    failed on its own). Among the workloads of one GPU that ended with a non-zero code within
-    ``window`` of a fault on it, the faulting one is the one whose pid the fault's line names,
-    else the one whose output names a fault (an illegal address, an Xid), else the first to
-    end. A single such workload is no victim of anybody.
-    """
-    victims: dict[int, int | None] = {}
-    for fault in faults:
-        near = [
-            client
-            for client in ended
-            if client.gpu == fault.gpu
-            and client.exit_code != 0
-            and abs(client.ended_at - fault.at) <= window
-        ]
-        if len(near) < 2:
-            continue
-        culprit = next((c for c in near if fault.pid is not None and fault.pid in c.pids), None)
-        if culprit is None:
-            culprit = min(
-                (c for c in near if any(p.search(c.output) for p in OUTPUT_FAULT_PATTERNS)),
-                key=lambda c: c.ended_at,
-                default=None,
-            )
-        if culprit is None:
-            culprit = min(near, key=lambda c: c.ended_at)
-        for client in near:
-            if client.workload_id != culprit.workload_id:
-                victims.setdefault(client.workload_id, culprit.workload_id)
-    return victims
-
-
-def victim_message(faulting: int | None, gpu: int) -> str:
-    """The event a fault's victim gets, in words: a sentence of its own, which the timeline
-    shows as is (``scheduler.common.messages.event_line``)."""
-    return f"Stopped by a GPU fault of workload {faulting} sharing GPU {gpu}; requeued in its place"
 
 
 # --- the daemons --------------------------------------------------------------------------------
@@ -367,13 +267,17 @@ class MpsDaemons:
         self._thread = threading.Thread(target=self._supervise, name="mps-daemons", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop supervising, ask every daemon to quit, and kill those still there after
-        ``stop_timeout`` seconds."""
+    def detach(self) -> None:
+        """Stop supervising; the daemons run on (a later ``start`` adopts them)."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def stop(self) -> None:
+        """Stop supervising, ask every daemon to quit, and kill those still there after
+        ``stop_timeout`` seconds."""
+        self.detach()
         with self._lock:
             deadline = time.monotonic() + self.stop_timeout
             for daemon in self.daemons:
@@ -579,13 +483,16 @@ def _size(path: str) -> int:
 # --- the local backend's settings and hooks -----------------------------------------------------
 
 
-class GpuSharing(LoggingConfigurable):
+class GpuSharing(HasTraits):
     """How the local backend enforces shares of a GPU: its settings (``LocalBackend.*``) and
-    the hooks it calls. A base class of ``LocalBackend``, which provides ``data_dir`` and
-    ``inventory()``."""
+    the hooks it calls. A mixin of ``LocalBackend`` (not a configurable of its own, so that
+    its settings are the backend's and ``--help-all`` lists them once), which provides
+    ``data_dir``, ``run_as_user``, ``env_keep``, ``log`` and ``inventory()``."""
 
     data_dir: str
     run_as_user: bool
+    env_keep: list[str]
+    log: logging.Logger | logging.LoggerAdapter
 
     def inventory(self) -> Inventory:
         raise NotImplementedError
@@ -662,12 +569,15 @@ class GpuSharing(LoggingConfigurable):
             return
         control = find_control(self.mps_control)
         gpus = [(gpu.node, gpu.index, gpu.uuid) for gpu in self.inventory().gpus]
+        # the daemons get what jobs get of the service's environment (PATH, LD_LIBRARY_PATH)
+        env = {name: os.environ[name] for name in self.env_keep if name in os.environ}
         daemons = MpsDaemons(
             control,
             os.path.join(self.data_dir, "mps"),
             gpus,
             log=self.log,
             stop_timeout=self.mps_stop_timeout,
+            env=env,
         )
         daemons.start()
         self._mps = daemons
@@ -676,10 +586,24 @@ class GpuSharing(LoggingConfigurable):
             "GPU sharing: mps (%d control daemons, %s)", len(daemons.daemons), daemons.control
         )
 
-    def stop_gpu_sharing(self) -> None:
-        """Stop the MPS daemons (blocking, at most ``mps_stop_timeout`` seconds)."""
+    async def begin(self) -> None:
+        """Before any work starts (the service, or a script, awaits it once): start what the
+        sharing mode needs, off the event loop. Raises ``MpsUnavailable`` (a RuntimeError)
+        when ``mps`` is asked and cannot run here. ``close()`` stops it again."""
+        await asyncio.get_running_loop().run_in_executor(None, self.start_gpu_sharing)
+
+    def stop_gpu_sharing(self, leave_running: bool = False) -> None:
+        """Stop the MPS daemons (blocking, at most ``mps_stop_timeout`` seconds); with
+        ``leave_running`` (jobs run on past the service, as they do across its restarts),
+        only stop supervising them: the next start adopts them, and the jobs keep their
+        MPS servers."""
         daemons, self._mps = self._mps, None
-        if daemons is not None:
+        if daemons is None:
+            return
+        if leave_running:
+            daemons.detach()
+            self.log.info("Leaving the MPS control daemons running for the jobs that run on")
+        else:
             daemons.stop()
 
     def gpu_sharing_health(self) -> dict[str, Any]:

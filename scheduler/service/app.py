@@ -655,10 +655,10 @@ class FracHubService(Application):
         except (TraitError, ValueError, RuntimeError) as error:
             self.log.critical("%s: %s", self.backend_class.__name__, error)
             self.exit(2)
-        start_sharing = getattr(backend, "start_gpu_sharing", None)
-        if start_sharing is not None:  # MPS daemons; a clear refusal when MPS cannot run
+        begin = getattr(backend, "begin", None)
+        if begin is not None:  # the local backend's MPS daemons; a refusal when MPS cannot run
             try:
-                await asyncio.get_running_loop().run_in_executor(None, start_sharing)
+                await begin()
             except RuntimeError as error:
                 self.log.critical("%s", error)
                 self.exit(2)

@@ -180,9 +180,8 @@ def test_find_control_names_the_setting_and_what_to_install(tmp_path: Path) -> N
 # --- the local backend in mps mode ---------------------------------------------------------------
 
 
-@pytest.fixture
-def mps_backend(tmp_path: Path, record: Path) -> LocalBackend:
-    backend = LocalBackend(
+def mps_local(tmp_path: Path) -> LocalBackend:
+    return LocalBackend(
         data_dir=str(tmp_path / "data"),
         inventory_source="declared",
         run_as_user=False,
@@ -190,7 +189,11 @@ def mps_backend(tmp_path: Path, record: Path) -> LocalBackend:
         mps_control=str(FAKE),
         env_keep=["PATH", "FAKE_MPS_RECORD"],
     )
-    return backend
+
+
+@pytest.fixture
+def mps_backend(tmp_path: Path, record: Path) -> LocalBackend:
+    return mps_local(tmp_path)
 
 
 def test_jobs_on_a_shared_gpu_are_mps_clients_within_their_share(
@@ -224,6 +227,24 @@ def test_jobs_on_a_shared_gpu_are_mps_clients_within_their_share(
     finally:
         asyncio.run(mps_backend.close())
     assert mps_backend.gpu_sharing_health() == {"mode": "mps"}
+
+
+def test_begin_starts_the_daemons_off_the_event_loop_and_close_stops_them(
+    mps_backend: LocalBackend, record: Path
+) -> None:
+    async def scenario() -> dict[str, Any]:
+        await mps_backend.begin()
+        health = mps_backend.gpu_sharing_health()
+        await mps_backend.close()
+        return health
+
+    health = run(scenario)
+    assert [d["up"] for d in health["daemons"]] == [True, True]
+    assert mps_backend.gpu_sharing_health() == {"mode": "mps"}
+    assert sorted(i["stdin"] == ["quit"] for i in invocations(record) if i["argv"] == []) == [
+        True,
+        True,
+    ]
 
 
 def test_the_context_allowance_is_a_setting(mps_backend: LocalBackend) -> None:
@@ -361,3 +382,39 @@ def test_failures_held_for_faults_are_reported_when_the_daemons_stop(
         return await exits_of(mps_backend, 1)
 
     assert [e.exit_code for e in run(scenario)] == [3]
+
+
+def test_closing_with_jobs_running_leaves_their_daemons_for_the_next_start(
+    mps_backend: LocalBackend, record: Path, tmp_path: Path
+) -> None:
+    """Jobs run on across a restart of the service; so do the MPS servers they use: the
+    daemons are not told to quit, and the restarted backend adopts them."""
+    job = make_job(51, "sleep 30")
+
+    async def first_life() -> tuple[dict[str, Any], list[int]]:
+        await mps_backend.begin()
+        handle = await mps_backend.start(job)
+        pids = [d["pid"] for d in mps_backend.gpu_sharing_health()["daemons"]]
+        for gpu in (0, 1):  # the daemons are up (their pid files written)
+            pipe = Path(mps_backend.data_dir) / "mps" / f"gpu{gpu}" / "pipe"
+            wait_for((pipe / "control").exists, f"GPU {gpu}'s control socket")
+        await mps_backend.close()
+        return handle, pids
+
+    handle, pids = run(first_life)
+    assert [i for i in invocations(record) if i["argv"] == []] == []  # no quit
+    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    again = mps_local(tmp_path)  # the restarted service's backend
+
+    async def second_life() -> list[Any]:
+        await again.begin()
+        assert again.adopt(51, handle)
+        adopted = [d["pid"] for d in again.gpu_sharing_health()["daemons"]]
+        await again.stop(51, handle, 0.1)
+        await exits_of(again, 1)
+        await again.close()  # nothing runs now: the daemons quit
+        return adopted
+
+    assert run(second_life) == pids
+    assert len([i for i in invocations(record) if i["argv"] == ["-f"]]) == 2  # none doubled
+    assert len([i for i in invocations(record) if i["stdin"] == ["quit"]]) == 2

@@ -1,12 +1,12 @@
 """What the MPS daemons' logs say about GPU faults, and who was the victim of whose: the
-patterns (``scheduler/backends/mps.py``: ``FAULT_PATTERNS``) on log lines seen from real
+patterns (``scheduler/backends/mps_faults.py``: ``FAULT_PATTERNS``) on log lines seen from real
 daemons, and the rule that tells the faulting client from those it took down."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.backends.mps import EndedClient, MpsFault, blame, fault_in, victim_message
+from scheduler.backends.mps_faults import EndedClient, MpsFault, blame, fault_in, victim_message
 
 pytestmark = pytest.mark.unit
 
