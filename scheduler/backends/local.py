@@ -423,9 +423,9 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
                 f"{job.replicas}"
             )
         workplace.check_dir_name("user name", job.user)
-        account = self._account(job.user)
+        account = workplace.account(job.user, self.run_as_user)
         home = self._default_dir(job.user, account)
-        cwd = self._working_dir(job.working_dir, home)
+        cwd = workplace.working_dir(job.working_dir, home)
         checkpoints = os.path.join(self.data_dir, "checkpoints", str(job.workload_id))
         master_port = processes.free_port() if len(job.placement) > 1 else 0
         envs = [
@@ -561,20 +561,6 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         except OSError as e:
             raise BackendError(f"cannot make the control group of replica {rank}: {e}") from e
 
-    def _account(self, user: str) -> pwd.struct_passwd | None:
-        """The system account to run as, or None to run as the service's own user."""
-        if not self.run_as_user or os.geteuid() != 0:
-            return None
-        try:
-            return pwd.getpwnam(user)
-        except KeyError:
-            # Running a hub user's command as root because no account matches would hand root
-            # to anyone who can log in to the hub; the admin must choose that explicitly.
-            raise BackendError(
-                f"there is no system account {user!r} to run this job as; create it, or set "
-                "LocalBackend.run_as_user = False to run jobs as the service's own user"
-            ) from None
-
     def _default_dir(self, user: str, account: pwd.struct_passwd | None) -> str:
         """The user's home: the system account's when the job runs as that user (dropped
         privileges), else the one ``home_dir_template`` names (the notebook's), else the
@@ -594,17 +580,6 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         default = os.path.join(self.data_dir, "users", user)
         workplace.make_dir(default, account)
         return default
-
-    def _working_dir(self, asked: str | None, default: str) -> str:
-        """The directory the job asked for, else its home. Relative paths, and ``~`` or
-        ``~/...``, are taken from the job's home (never the service's: ``expanduser`` here
-        would name the service account's home). Checked by ``_check_start``, as the job's
-        user."""
-        if not asked:
-            return default
-        if asked == "~" or asked.startswith("~/"):
-            asked = asked[1:].lstrip("/")
-        return os.path.normpath(os.path.join(default, asked))
 
     def _environment(
         self,

@@ -135,3 +135,30 @@ def own_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
+
+
+def account(user: str, run_as_user: bool) -> pwd.struct_passwd | None:
+    """The system account to run ``user``'s job as, or None to run it as the service's own
+    user (``run_as_user`` off, or the service is not root)."""
+    if not run_as_user or os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(user)
+    except KeyError:
+        # Running a hub user's command as root because no account matches would hand root
+        # to anyone who can log in to the hub; the admin must choose that explicitly.
+        raise BackendError(
+            f"there is no system account {user!r} to run this job as; create it, or set "
+            "LocalBackend.run_as_user = False to run jobs as the service's own user"
+        ) from None
+
+
+def working_dir(asked: str | None, default: str) -> str:
+    """The directory the job asked for, else its home. Relative paths, and ``~`` or
+    ``~/...``, are taken from the job's home (never the service's: ``expanduser`` here would
+    name the service account's home). Checked as the job's user before it starts."""
+    if not asked:
+        return default
+    if asked == "~" or asked.startswith("~/"):
+        asked = asked[1:].lstrip("/")
+    return os.path.normpath(os.path.join(default, asked))
