@@ -11,6 +11,9 @@ same everywhere. Pure functions, no I/O.
 - ``format_duration``: two units at most, like kubectl's AGE (``45s``, ``3m12s``, ``2h05m``,
   ``3d04h``).
 - ``memory_gib``: a memory size (``20G``, ``20GiB``, ``512MiB``) in GiB.
+- ``time_limit_seconds`` / ``time_limit_words``: a job's time limit in Slurm's formats
+  (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) and back in words
+  (``2 h``, ``1 d 4 h``, ``90 s``).
 """
 
 from __future__ import annotations
@@ -71,3 +74,43 @@ def memory_gib(text: str, *, bare: str | None = None) -> float | None:
     unit = (match.group(2) or bare or "g").lower()
     value = float(match.group(1))
     return value / 1024 if unit.startswith("m") else value
+
+
+_TIME_LIMIT = re.compile(r"^(?:(\d{1,5})-)?(\d{1,7})(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+
+
+def time_limit_seconds(text: str) -> int | None:
+    """A time limit as Slurm's ``--time`` writes it, in seconds: ``MM``, ``MM:SS``,
+    ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS`` (``30`` is 30 minutes, ``2:00:00``
+    two hours, ``1-12`` a day and a half). None when ``text`` is none of these (the caller
+    says why in its words); a zero limit is None too, as a job with no time cannot run."""
+    match = _TIME_LIMIT.match(text.strip()) if len(text) <= 40 else None
+    if match is None:
+        return None
+    days, first, second, third = match.groups()
+    numbers = [int(first), *(int(part) for part in (second, third) if part is not None)]
+    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = [*numbers, 0, 0][:3]
+        total = int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+    elif len(numbers) == 1:  # MM
+        total = numbers[0] * 60
+    elif len(numbers) == 2:  # MM:SS
+        total = numbers[0] * 60 + numbers[1]
+    else:  # HH:MM:SS
+        total = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
+    return total or None
+
+
+def time_limit_words(seconds: float) -> str:
+    """A time limit in words, exact and short: ``2 h``, ``1 d 4 h``, ``45 min``, ``45 s``,
+    ``1 h 30 min 5 s`` (the timeline's "reached its 2 h time limit")."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{value} {unit}"
+        for value, unit in ((days, "d"), (hours, "h"), (minutes, "min"), (secs, "s"))
+        if value
+    ]
+    return " ".join(parts) or "0 s"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
+from scheduler.common.quantities import time_limit_seconds
 from scheduler.engine import (
     Kind,
     Queue,
@@ -37,6 +38,7 @@ from scheduler.fields import (
     parse_queues,
     priority_field,
 )
+from scheduler.service.policies.dependencies import Dependency, parse_dependency
 from scheduler.service.policies.sweeps import Sweep, parse_sweep
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -60,6 +62,9 @@ SUBMIT_FIELDS = (
     "min_runtime_seconds",
     "checkpoint_interval_seconds",
     "sweep",
+    "time_limit",
+    "after",
+    "after_ok",
 )
 ALLOCATE_FIELDS = (
     "user",
@@ -108,6 +113,8 @@ class Submission:
     env: dict[str, str]
     sweep: Sweep | None = None
     """One job per combination of the sweep's parameters (``service/policies/sweeps.py``)."""
+    dependency: Dependency | None = None
+    """The job it starts after (``service/policies/dependencies.py``), checked by the handler."""
 
 
 @dataclass(frozen=True)
@@ -254,15 +261,7 @@ def parse_submission(document: Any) -> Submission:
     project = _optional_name(body, "project")
     command = _command(body.get("command"))
     env = _env(body.get("env"))
-    max_runtime = number_field(
-        body,
-        "max_runtime_seconds",
-        "",
-        None,
-        optional=True,
-        strictly_positive=True,
-        maximum=MAX_RUNTIME,
-    )
+    max_runtime = _time_limit(body)
     min_runtime = number_field(
         body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
     )
@@ -293,7 +292,36 @@ def parse_submission(document: Any) -> Submission:
         working_dir=working_dir,
         env=env,
         sweep=parse_sweep(body.get("sweep")),
+        dependency=parse_dependency(body),
     )
+
+
+def _time_limit(body: Mapping[str, Any]) -> float | None:
+    """The job's time limit in seconds: ``max_runtime_seconds`` (a number), or ``time_limit``
+    in Slurm's ``--time`` formats (``"30"`` minutes, ``"2:00:00"``, ``"1-12"``), not both."""
+    text = body.get("time_limit")
+    if text is None:
+        return number_field(
+            body,
+            "max_runtime_seconds",
+            "",
+            None,
+            optional=True,
+            strictly_positive=True,
+            maximum=MAX_RUNTIME,
+        )
+    if body.get("max_runtime_seconds") is not None:
+        raise InvalidSpec("time_limit", "give time_limit or max_runtime_seconds, not both")
+    seconds = time_limit_seconds(text) if isinstance(text, str) else None
+    if seconds is None:
+        raise InvalidSpec(
+            "time_limit",
+            f"must be a time limit as Slurm writes it (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+            f"D-HH:MM:SS, above 0), got {shown(text)}",
+        )
+    if seconds > MAX_RUNTIME:
+        raise InvalidSpec("time_limit", f"must be at most ten years, got {shown(text)}")
+    return float(seconds)
 
 
 def parse_allocation(document: Any) -> AllocationRequest:

@@ -110,6 +110,8 @@ def workload_json(
             checkpointed_at=iso(record.checkpointed_at),
             sweep_id=record.sweep_id,
             sweep_parallel=record.sweep_parallel,
+            after=record.after_id if not record.after_ok else None,
+            after_ok=record.after_id if record.after_ok else None,
         )
     if events is not None:
         value["events"] = [

@@ -22,6 +22,7 @@ from scheduler.service.hub.directory import HubDirectoryError
 from scheduler.service.hub.jobtokens import token_id_of
 from scheduler.service.idempotency import REPLAYED_HEADER, body_digest, idempotency_key
 from scheduler.service.persistence.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
+from scheduler.service.policies.dependencies import check_dependency
 from scheduler.service.policies.sweeps import member_env
 from scheduler.service.requests import (
     Submission,
@@ -235,6 +236,10 @@ class WorkloadListHandler(WorkloadAccess):
             min_runtime = self.settings["default_min_runtime"]
         ask = replace(asked, project=project, user=self.caller.name, min_runtime=min_runtime)
         self.refuse_never_starting(ask)
+        dependency = submission.dependency
+        if dependency is not None:
+            target = self.loop.records.get(dependency.id) or self.loop.store.workload(dependency.id)
+            check_dependency(dependency, target, self.caller.name, self.caller.is_admin)
         if submission.sweep is not None:
             return await self._submit_sweep(submission, ask, key, digest)
         record = self._record(submission, ask)
@@ -258,12 +263,15 @@ class WorkloadListHandler(WorkloadAccess):
 
     @staticmethod
     def _record(submission: Submission, ask: WorkloadRequest) -> WorkloadRecord:
+        dependency = submission.dependency
         return WorkloadRecord.asking(
             ask,
             name=submission.name or "",
             command=submission.command,
             working_dir=submission.working_dir,
             env=submission.env,
+            after_id=None if dependency is None else dependency.id,
+            after_ok=dependency is not None and dependency.ok,
         )
 
     async def _submit_sweep(

@@ -1,0 +1,28 @@
+"""Job dependencies: the job a workload waits for (``after_id``) and whether it must have
+succeeded (``after_ok``). Rows from before wait for nothing (NULL, false).
+
+Revision ID: 0012
+Revises: 0009 (the lead re-points this at the last migration merged before it)
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("workloads") as batch:
+        batch.add_column(sa.Column("after_id", sa.Integer, nullable=True))
+        batch.add_column(
+            sa.Column("after_ok", sa.Boolean, nullable=False, server_default=sa.false())
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("workloads") as batch:
+        batch.drop_column("after_ok")
+        batch.drop_column("after_id")

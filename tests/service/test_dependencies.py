@@ -1,0 +1,128 @@
+"""Job dependencies (``after``/``after_ok``) and time limits (``time_limit``) through the REST
+API, with real subprocesses: a dependent waits with a reason in words, starts when its
+dependency ends, is cancelled with an event when an ``after_ok`` dependency fails, keeps
+waiting across a service restart; a job past its time limit gets SIGTERM and fails with the
+limit in words."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import pytest
+from hubharness import ServiceProcess
+from service_client import service_config, submit, wait_for, wait_state, workload
+
+from .conftest import DATABASES, database_config
+
+
+@pytest.fixture(params=DATABASES)
+def service(hub, tmp_path, request):
+    """A service of its own (a test restarts it), on SQLite and on PostgreSQL."""
+    process = ServiceProcess(
+        hub,
+        service_config(gpus=2, grace=1, extra=database_config(request, request.param)),
+        tmp_path / "svc",
+    ).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def alice(service, make_user, api) -> httpx.Client:
+    _, token = make_user(groups=["vision"])
+    return api(token)
+
+
+def waits_for(client: httpx.Client, workload_id: int, text: str) -> dict:
+    """The workload once its pending reason says ``text``."""
+    return wait_for(
+        lambda: (w := workload(client, workload_id))["pending_reason"] == text and w,
+        20,
+        f"workload {workload_id} to wait with {text!r}",
+    )
+
+
+def test_refusals_name_the_field(service, alice, make_user, api) -> None:
+    _, token = make_user(groups=["vision"])
+    bob = api(token)
+    theirs = submit(bob, command="sleep 30", gpus=0.25)
+    failed = submit(alice, command="exit 3", gpus=0.25)
+    wait_state(alice, failed["id"], "failed")
+    cases = [
+        ({"after": 999_999}, "after: no job 999999 of yours"),
+        ({"after_ok": theirs["id"]}, f"after_ok: no job {theirs['id']} of yours"),
+        ({"after": 1, "after_ok": 1}, "after_ok: give after or after_ok, not both"),
+        ({"after": "1"}, "after: must be a job id"),
+        ({"after_ok": failed["id"]}, f"after_ok: job {failed['id']} already failed"),
+        ({"time_limit": "2h"}, "time_limit: must be a time limit as Slurm writes it"),
+        ({"time_limit": "0"}, "time_limit: must be a time limit"),
+        ({"time_limit": "30", "max_runtime_seconds": 60}, "time_limit: give time_limit or"),
+    ]
+    for fields, message in cases:
+        answer = alice.post("workloads", json={"command": "true", "gpus": 0.25, **fields})
+        assert answer.status_code == 400, (fields, answer.text)
+        body = answer.json()
+        assert set(body) == {"status", "message"} and body["message"].startswith(message), body
+    # after a job that already ended (any outcome): it starts at once
+    after = submit(alice, command="true", gpus=0.25, after=failed["id"])
+    assert after["after"] == failed["id"] and after["after_ok"] is None
+    wait_state(alice, after["id"], "succeeded")
+
+
+def test_after_ok_cancels_when_the_dependency_fails_and_after_runs(service, alice) -> None:
+    marker = service.workdir / "fail-now"
+    first = submit(alice, command=f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 2", gpus=1)
+    wait_state(alice, first["id"], "running")
+    needs_ok = submit(alice, command="true", gpus=0.25, after_ok=first["id"])
+    anyway = submit(alice, command="true", gpus=0.25, after=first["id"])
+    assert needs_ok["after_ok"] == first["id"]
+    waits_for(alice, needs_ok["id"], f"waits for job {first['id']} (running) to succeed")
+    waits_for(alice, anyway["id"], f"waits for job {first['id']} (running)")
+    assert workload(alice, anyway["id"])["state"] == "pending"  # a GPU is free: it is held
+    marker.touch()
+    wait_state(alice, first["id"], "failed")
+    cancelled = wait_state(alice, needs_ok["id"], "cancelled")
+    why = f"job {first['id']}, which it had to follow (--after-ok), failed"
+    assert cancelled["message"] == f"cancelled: {why}"
+    assert any(why in event["text"] for event in cancelled["events"]), cancelled["events"]
+    wait_state(alice, anyway["id"], "succeeded")
+
+
+def test_a_chain_survives_a_service_restart_and_a_sweep_waits_too(service, alice) -> None:
+    marker = service.workdir / "finish-now"
+    first = submit(alice, command=f"while [ ! -e {marker} ]; do sleep 0.1; done", gpus=1)
+    wait_state(alice, first["id"], "running")
+    second = submit(alice, command="true", gpus=0.25, after_ok=first["id"])
+    sweep = alice.post(
+        "workloads",
+        json={
+            "command": "true",
+            "gpus": 0.25,
+            "after": second["id"],
+            "sweep": {"parameters": {"lr": ["0.1", "0.01"]}},
+        },
+    )
+    assert sweep.status_code == 201, sweep.text
+    members = [member["id"] for member in sweep.json()["workloads"]]
+    service.kill(signal.SIGKILL)
+    service.start()
+    waits_for(alice, second["id"], f"waits for job {first['id']} (running) to succeed")
+    for member in members:
+        waits_for(alice, member, f"waits for job {second['id']} (pending)")
+    marker.touch()
+    wait_state(alice, first["id"], "succeeded", timeout=30)
+    wait_state(alice, second["id"], "succeeded")
+    for member in members:
+        wait_state(alice, member, "succeeded")
+
+
+def test_a_job_past_its_time_limit_gets_sigterm_and_says_so(service, alice) -> None:
+    caught = service.workdir / "caught-term"
+    script = f"trap 'touch {caught}; exit 143' TERM; while true; do sleep 0.1; done"
+    job = submit(alice, command=script, gpus=0.25, time_limit="0:02")
+    assert job["max_runtime_seconds"] == 2
+    done = wait_state(alice, job["id"], "failed", timeout=30)
+    assert done["message"] == "stopped: reached its 2 s time limit"
+    assert caught.exists()  # SIGTERM first, as Slurm does, with the grace period to save work
+    assert any("reached its 2 s time limit" in e["text"] for e in done["events"])
