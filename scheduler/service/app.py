@@ -44,7 +44,7 @@ from traitlets.config import Application
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.common.scopes import CUSTOM_SCOPES
-from scheduler.engine import SCORERS, Policy, scorer_named
+from scheduler.engine import SCORERS, Aging, Policy, scorer_named
 from scheduler.fields import InvalidSpec, parse_queues
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
@@ -244,6 +244,29 @@ class FracHubService(Application):
         help="""Seconds a started training job is protected from preemption unless its
         submission says otherwise (Run:ai's min-runtime), so short jobs are not churned.""",
     ).tag(config=True)
+
+    aging_per_hour = Float(
+        0.0,
+        help="""Aging: priority points a pending workload gains per hour it waits, when its
+        queue ranks its pending work (docs/scheduling.md, "Aging"), so higher-priority work
+        arriving later cannot pass it forever. 0 (the default) turns aging off: priority
+        classes mean what the admin set, and the order is first come, first served within
+        one priority.""",
+    ).tag(config=True)
+
+    aging_max_priority = Float(
+        None,
+        allow_none=True,
+        help="""With aging: the most priority points a pending workload can gain by waiting;
+        None: no cap.""",
+    ).tag(config=True)
+
+    @validate("aging_per_hour", "aging_max_priority")
+    def _validate_aging(self, proposal):
+        name, value = proposal.trait.name, proposal.value
+        if value is not None and not 0 <= value < float("inf"):
+            raise ValueError(f"FracHubService.{name} must be a number >= 0, got {value}")
+        return value
 
     cluster_may_grow = Bool(
         False,
@@ -652,7 +675,8 @@ class FracHubService(Application):
         sharing = getattr(backend, "gpu_sharing_health", None)
         if sharing is not None:
             metrics.watch_gpu_sharing(sharing)
-        policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
+        aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
+        policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
         loop = SchedulingLoop(
             self.store,
             backend,
