@@ -101,6 +101,17 @@ def time_limit_seconds(text: str) -> int | None:
     return total or None
 
 
+def slurm_time(seconds: float) -> str:
+    """A time limit as Slurm shows one: ``02:00:00``, ``1-12:00:00`` (read back by
+    ``time_limit_seconds``), for fields that take what they give."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def time_limit_words(seconds: float) -> str:
     """A time limit in words, exact and short: ``2 h``, ``1 d 4 h``, ``45 min``, ``45 s``,
     ``1 h 30 min 5 s`` (the timeline's "reached its 2 h time limit")."""

@@ -45,7 +45,7 @@ from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.common.scopes import CUSTOM_SCOPES
 from scheduler.engine import SCORERS, Aging, Policy, scorer_named
-from scheduler.fields import InvalidSpec, parse_queues
+from scheduler.fields import TIME_LIMIT_FIELDS, InvalidSpec, parse_queues, time_limit_fields
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.hub.directory import HubDirectory
@@ -66,6 +66,10 @@ API_MODULES = (workloads, allocations, dryrun, queues, info, history)  # what op
 HANDLER_MODULES = (*API_MODULES, pages)
 
 
+SERVICE_QUEUE_FIELDS = ("members", *TIME_LIMIT_FIELDS)
+"""Fields of a queue entry the service keeps beside the engine's queue (``parse_queues``)."""
+
+
 def check_queues(entries: object, where: str) -> list[dict]:
     """``queues`` as configured (and as ``frachub up --projects`` reads them): a list of
     dicts, each a queue spec plus an optional list of member names; ValueError names the
@@ -79,7 +83,11 @@ def check_queues(entries: object, where: str) -> list[dict]:
         members = entry.get("members", [])
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise ValueError(f"{where}[{i}].members must be a list of names")
-        stripped.append({k: v for k, v in entry.items() if k != "members"})
+        stripped.append({k: v for k, v in entry.items() if k not in SERVICE_QUEUE_FIELDS})
+        try:
+            time_limit_fields(entry, f"{where}[{i}] ({entry.get('name')})")
+        except InvalidSpec as error:
+            raise ValueError(str(error)) from None
     try:
         parse_queues(stripped, where)
     except InvalidSpec as error:
@@ -489,7 +497,10 @@ class FracHubService(Application):
         parsed = {
             queue.name: queue
             for queue in parse_queues(
-                [{k: v for k, v in entry.items() if k != "members"} for entry in self.queues]
+                [
+                    {k: v for k, v in entry.items() if k not in SERVICE_QUEUE_FIELDS}
+                    for entry in self.queues
+                ]
             )
         }
         # a missing quota stays None: "what my children deserve" for departments, 0 for leaves
@@ -499,6 +510,7 @@ class FracHubService(Application):
             record = existing.get(name) or QueueRecord(name=name)
             record.set_quota(replace(queue, deserved_gpus=entry.get("deserved_gpus")))
             record.members = list(entry.get("members", []))
+            record.default_time_limit, record.max_time_limit = time_limit_fields(entry, name)
             record.source = "config"
             record.position = position
             store.add(record)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
-from scheduler.common.quantities import time_limit_seconds
+from scheduler.common.quantities import slurm_time, time_limit_seconds
 from scheduler.engine import (
     Kind,
     Queue,
@@ -29,6 +29,7 @@ from scheduler.engine import (
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     QUEUE_FIELDS,
+    TIME_LIMIT_FIELDS,
     InvalidSpec,
     gpu_model_field,
     gpus_field,
@@ -37,6 +38,7 @@ from scheduler.fields import (
     number_field,
     parse_queues,
     priority_field,
+    time_limit_fields,
 )
 from scheduler.service.policies.dependencies import Dependency, parse_dependency
 from scheduler.service.policies.sweeps import Sweep, parse_sweep
@@ -66,6 +68,8 @@ SUBMIT_FIELDS = (
     "after",
     "after_ok",
 )
+KEPT_BESIDE = ("members", *TIME_LIMIT_FIELDS)
+"""Queue fields the service keeps beside the engine's queue: not for ``parse_queues``."""
 ALLOCATE_FIELDS = (
     "user",
     "server_name",
@@ -404,7 +408,7 @@ def _idle_timeout(body: Mapping) -> float | None:
 def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:
     """A queue created (``name`` None, taken from the body) or changed (``name`` given, the
     body holds only the fields to change) through the API, checked against the others."""
-    body = _body(document, (*QUEUE_FIELDS, "members"))
+    body = _body(document, (*QUEUE_FIELDS, *KEPT_BESIDE))
     if name is not None:
         if "name" in body and body["name"] != name:
             raise InvalidSpec("name", "cannot be changed; create a new queue instead")
@@ -417,10 +421,10 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
             "limit_gpus": current.limit_gpus,
             "priority": current.priority,
         }
-        merged.update({k: v for k, v in body.items() if k != "members"})
+        merged.update({k: v for k, v in body.items() if k not in KEPT_BESIDE})
         others = [queue for queue in existing if queue.name != name]
     else:
-        merged = {k: v for k, v in body.items() if k != "members"}
+        merged = {k: v for k, v in body.items() if k not in KEPT_BESIDE}
         others = list(existing)
         _optional_name(merged, "name")
     if any(queue.name == merged.get("name") for queue in others):
@@ -437,6 +441,24 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
     # parse_queues reads a missing quota on a leaf as 0; stored, None keeps meaning "what my
     # children deserve" once the queue gets children, and 0 while it has none
     return replace(parsed[-1], deserved_gpus=merged.get("deserved_gpus"))
+
+
+def parse_time_limits(
+    document: Mapping[str, Any], current: tuple[float | None, float | None] = (None, None)
+) -> tuple[float | None, float | None]:
+    """A queue's ``default_time_limit`` and ``max_time_limit`` (seconds) after a request: a
+    field the body leaves out keeps its ``current`` value (a PATCH), null clears it."""
+    given = {key: document[key] for key in TIME_LIMIT_FIELDS if key in document}
+    parsed = time_limit_fields(given, "")
+    default, most = (
+        parsed[i] if key in given else current[i] for i, key in enumerate(TIME_LIMIT_FIELDS)
+    )
+    if default is not None and most is not None and default > most:
+        raise InvalidSpec(
+            "default_time_limit",
+            f"must be at most max_time_limit ({slurm_time(most)}), got {slurm_time(default)}",
+        )
+    return default, most
 
 
 def parse_members(document: Mapping[str, Any]) -> list[str] | None:

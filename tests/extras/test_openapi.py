@@ -365,8 +365,8 @@ BODY_FIELDS = {
     ("/api/v1/workloads", "post"): requests.SUBMIT_FIELDS,
     ("/api/v1/allocations", "post"): requests.ALLOCATE_FIELDS,
     ("/api/v1/allocations/dry-run", "post"): requests.DRY_RUN_FIELDS,
-    ("/api/v1/queues", "post"): (*QUEUE_FIELDS, "members"),
-    ("/api/v1/queues/{}", "patch"): (*QUEUE_FIELDS, "members"),
+    ("/api/v1/queues", "post"): (*QUEUE_FIELDS, *requests.KEPT_BESIDE),
+    ("/api/v1/queues/{}", "patch"): (*QUEUE_FIELDS, *requests.KEPT_BESIDE),
 }
 
 
@@ -525,6 +525,10 @@ NEW_QUEUES = [
     {"name": "nlp", "members": ["alice", 2]},
     {"name": "nlp", "parent": 3},
     {"name": "nlp", "quota": 1},
+    {"name": "nlp", "default_time_limit": "2:00:00", "max_time_limit": "7-00"},
+    {"name": "nlp", "default_time_limit": None, "max_time_limit": "30"},
+    {"name": "nlp", "max_time_limit": "2h"},
+    {"name": "nlp", "default_time_limit": 60},
     [],
 ]
 
@@ -541,6 +545,9 @@ QUEUE_CHANGES = [
     {"over_quota_weight": None},
     {"members": [None]},
     {"bogus": 1},
+    {"max_time_limit": None},
+    {"default_time_limit": "1-00:00:00"},
+    {"default_time_limit": "soon"},
 ]
 
 
@@ -548,6 +555,7 @@ def _queue_accepted(body: Any, name: str | None) -> bool:
     def parse() -> None:
         requests.parse_queue(body, EXISTING_QUEUES, name=name)
         requests.parse_members(body)
+        requests.parse_time_limits(body)
 
     return parser_accepts(parse)
 

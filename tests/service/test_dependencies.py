@@ -126,3 +126,53 @@ def test_a_job_past_its_time_limit_gets_sigterm_and_says_so(service, alice) -> N
     assert done["message"] == "stopped: reached its 2 s time limit"
     assert caught.exists()  # SIGTERM first, as Slurm does, with the grace period to save work
     assert any("reached its 2 s time limit" in e["text"] for e in done["events"])
+
+
+def test_a_project_gives_its_jobs_a_default_time_limit_and_a_maximum(
+    service, alice, make_user, api
+) -> None:
+    _, token = make_user(admin=True)
+    admin = api(token)
+    name = alice.get("user").json()["name"]
+    created = admin.post(
+        "queues",
+        json={
+            "name": "hpc-limits",
+            "deserved_gpus": 1,
+            "members": [name],
+            "default_time_limit": "0:03",
+            "max_time_limit": "10",
+        },
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["default_time_limit"] == "00:00:03"
+    assert created.json()["max_time_limit"] == "00:10:00"
+    # no time given: the project's default, and it is enforced
+    job = submit(alice, command="sleep 60", gpus=0.25, project="hpc-limits")
+    assert job["max_runtime_seconds"] == 3
+    done = wait_state(alice, job["id"], "failed", timeout=30)
+    assert done["message"] == "stopped: reached its 3 s time limit"
+    # longer than the maximum: refused, naming the field and the project's limit
+    refused = alice.post(
+        "workloads",
+        json={"command": "true", "gpus": 0.25, "project": "hpc-limits", "time_limit": "1:00:00"},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["message"] == (
+        "time_limit: must be at most 00:10:00 in project hpc-limits (its max_time_limit), "
+        "got 01:00:00"
+    )
+    within = submit(alice, command="true", gpus=0.25, project="hpc-limits", time_limit="5")
+    assert within["max_runtime_seconds"] == 300
+    # without a default, the maximum is the limit; a default above it is refused
+    patched = admin.patch("queues/hpc-limits", json={"default_time_limit": None})
+    assert patched.status_code == 200 and patched.json()["default_time_limit"] is None
+    assert (
+        submit(alice, command="true", gpus=0.25, project="hpc-limits")["max_runtime_seconds"] == 600
+    )
+    wrong = admin.patch("queues/hpc-limits", json={"default_time_limit": "1-00"})
+    assert wrong.status_code == 400
+    assert wrong.json()["message"] == (
+        "default_time_limit: must be at most max_time_limit (00:10:00), got 1-00:00:00"
+    )
+    assert admin.get("queues/hpc-limits").json()["max_time_limit"] == "00:10:00"

@@ -247,6 +247,10 @@ class QueueRecord(Base):
     members: Mapped[list] = mapped_column(JSON, default=list)
     source: Mapped[str] = mapped_column(String(16), default="api")
     position: Mapped[int] = mapped_column(Integer, default=0)
+    default_time_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Seconds: the time limit of the project's jobs that name none (None: no limit)."""
+    max_time_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Seconds: the longest time limit its jobs may name, and theirs when there is no default."""
 
     def set_quota(self, queue: Queue) -> None:
         """Take a validated queue's place in the tree and its quotas."""

@@ -134,6 +134,7 @@ class SchedulingLoop:
         """Why each pending workload waits (the roster's)."""
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
+        self.time_limits: dict[str, tuple[float | None, float | None]] = {}
         self.held: dict[int, str] = {}
         """Sweep members and jobs waiting for another that the last snapshot held back, with
         why."""
@@ -183,6 +184,10 @@ class SchedulingLoop:
         records = self.store.queues()
         self.queues = tuple(record.as_queue() for record in records)
         self.members = {record.name: tuple(record.members or ()) for record in records}
+        self.time_limits = {
+            record.name: (record.default_time_limit, record.max_time_limit) for record in records
+        }
+        """Each project's default and maximum time limit in seconds (None: none)."""
 
     async def recover(self) -> None:
         """Rebuild the in-memory state from the store and reality after a (re)start."""

@@ -1,5 +1,6 @@
 """Job dependencies: the job a workload waits for (``after_id``) and whether it must have
-succeeded (``after_ok``). Rows from before wait for nothing (NULL, false).
+succeeded (``after_ok``). Rows from before wait for nothing (NULL, false). And a project's
+time limits (``default_time_limit``, ``max_time_limit``, seconds; NULL: none).
 
 Revision ID: 0012
 Revises: 0009 (the lead re-points this at the last migration merged before it)
@@ -20,9 +21,15 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("after_ok", sa.Boolean, nullable=False, server_default=sa.false())
         )
+    with op.batch_alter_table("queues") as batch:
+        batch.add_column(sa.Column("default_time_limit", sa.Float, nullable=True))
+        batch.add_column(sa.Column("max_time_limit", sa.Float, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("queues") as batch:
+        batch.drop_column("max_time_limit")
+        batch.drop_column("default_time_limit")
     with op.batch_alter_table("workloads") as batch:
         batch.drop_column("after_ok")
         batch.drop_column("after_id")
