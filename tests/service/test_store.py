@@ -16,6 +16,7 @@ from scheduler.engine import Kind, Request, WorkloadRequest
 from scheduler.service.persistence.orm import (
     Base,
     EventRecord,
+    QueueRecord,
     UsageRecord,
     UsageSampleRecord,
     WorkloadRecord,
@@ -237,7 +238,8 @@ def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None
     assert sql(url, "SELECT count(*) FROM workloads WHERE idempotency_key IS NULL") == [(30,)]
     after = _dump(url)
     assert _columns_of(before, after) == before
-    assert {row[len(before["workloads"][0]) :] for row in after["workloads"]} == {(None, None)}
+    width = len(before["workloads"][0])  # 0009's two columns come next; later ones after them
+    assert {row[width : width + 2] for row in after["workloads"]} == {(None, None)}
     assert _indexes(url)["ix_workloads_user_idempotency_key"] == ["user", "idempotency_key"]
     with store.engine.connect() as connection:  # the schema is the one the ORM declares
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
@@ -263,6 +265,48 @@ def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None
     engine.dispose()
     assert "ix_workloads_user_idempotency_key" not in _indexes(url)
     assert len(sql(url, "SELECT id FROM workloads")) == 33
+
+
+def test_a_0009_database_keeps_its_jobs_waiting_for_nothing_and_its_projects_unlimited(
+    url,
+) -> None:
+    """0012 adds each job's dependency (after_id, after_ok) and each project's time limits:
+    the rows from before have none (NULL), the new ones are stored and read back, and a
+    downgrade takes the columns away again, keeping every row."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0009")
+        for table, rows in _rows(30).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):
+        sql(url, "SELECT setval('workloads_id_seq', 30)")
+    before = _dump(url)
+    store = open_store(url)
+    assert _columns_of(before, _dump(url)) == before
+    waiting = "SELECT count(*) FROM workloads WHERE after_id IS NULL AND after_ok IS NULL"
+    assert sql(url, waiting) == [(30,)]
+    store.add(_job(name="second", after_id=3, after_ok=True))
+    store.add(QueueRecord(name="hpc", default_time_limit=7200.0, max_time_limit=86400.0))
+    store.commit()
+    store.close()
+    store = open_store(url)
+    second = store.workloads(limit=1).records[0]
+    assert (second.name, second.after_id, second.after_ok) == ("second", 3, True)
+    [hpc] = [queue for queue in store.queues() if queue.name == "hpc"]
+    assert (hpc.default_time_limit, hpc.max_time_limit) == (7200.0, 86400.0)
+    store.close()
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0009")
+    engine.dispose()
+    assert len(sql(url, "SELECT id FROM workloads")) == 31
+    engine = create_engine(engine_url(url))
+    try:
+        columns = {column["name"] for column in inspect(engine).get_columns("workloads")}
+    finally:
+        engine.dispose()
+    assert not {"after_id", "after_ok"} & columns
 
 
 def test_a_newer_database_is_refused(url) -> None:

@@ -125,8 +125,9 @@ class WorkloadRecord(Base):
     after_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """The job it waits for (``after``/``after_ok``), None for none; the service holds it
     back until then (``scheduler/service/policies/dependencies.py``)."""
-    after_ok: Mapped[bool] = mapped_column(Boolean, default=False)
-    """With ``after_id``: start only once that job succeeded (cancelled if it did not)."""
+    after_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """With ``after_id``: start only once that job succeeded (cancelled if it did not); None
+    or False: once it ended, whatever its outcome."""
     idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY), nullable=True)
     """The ``Idempotency-Key`` it was submitted with (a sweep: on its first member only);
     None when the client sent none. Kept, like the row, for ``workload_retention_days``."""

@@ -1,5 +1,5 @@
 """Job dependencies: the job a workload waits for (``after_id``) and whether it must have
-succeeded (``after_ok``). Rows from before wait for nothing (NULL, false). And a project's
+succeeded (``after_ok``). Rows from before wait for nothing (NULL). And a project's
 time limits (``default_time_limit``, ``max_time_limit``, seconds; NULL: none).
 
 Revision ID: 0012
@@ -18,9 +18,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("workloads") as batch:
         batch.add_column(sa.Column("after_id", sa.Integer, nullable=True))
-        batch.add_column(
-            sa.Column("after_ok", sa.Boolean, nullable=False, server_default=sa.false())
-        )
+        batch.add_column(sa.Column("after_ok", sa.Boolean, nullable=True))
     with op.batch_alter_table("queues") as batch:
         batch.add_column(sa.Column("default_time_limit", sa.Float, nullable=True))
         batch.add_column(sa.Column("max_time_limit", sa.Float, nullable=True))
