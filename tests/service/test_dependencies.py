@@ -43,6 +43,15 @@ def waits_for(client: httpx.Client, workload_id: int, text: str) -> dict:
     )
 
 
+def running_until(client: httpx.Client, marker, code: int = 0) -> dict:
+    """A running 1-GPU job that ends with ``code`` once ``marker`` exists."""
+    job = submit(
+        client, command=f"while [ ! -e {marker} ]; do sleep 0.1; done; exit {code}", gpus=1
+    )
+    wait_state(client, job["id"], "running")
+    return job
+
+
 def test_refusals_name_the_field(service, alice, make_user, api) -> None:
     _, token = make_user(groups=["vision"])
     bob = api(token)
@@ -72,8 +81,7 @@ def test_refusals_name_the_field(service, alice, make_user, api) -> None:
 
 def test_after_ok_cancels_when_the_dependency_fails_and_after_runs(service, alice) -> None:
     marker = service.workdir / "fail-now"
-    first = submit(alice, command=f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 2", gpus=1)
-    wait_state(alice, first["id"], "running")
+    first = running_until(alice, marker, code=2)
     needs_ok = submit(alice, command="true", gpus=0.25, after_ok=first["id"])
     anyway = submit(alice, command="true", gpus=0.25, after=first["id"])
     assert needs_ok["after_ok"] == first["id"]
@@ -91,8 +99,7 @@ def test_after_ok_cancels_when_the_dependency_fails_and_after_runs(service, alic
 
 def test_a_chain_survives_a_service_restart_and_a_sweep_waits_too(service, alice) -> None:
     marker = service.workdir / "finish-now"
-    first = submit(alice, command=f"while [ ! -e {marker} ]; do sleep 0.1; done", gpus=1)
-    wait_state(alice, first["id"], "running")
+    first = running_until(alice, marker)
     second = submit(alice, command="true", gpus=0.25, after_ok=first["id"])
     sweep = alice.post(
         "workloads",

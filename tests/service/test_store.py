@@ -142,6 +142,19 @@ def _rows(count: int) -> dict:
             UsageRecord.__table__: usage}  # fmt: skip
 
 
+def _database_at(url: str, revision: str, count: int) -> dict[str, list[tuple]]:
+    """A database at ``revision`` holding ``_rows(count)``; its dump."""
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), revision)
+        for table, rows in _rows(count).items():
+            connection.execute(insert(table), rows)
+    engine.dispose()
+    if url.startswith("postgresql"):  # ids given explicitly: move the sequence past them
+        sql(url, f"SELECT setval('workloads_id_seq', {count})")
+    return _dump(url)
+
+
 def _dump(url: str) -> dict[str, list[tuple]]:
     return {
         table: sql(url, f"SELECT * FROM {table} ORDER BY id")
@@ -223,15 +236,7 @@ def test_a_0008_database_gains_idempotency_keys_and_keeps_every_row(url) -> None
     from before have none (and many NULL keys never collide), a key finds its workload, the
     same key is refused for a second workload of the same user but not of another, and a
     downgrade takes the columns away again."""
-    engine = create_engine(engine_url(url))
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0008")
-        for table, rows in _rows(30).items():
-            connection.execute(insert(table), rows)
-    engine.dispose()
-    if url.startswith("postgresql"):
-        sql(url, "SELECT setval('workloads_id_seq', 30)")
-    before = _dump(url)
+    before = _database_at(url, "0008", 30)
 
     store = open_store(url)
     assert sql(url, "SELECT version_num FROM alembic_version") == [(HEAD,)]
@@ -273,15 +278,7 @@ def test_a_0009_database_keeps_its_jobs_waiting_for_nothing_and_its_projects_unl
     """0012 adds each job's dependency (after_id, after_ok) and each project's time limits:
     the rows from before have none (NULL), the new ones are stored and read back, and a
     downgrade takes the columns away again, keeping every row."""
-    engine = create_engine(engine_url(url))
-    with engine.begin() as connection:
-        command.upgrade(_alembic_config(connection), "0009")
-        for table, rows in _rows(30).items():
-            connection.execute(insert(table), rows)
-    engine.dispose()
-    if url.startswith("postgresql"):
-        sql(url, "SELECT setval('workloads_id_seq', 30)")
-    before = _dump(url)
+    before = _database_at(url, "0009", 30)
     store = open_store(url)
     assert _columns_of(before, _dump(url)) == before
     waiting = "SELECT count(*) FROM workloads WHERE after_id IS NULL AND after_ok IS NULL"
