@@ -276,6 +276,12 @@ class FracHubService(Application):
             raise ValueError(f"FracHubService.{name} must be a number >= 0, got {value}")
         return value
 
+    def scheduling_policy(self) -> Policy:
+        """The engine's policy from the settings: the placement, wall-clock times in reasons,
+        and aging when ``aging_per_hour`` is above 0."""
+        aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
+        return Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
+
     cluster_may_grow = Bool(
         False,
         help="""Accept jobs and notebooks that fit no node of the cluster as it is now (a
@@ -687,8 +693,7 @@ class FracHubService(Application):
         sharing = getattr(backend, "gpu_sharing_health", None)
         if sharing is not None:
             metrics.watch_gpu_sharing(sharing)
-        aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
-        policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
+        policy = self.scheduling_policy()
         loop = SchedulingLoop(
             self.store,
             backend,
