@@ -94,7 +94,9 @@ def test_after_ok_cancels_when_the_dependency_fails_and_after_runs(service, alic
     why = f"job {first['id']}, which it had to follow (--after-ok), failed"
     assert cancelled["message"] == f"cancelled: {why}"
     assert any(why in event["text"] for event in cancelled["events"]), cancelled["events"]
-    wait_state(alice, anyway["id"], "succeeded")
+    ran = wait_state(alice, anyway["id"], "succeeded")
+    waited = f"done waiting: job {first['id']} ended (failed)"
+    assert any(event["text"] == waited for event in ran["events"]), ran["events"]
 
 
 def test_a_chain_survives_a_service_restart_and_a_sweep_waits_too(service, alice) -> None:
@@ -119,7 +121,9 @@ def test_a_chain_survives_a_service_restart_and_a_sweep_waits_too(service, alice
         waits_for(alice, member, f"waits for job {second['id']} (pending)")
     marker.touch()
     wait_state(alice, first["id"], "succeeded", timeout=30)
-    wait_state(alice, second["id"], "succeeded")
+    done = wait_state(alice, second["id"], "succeeded")
+    waited = f"done waiting: job {first['id']} ended (succeeded)"
+    assert any(event["text"] == waited for event in done["events"]), done["events"]
     for member in members:
         wait_state(alice, member, "succeeded")
 

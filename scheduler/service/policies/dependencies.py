@@ -28,6 +28,9 @@ from scheduler.fields import InvalidSpec
 from scheduler.service.persistence.orm import WorkloadRecord
 
 FIELDS = ("after", "after_ok")
+WAITED = "waited"
+"""The event of a job whose dependency ended and that may start now ("done waiting: job 12
+ended (succeeded)")."""
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,18 @@ class DependencyHolds:
     def __init__(self, state_of: Callable[[int], str | None]) -> None:
         self.state_of = state_of
         self._ended: dict[int, str] = {}
+        self._held: set[int] = set()
 
     def holds(
         self, records: Iterable[WorkloadRecord]
-    ) -> tuple[dict[int, str], list[tuple[WorkloadRecord, str]]]:
+    ) -> tuple[dict[int, str], list[tuple[WorkloadRecord, str]], list[tuple[WorkloadRecord, str]]]:
         """For the pending jobs among ``records`` with a dependency: the ones still waiting,
-        with why in words, and the ones to cancel, with why (their ``after_ok`` job ended
-        without succeeding)."""
+        with why in words; the ones to cancel, with why (their ``after_ok`` job ended without
+        succeeding); and the ones held last time that may start now, with what they waited
+        for in words ("job 12 ended (failed)"), for their timeline."""
         held: dict[int, str] = {}
         doomed: list[tuple[WorkloadRecord, str]] = []
+        freed: list[tuple[WorkloadRecord, str]] = []
         wanted: set[int] = set()
         for record in records:
             after = record.after_id
@@ -109,10 +115,13 @@ class DependencyHolds:
             elif record.after_ok and state != WorkloadState.SUCCEEDED:
                 why = f"job {after}, which it had to follow (--after-ok), {state}"
                 doomed.append((record, why))
+            elif record.id in self._held:
+                freed.append((record, f"job {after} ended ({state})"))
         for finished in list(self._ended):
             if finished not in wanted:
                 del self._ended[finished]
-        return held, doomed
+        self._held = set(held)
+        return held, doomed, freed
 
     def _state(self, workload_id: int) -> str | None:
         if workload_id in self._ended:

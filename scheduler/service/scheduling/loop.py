@@ -73,7 +73,7 @@ from scheduler.engine.lifecycle import (
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.persistence.store import Store
 from scheduler.service.policies.decisions import Reconciler
-from scheduler.service.policies.dependencies import DependencyHolds
+from scheduler.service.policies.dependencies import WAITED, DependencyHolds
 from scheduler.service.policies.sweeps import held_back
 from scheduler.service.runtime.heap import Freezer
 from scheduler.service.runtime.metrics import Metrics
@@ -610,10 +610,12 @@ class SchedulingLoop:
         held = held_back(self.roster.sweeps.values())
         if not self.roster.dependents:
             return held
-        waiting, doomed = self.dependencies.holds(list(self.roster.dependents.values()))
+        waiting, doomed, freed = self.dependencies.holds(list(self.roster.dependents.values()))
         for record, why in doomed:
             self.effects.record(self.lifecycle.abandon(str(record.id), now, why), now)
-        if doomed:
+        for record, what in freed:
+            self.store.event(record, now, WAITED, what)
+        if doomed or freed:
             self.store.commit()
             self._notify()
         return {**held, **waiting}
