@@ -26,6 +26,7 @@ from scheduler.common.limits import (
     gpu_count_problem,
     shown,
 )
+from scheduler.common.quantities import slurm_time, time_limit_seconds
 from scheduler.engine import Queue
 
 
@@ -353,3 +354,33 @@ def labels_field(entry: Mapping, where: str) -> dict[str, str]:
             f"'a'}}, got {labels!r}",
         )
     return {k: str(v) for k, v in labels.items()}
+
+
+TIME_LIMIT_FIELDS = ("default_time_limit", "max_time_limit")
+"""A project's time limits (a job's ``time_limit`` when it names none, and the most it may
+name), beside its quota fields in the projects file and the queues API. Kept by the service,
+not the engine, like ``members``: parse_queues never sees them."""
+
+
+def time_limit_fields(entry: Mapping, where: str) -> tuple[float | None, float | None]:
+    """A queue entry's ``default_time_limit`` and ``max_time_limit`` in seconds (None when
+    absent), in Slurm's ``--time`` formats (``"2:00:00"``, ``"7-00"``); the default at most
+    the maximum."""
+    values: list[float | None] = []
+    for key in TIME_LIMIT_FIELDS:
+        text = entry.get(key)
+        seconds = time_limit_seconds(text) if isinstance(text, str) else None
+        if text is not None and seconds is None:
+            raise InvalidSpec(
+                field_path(where, key),
+                "must be a time limit as Slurm writes it (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                f"D-HH:MM:SS, above 0), got {shown(text)}",
+            )
+        values.append(None if seconds is None else float(seconds))
+    default, most = values
+    if default is not None and most is not None and default > most:
+        raise InvalidSpec(
+            field_path(where, "default_time_limit"),
+            f"must be at most max_time_limit ({slurm_time(most)}), got {slurm_time(default)}",
+        )
+    return default, most

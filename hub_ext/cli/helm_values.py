@@ -97,10 +97,18 @@ def check_definitions(definitions: Any) -> None:
     projects = definitions["projects"]
     if not isinstance(projects, list) or not projects:
         raise DefinitionError("projects: must be a non-empty list")
-    from scheduler.fields import InvalidSpec, parse_queues  # the service's own queue rules
+    from scheduler.fields import (  # the service's own queue rules
+        TIME_LIMIT_FIELDS,
+        InvalidSpec,
+        parse_queues,
+        time_limit_fields,
+    )
 
+    kept = ("members", *TIME_LIMIT_FIELDS)
     try:
-        parse_queues([{k: v for k, v in p.items() if k != "members"} for p in projects], "projects")
+        parse_queues([{k: v for k, v in p.items() if k not in kept} for p in projects], "projects")
+        for i, project in enumerate(projects):
+            time_limit_fields(project, f"projects[{i}]")
         parse_profiles(definitions["profiles"])
     except (InvalidSpec, InvalidOption) as error:
         raise DefinitionError(str(error)) from None

@@ -21,7 +21,7 @@ from scheduler.common.limits import (
     MAX_REPLICAS,
     gpu_count_problem,
 )
-from scheduler.common.quantities import memory_gib
+from scheduler.common.quantities import memory_gib, time_limit_seconds
 
 RECENT_FINISHED = 10  # `jobs` shows active work plus this many of the latest finished jobs
 MAX_SWEEP = 256  # a sweep's jobs in all, as the service bounds them
@@ -178,6 +178,17 @@ def checkpoint_interval(text: str) -> float:
     return value
 
 
+def time_limit(text: str) -> str:
+    """A time limit as Slurm's ``--time`` writes it (``30``, ``2:00:00``, ``1-12``), checked
+    by the one grammar (``scheduler/common/quantities.py``) and sent as written."""
+    if time_limit_seconds(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"not a time limit: {text[:40]!r} (minutes, or MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+            "D-HH:MM:SS, above 0: 30, 2:00:00, 1-12)"
+        )
+    return text
+
+
 def env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -249,6 +260,28 @@ def add_submit_arguments(parser: argparse.ArgumentParser, *, cell: bool = False)
         metavar="DURATION",
         help="how often the job saves its work (600, 10m, 1.5h): the scheduler then prefers "
         "to evict jobs that lose the least (default: not declared)",
+    )
+    parser.add_argument(
+        "-t",
+        "--time",
+        type=time_limit,
+        metavar="LIMIT",
+        help="stop the job (SIGTERM, then the grace period) once it has run this long: "
+        "minutes, or MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS as Slurm writes them "
+        "(default: the project's, or none)",
+    )
+    after = parser.add_mutually_exclusive_group()
+    after.add_argument(
+        "--after",
+        type=workload_id,
+        metavar="ID",
+        help="start only after job ID has ended, whatever its outcome",
+    )
+    after.add_argument(
+        "--after-ok",
+        type=workload_id,
+        metavar="ID",
+        help="start only once job ID has succeeded; cancelled if it fails or is cancelled",
     )
     parser.add_argument("--name", help="a name for the job (default job-<id>)")
     parser.add_argument(

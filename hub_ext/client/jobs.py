@@ -89,6 +89,9 @@ def submission(
             if args.checkpoint_interval
             else {}
         ),
+        **({"time_limit": args.time} if args.time else {}),
+        **({"after": args.after} if args.after is not None else {}),
+        **({"after_ok": args.after_ok} if args.after_ok is not None else {}),
     }
 
 

@@ -33,7 +33,7 @@ from hub_ext.client.formatting import (
     runtime_seconds,
 )
 from scheduler.common.messages import event_line
-from scheduler.common.quantities import format_duration, plural
+from scheduler.common.quantities import format_duration, plural, time_limit_words
 from scheduler.common.states import (
     HOLDING_STATES,
     WorkloadState,
@@ -248,7 +248,11 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
         if w.get("env"):
             fields.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(w["env"].items()))))
         if w.get("max_runtime_seconds"):
-            fields.append(("Max runtime", format_duration(w["max_runtime_seconds"])))
+            fields.append(("Time limit", time_limit_words(w["max_runtime_seconds"])))
+        if w.get("after"):
+            fields.append(("After", f"job {w['after']} ends"))
+        if w.get("after_ok"):
+            fields.append(("After", f"job {w['after_ok']} succeeds"))
         if w.get("checkpoint_interval_seconds"):
             every = format_duration(w["checkpoint_interval_seconds"])
             fields.append(("Checkpoints", f"every {every}"))

@@ -12,6 +12,7 @@ _EVENT_WORDS = {
     "lost": "lost its process",
     "over-share": "over its GPU memory share",
     "within-share": "back within its share",
+    "waited": "done waiting",
 }
 
 

@@ -16,6 +16,9 @@ same everywhere. Pure functions, no I/O.
   allocatable ``7910m``, ``32986620Ki``; a pod's requests) read and written.
 - ``byte_spec_mib``: KubeSpawner's ``mem_guarantee``/``mem_limit`` (``"16G"``: 16 GiB;
   a number: bytes) in MiB.
+- ``time_limit_seconds`` / ``time_limit_words``: a job's time limit in Slurm's formats
+  (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) and back in words
+  (``2 h``, ``1 d 4 h``, ``90 s``).
 """
 
 from __future__ import annotations
@@ -142,3 +145,52 @@ def cores(milli: int) -> str:
 def memory_words(mib: int) -> str:
     """MiB in words: 16384 -> "16 GiB", 512 -> "512 MiB"."""
     return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib} MiB"
+_TIME_LIMIT = re.compile(r"^(?:(\d{1,5})-)?(\d{1,7})(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+
+
+def time_limit_seconds(text: str) -> int | None:
+    """A time limit as Slurm's ``--time`` writes it, in seconds: ``MM``, ``MM:SS``,
+    ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS`` (``30`` is 30 minutes, ``2:00:00``
+    two hours, ``1-12`` a day and a half). None when ``text`` is none of these (the caller
+    says why in its words); a zero limit is None too, as a job with no time cannot run."""
+    match = _TIME_LIMIT.match(text.strip()) if len(text) <= 40 else None
+    if match is None:
+        return None
+    days, first, second, third = match.groups()
+    numbers = [int(first), *(int(part) for part in (second, third) if part is not None)]
+    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = [*numbers, 0, 0][:3]
+        total = int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+    elif len(numbers) == 1:  # MM
+        total = numbers[0] * 60
+    elif len(numbers) == 2:  # MM:SS
+        total = numbers[0] * 60 + numbers[1]
+    else:  # HH:MM:SS
+        total = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
+    return total or None
+
+
+def slurm_time(seconds: float) -> str:
+    """A time limit as Slurm shows one: ``02:00:00``, ``1-12:00:00`` (read back by
+    ``time_limit_seconds``), for fields that take what they give."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def time_limit_words(seconds: float) -> str:
+    """A time limit in words, exact and short: ``2 h``, ``1 d 4 h``, ``45 min``, ``45 s``,
+    ``1 h 30 min 5 s`` (the timeline's "reached its 2 h time limit")."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{value} {unit}"
+        for value, unit in ((days, "d"), (hours, "h"), (minutes, "min"), (secs, "s"))
+        if value
+    ]
+    return " ".join(parts) or "0 s"

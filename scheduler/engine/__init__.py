@@ -17,6 +17,7 @@ quota check), ``reasons`` (pending reasons in words), ``cycle`` (the order of it
 result).
 """
 
+from scheduler.engine.aging import Aging
 from scheduler.engine.cycle import decide, run_cycle
 from scheduler.engine.model import (
     CycleResult,
@@ -42,6 +43,7 @@ from scheduler.engine.session import Policy, Session
 
 __all__ = [
     "SCORERS",
+    "Aging",
     "CycleResult",
     "Decision",
     "Evict",

@@ -120,7 +120,7 @@ def _result(session: Session, outcomes: dict[str, Outcome], report_borrowed: boo
         w for w in session.pending.values() if w.name in outcomes or w.name in session.reserved
     ]
     by_queue: dict[str, list[Workload]] = {}
-    for workload in sorted(waiting, key=session.policy.workload_key):
+    for workload in sorted(waiting, key=session.order_key()):
         by_queue.setdefault(workload.queue, []).append(workload)
     pending: dict[str, Pending] = {}
     for queue_pending in by_queue.values():

@@ -23,6 +23,8 @@ nothing, unless the workload is in one of the states ``ALLOWED`` lists for it):
   evicted allocation is ``revoked``.
 * ``cancel``: ``pending`` -> ``cancelled``; a running job -> ``cancelling`` (its process gets
   the grace period), a preempting one too; an allocation -> ``released``.
+* ``abandon``: ``pending`` -> ``cancelled`` because it can never start, with why in words
+  (the job it had to follow with ``--after-ok`` failed).
 * ``stop_overdue`` / ``time_limit``: a job running past its ``max_runtime`` -> ``stopping``.
 * ``enforce``: a running job broke a rule the service enforces (more GPU memory than its
   share) -> ``stopping``, with the reason in words.
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from scheduler.common.placement import Placement
+from scheduler.common.quantities import time_limit_words
 from scheduler.common.states import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -97,6 +100,7 @@ ALLOWED: dict[str, frozenset[WorkloadState]] = {
     "start": frozenset({_P}),
     "evict": frozenset({_R}),
     "cancel": frozenset({_P, _R, WorkloadState.PREEMPTING}),
+    "abandon": frozenset({_P}),
     "time_limit": frozenset({_R}),
     "enforce": frozenset({_R}),
     "exited": frozenset(HOLDING_STATES),
@@ -188,6 +192,13 @@ class Ended:
 
 
 Effect = Note | Started | Launch | Evicted | Stop | Freed | Ended
+
+
+def _time_limit_reached(life: Life) -> str:
+    """Why a job past its ``max_runtime`` stops, in words: "reached its 2 h time limit"."""
+    if life.max_runtime is None:
+        return "reached its time limit"
+    return f"reached its {time_limit_words(life.max_runtime)} time limit"
 
 
 # -- the record --------------------------------------------------------------------------------
@@ -534,6 +545,11 @@ class Lifecycle:
             Stop(name, self.grace_seconds),
         ]
 
+    def abandon(self, name: str, now: float, why: str) -> list[Effect]:
+        """A waiting workload that can never start ends cancelled, ``why`` its message."""
+        life = self._life(name, "abandon")
+        return self._finish(life, WorkloadState.CANCELLED, now, f"cancelled: {why}")
+
     def overdue(self, now: float) -> list[str]:
         """Jobs running longer than their max runtime."""
         return [
@@ -556,9 +572,8 @@ class Lifecycle:
         life = self._life(name, "time_limit")
         life.state = WorkloadState.STOPPING
         life.stop_reason = "max-runtime"
-        limit = f"{life.max_runtime:g}s" if life.max_runtime is not None else "its limit"
         return [
-            Note(name, WorkloadState.STOPPING, f"ran longer than {limit}"),
+            Note(name, WorkloadState.STOPPING, _time_limit_reached(life)),
             Stop(name, self.grace_seconds),
         ]
 
@@ -591,8 +606,7 @@ class Lifecycle:
         if life.state is WorkloadState.CANCELLING:
             message = life.message or "cancelled"  # who asked, from cancel()
             return self._finish(life, WorkloadState.CANCELLED, now, message, exit_code=exit_code)
-        limit = f"{life.max_runtime:g}s" if life.max_runtime else "its limit"
-        message = f"stopped: ran longer than {limit}"
+        message = f"stopped: {_time_limit_reached(life)}"
         if life.stop_reason not in (None, "max-runtime") and life.message:
             message = life.message  # what ``enforce`` said
         return self._finish(life, WorkloadState.FAILED, now, message, exit_code)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement
 from scheduler.engine import reasons
+from scheduler.engine.aging import Aging
 from scheduler.engine.fairshare import deserved_quotas, fair_shares, subtree_totals
 from scheduler.engine.fragmentation import recent_workload
 from scheduler.engine.ledger import Ledger
@@ -130,6 +131,9 @@ class Policy:
     immediate_evictions: bool = True
     """False when evicted work keeps its GPUs for a grace period: whatever is placed on them
     is reserved, not started, until the driver reports the evicted work gone."""
+    aging: Aging | None = None
+    """A pending workload's rank inside its queue rises with its wait (``engine/aging.py``);
+    None: the plain order, ``workload_key``."""
     reclaim_groups: bool = True
     """Reclaim skips whole groups of queues no claimant of the queue may take from (its own
     branch above its fair share, or their branch not above theirs) instead of weighing every
@@ -324,6 +328,12 @@ class Session:
         self.first_new_start = self._next_start_seq
         """Starts (and moves) in this session are numbered from here; such work is not a victim
         in the same cycle."""
+
+    def order_key(self) -> Callable[[Workload], tuple]:
+        """The order inside a queue this cycle (rule 7): the policy's ``workload_key``, or,
+        with aging, the effective priority at ``now``."""
+        aging = self.policy.aging
+        return self.policy.workload_key if aging is None else aging.key(self.now)
 
     def fork(self, arrivals: Sequence[Workload], now: float) -> Session:
         """This session's outcome as a new starting point, with ``arrivals`` pending.

@@ -93,7 +93,11 @@ class Runner:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         immediate = scenario.grace_seconds == 0
-        self.policy = Policy(scorer=scorer_named(scenario.placement), immediate_evictions=immediate)
+        self.policy = Policy(
+            scorer=scorer_named(scenario.placement),
+            immediate_evictions=immediate,
+            aging=scenario.aging,
+        )
         self.nodes: list[Node] = list(scenario.nodes)
         self.lifecycle = Lifecycle(grace_seconds=scenario.grace_seconds, immediate=immediate)
         self.specs: dict[str, WorkloadSpec] = {}

@@ -18,7 +18,7 @@ import yaml
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.common.states import WorkloadState
-from scheduler.engine import SCORERS, Kind, Node, Queue, Request, WorkloadRequest
+from scheduler.engine import SCORERS, Aging, Kind, Node, Queue, Request, WorkloadRequest
 from scheduler.fields import (
     InvalidSpec,
     gpu_model_field,
@@ -64,6 +64,9 @@ class Scenario:
     run_until: float | None = None
     placement: str = "pack"
     grace_seconds: float = 0.0
+    aging: Aging | None = None
+    """``aging: {per_hour: 10, most: 100}``: pending work's rank rises with its wait
+    (``scheduler/engine/aging.py``); absent, the plain order."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Top-level keys the runner ignores (``expect``, ``description``), for tools and tests."""
 
@@ -87,6 +90,7 @@ def load_scenario(path: str) -> Scenario:
 
 
 _TOP = ("cluster", "queues", "workloads", "events", "run_until", "placement", "grace_seconds")
+_AGING_FIELDS = ("per_hour", "most")
 
 
 def parse_scenario(document: Any) -> Scenario:
@@ -115,7 +119,20 @@ def parse_scenario(document: Any) -> Scenario:
         run_until=number_field(document, "run_until", "", None, minimum=0, optional=True),
         placement=placement,
         grace_seconds=number_field(document, "grace_seconds", "", 0.0, minimum=0),
-        extra={k: v for k, v in document.items() if k not in _TOP},
+        aging=_aging(document.get("aging")),
+        extra={k: v for k, v in document.items() if k not in (*_TOP, "aging")},
+    )
+
+
+def _aging(raw: Any) -> Aging | None:
+    if raw is None:
+        return None
+    entry = mapping_field(raw, "aging", _AGING_FIELDS)
+    if entry.get("per_hour") is None:
+        raise InvalidSpec("aging.per_hour", "is required: priority points gained per hour waited")
+    return Aging(
+        per_hour=number_field(entry, "per_hour", "aging", None, minimum=0),
+        most=number_field(entry, "most", "aging", None, minimum=0, optional=True),
     )
 
 

@@ -44,8 +44,8 @@ from traitlets.config import Application
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.common.scopes import CUSTOM_SCOPES
-from scheduler.engine import SCORERS, Policy, scorer_named
-from scheduler.fields import InvalidSpec, parse_queues
+from scheduler.engine import SCORERS, Aging, Policy, scorer_named
+from scheduler.fields import TIME_LIMIT_FIELDS, InvalidSpec, parse_queues, time_limit_fields
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
 from scheduler.service.hub.directory import HubDirectory
@@ -67,6 +67,10 @@ API_MODULES = (workloads, allocations, dryrun, queues, info, history)  # what op
 HANDLER_MODULES = (*API_MODULES, pages)
 
 
+SERVICE_QUEUE_FIELDS = ("members", *TIME_LIMIT_FIELDS)
+"""Fields of a queue entry the service keeps beside the engine's queue (``parse_queues``)."""
+
+
 def check_queues(entries: object, where: str) -> list[dict]:
     """``queues`` as configured (and as ``frachub up --projects`` reads them): a list of
     dicts, each a queue spec plus an optional list of member names; ValueError names the
@@ -80,7 +84,11 @@ def check_queues(entries: object, where: str) -> list[dict]:
         members = entry.get("members", [])
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise ValueError(f"{where}[{i}].members must be a list of names")
-        stripped.append({k: v for k, v in entry.items() if k != "members"})
+        stripped.append({k: v for k, v in entry.items() if k not in SERVICE_QUEUE_FIELDS})
+        try:
+            time_limit_fields(entry, f"{where}[{i}] ({entry.get('name')})")
+        except InvalidSpec as error:
+            raise ValueError(str(error)) from None
     try:
         parse_queues(stripped, where)
     except InvalidSpec as error:
@@ -271,6 +279,34 @@ class FracHubService(Application):
         except InvalidSpec as error:
             raise ValueError(str(error)) from None
         return proposal.value
+    aging_per_hour = Float(
+        0.0,
+        help="""Aging: priority points a pending workload gains per hour it waits, when its
+        queue ranks its pending work (docs/scheduling.md, "Aging"), so higher-priority work
+        arriving later cannot pass it forever. 0 (the default) turns aging off: priority
+        classes mean what the admin set, and the order is first come, first served within
+        one priority.""",
+    ).tag(config=True)
+
+    aging_max_priority = Float(
+        None,
+        allow_none=True,
+        help="""With aging: the most priority points a pending workload can gain by waiting;
+        None: no cap.""",
+    ).tag(config=True)
+
+    @validate("aging_per_hour", "aging_max_priority")
+    def _validate_aging(self, proposal):
+        name, value = proposal.trait.name, proposal.value
+        if value is not None and not 0 <= value < float("inf"):
+            raise ValueError(f"FracHubService.{name} must be a number >= 0, got {value}")
+        return value
+
+    def scheduling_policy(self) -> Policy:
+        """The engine's policy from the settings: the placement, wall-clock times in reasons,
+        and aging when ``aging_per_hour`` is above 0."""
+        aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
+        return Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
 
     cluster_may_grow = Bool(
         False,
@@ -493,7 +529,10 @@ class FracHubService(Application):
         parsed = {
             queue.name: queue
             for queue in parse_queues(
-                [{k: v for k, v in entry.items() if k != "members"} for entry in self.queues]
+                [
+                    {k: v for k, v in entry.items() if k not in SERVICE_QUEUE_FIELDS}
+                    for entry in self.queues
+                ]
             )
         }
         # a missing quota stays None: "what my children deserve" for departments, 0 for leaves
@@ -503,6 +542,7 @@ class FracHubService(Application):
             record = existing.get(name) or QueueRecord(name=name)
             record.set_quota(replace(queue, deserved_gpus=entry.get("deserved_gpus")))
             record.members = list(entry.get("members", []))
+            record.default_time_limit, record.max_time_limit = time_limit_fields(entry, name)
             record.source = "config"
             record.position = position
             store.add(record)
@@ -680,7 +720,7 @@ class FracHubService(Application):
         sharing = getattr(backend, "gpu_sharing_health", None)
         if sharing is not None:
             metrics.watch_gpu_sharing(sharing)
-        policy = Policy(scorer=scorer_named(self.placement), format_time=wall_clock)
+        policy = self.scheduling_policy()
         loop = SchedulingLoop(
             self.store,
             backend,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.common.limits import MAX_ID, MAX_REPLICAS, shown
+from scheduler.common.quantities import slurm_time, time_limit_seconds
 from scheduler.engine import (
     Kind,
     Queue,
@@ -28,6 +29,7 @@ from scheduler.engine import (
 from scheduler.engine.model import DEFAULT_PREEMPTIBLE
 from scheduler.fields import (
     QUEUE_FIELDS,
+    TIME_LIMIT_FIELDS,
     InvalidSpec,
     cpu_field,
     gpu_model_field,
@@ -39,7 +41,9 @@ from scheduler.fields import (
     parse_queues,
     priority_field,
     queue_host_dict,
+    time_limit_fields,
 )
+from scheduler.service.policies.dependencies import Dependency, parse_dependency
 from scheduler.service.policies.sweeps import Sweep, parse_sweep
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -65,7 +69,12 @@ SUBMIT_FIELDS = (
     "min_runtime_seconds",
     "checkpoint_interval_seconds",
     "sweep",
+    "time_limit",
+    "after",
+    "after_ok",
 )
+KEPT_BESIDE = ("members", *TIME_LIMIT_FIELDS)
+"""Queue fields the service keeps beside the engine's queue: not for ``parse_queues``."""
 ALLOCATE_FIELDS = (
     "user",
     "server_name",
@@ -161,6 +170,8 @@ class Submission:
     env: dict[str, str]
     sweep: Sweep | None = None
     """One job per combination of the sweep's parameters (``service/policies/sweeps.py``)."""
+    dependency: Dependency | None = None
+    """The job it starts after (``service/policies/dependencies.py``), checked by the handler."""
 
 
 @dataclass(frozen=True)
@@ -308,15 +319,7 @@ def parse_submission(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) ->
     project = _optional_name(body, "project")
     command = _command(body.get("command"))
     env = _env(body.get("env"))
-    max_runtime = number_field(
-        body,
-        "max_runtime_seconds",
-        "",
-        None,
-        optional=True,
-        strictly_positive=True,
-        maximum=MAX_RUNTIME,
-    )
+    max_runtime = _time_limit(body)
     min_runtime = number_field(
         body, "min_runtime_seconds", "", None, optional=True, maximum=MAX_RUNTIME
     )
@@ -359,7 +362,36 @@ def parse_submission(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) ->
         working_dir=working_dir,
         env=env,
         sweep=parse_sweep(body.get("sweep")),
+        dependency=parse_dependency(body),
     )
+
+
+def _time_limit(body: Mapping[str, Any]) -> float | None:
+    """The job's time limit in seconds: ``max_runtime_seconds`` (a number), or ``time_limit``
+    in Slurm's ``--time`` formats (``"30"`` minutes, ``"2:00:00"``, ``"1-12"``), not both."""
+    text = body.get("time_limit")
+    if text is None:
+        return number_field(
+            body,
+            "max_runtime_seconds",
+            "",
+            None,
+            optional=True,
+            strictly_positive=True,
+            maximum=MAX_RUNTIME,
+        )
+    if body.get("max_runtime_seconds") is not None:
+        raise InvalidSpec("time_limit", "give time_limit or max_runtime_seconds, not both")
+    seconds = time_limit_seconds(text) if isinstance(text, str) else None
+    if seconds is None:
+        raise InvalidSpec(
+            "time_limit",
+            f"must be a time limit as Slurm writes it (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+            f"D-HH:MM:SS, above 0), got {shown(text)}",
+        )
+    if seconds > MAX_RUNTIME:
+        raise InvalidSpec("time_limit", f"must be at most ten years, got {shown(text)}")
+    return float(seconds)
 
 
 def parse_allocation(document: Any, defaults: ResourceDefaults = NO_DEFAULTS) -> AllocationRequest:
@@ -456,7 +488,7 @@ def _idle_timeout(body: Mapping) -> float | None:
 def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = None) -> Queue:
     """A queue created (``name`` None, taken from the body) or changed (``name`` given, the
     body holds only the fields to change) through the API, checked against the others."""
-    body = _body(document, (*QUEUE_FIELDS, "members"))
+    body = _body(document, (*QUEUE_FIELDS, *KEPT_BESIDE))
     if name is not None:
         if "name" in body and body["name"] != name:
             raise InvalidSpec("name", "cannot be changed; create a new queue instead")
@@ -470,10 +502,10 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
             "priority": current.priority,
             **queue_host_dict(current),
         }
-        merged.update({k: v for k, v in body.items() if k != "members"})
+        merged.update({k: v for k, v in body.items() if k not in KEPT_BESIDE})
         others = [queue for queue in existing if queue.name != name]
     else:
-        merged = {k: v for k, v in body.items() if k != "members"}
+        merged = {k: v for k, v in body.items() if k not in KEPT_BESIDE}
         others = list(existing)
         _optional_name(merged, "name")
     if any(queue.name == merged.get("name") for queue in others):
@@ -490,6 +522,24 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
     # parse_queues reads a missing quota on a leaf as 0; stored, None keeps meaning "what my
     # children deserve" once the queue gets children, and 0 while it has none
     return replace(parsed[-1], deserved_gpus=merged.get("deserved_gpus"))
+
+
+def parse_time_limits(
+    document: Mapping[str, Any], current: tuple[float | None, float | None] = (None, None)
+) -> tuple[float | None, float | None]:
+    """A queue's ``default_time_limit`` and ``max_time_limit`` (seconds) after a request: a
+    field the body leaves out keeps its ``current`` value (a PATCH), null clears it."""
+    given = {key: document[key] for key in TIME_LIMIT_FIELDS if key in document}
+    parsed = time_limit_fields(given, "")
+    default, most = (
+        parsed[i] if key in given else current[i] for i, key in enumerate(TIME_LIMIT_FIELDS)
+    )
+    if default is not None and most is not None and default > most:
+        raise InvalidSpec(
+            "default_time_limit",
+            f"must be at most max_time_limit ({slurm_time(most)}), got {slurm_time(default)}",
+        )
+    return default, most
 
 
 def parse_members(document: Mapping[str, Any]) -> list[str] | None:

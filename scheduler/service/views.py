@@ -9,6 +9,7 @@ from scheduler.backends.base import Inventory
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line, pending_headline
 from scheduler.common.placement import Placement, placement_to_api
+from scheduler.common.quantities import slurm_time
 from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
 from scheduler.fields import queue_host_dict
@@ -113,6 +114,8 @@ def workload_json(
             checkpointed_at=iso(record.checkpointed_at),
             sweep_id=record.sweep_id,
             sweep_parallel=record.sweep_parallel,
+            after=record.after_id if not record.after_ok else None,
+            after_ok=record.after_id if record.after_ok else None,
         )
     if events is not None:
         value["events"] = [
@@ -136,6 +139,10 @@ def sharing_env(loop: SchedulingLoop, record: WorkloadRecord) -> dict[str, str] 
     return env_of(record.placement[0]) or None
 
 
+def _slurm_time(seconds: float | None) -> str | None:
+    return None if seconds is None else slurm_time(seconds)
+
+
 def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[str]) -> dict:
     return {
         "name": record.name,
@@ -146,6 +153,8 @@ def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[s
         "limit_gpus": record.limit_gpus,
         "priority": record.priority,
         "members": list(record.members or ()),
+        "default_time_limit": _slurm_time(record.default_time_limit),
+        "max_time_limit": _slurm_time(record.max_time_limit),
         "source": record.source,
         "allocated_gpus": status.allocated_gpus if status else 0.0,
         "fair_share_gpus": status.fair_share_gpus if status else 0.0,

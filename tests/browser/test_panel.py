@@ -384,3 +384,33 @@ def test_a_sweep_from_the_form(page: Page, frachub, make_user, login, shot, api)
     page.click("#frachub-submit-button")
     expect(status).to_contain_text("sweep.parameters")  # the API's refusal, naming the field
     shot("sweep-submitted")
+
+
+def test_a_time_limit_and_a_dependency_from_the_form(
+    page: Page, frachub, make_user, login, shot, api
+) -> None:
+    """Slurm's --time and --dependency=afterok from the panel: the limit in Slurm's formats
+    (a wrong one is the API's refusal, naming the field), the job waiting for another in words."""
+    name, token = make_user(groups=["vision"])
+    first = submit(api(token), command="sleep 120", gpus=0.25, name="first")
+    login(page, name)
+    page.fill("#frachub-command", "true")
+    page.select_option("#frachub-gpus", "0.25")
+    page.fill("#frachub-name", "second")
+    page.fill("#frachub-time", "2h")
+    page.click("#frachub-submit-button")
+    status = page.locator("#frachub-submit-status")
+    expect(status).to_contain_text("time_limit: must be a time limit as Slurm writes it")
+    page.fill("#frachub-time", "1:30:00")
+    page.fill("#frachub-after", str(first["id"]))
+    page.check("#frachub-after-ok")
+    page.click("#frachub-submit-button")
+    expect(status).to_contain_text("Submitted #")
+    second = int(status.inner_text().split("#")[1].split(" ")[0])
+    stored = api(token).get(f"workloads/{second}").json()
+    assert stored["after_ok"] == first["id"] and stored["max_runtime_seconds"] == 5400
+    facts = page.locator("#frachub-detail-facts")
+    expect(facts).to_contain_text("1 h 30 min")
+    expect(facts).to_contain_text(f"job {first['id']} succeeds")
+    expect(facts).to_contain_text(f"waits for job {first['id']} (running) to succeed")
+    shot("waits-for-a-job")

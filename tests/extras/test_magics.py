@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from heavy_imports import heavy_modules_after
 
-from hub_ext.magics import script_path
+from hub_ext.client.jobs import command_from, submission
+from hub_ext.magics import build_parser, script_path
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +31,13 @@ def test_the_magics_load_no_engine() -> None:
     every notebook's kernel, import without the engine and its number crunchers."""
     loaded = heavy_modules_after("import hub_ext.magics")
     assert loaded == [], f"hub_ext.magics imported {loaded}"
+
+
+def test_the_magics_send_time_limits_and_dependencies() -> None:
+    args = build_parser().parse_args(
+        ["submit", "--gpus", "1", "--time", "2:00:00", "--after", "7", "--", "x"]
+    )
+    body = submission(args, command_from(args.command), None)
+    assert body["time_limit"] == "2:00:00" and body["after"] == 7 and "after_ok" not in body
+    args = build_parser(cell=True).parse_args(["submit", "--gpus", "1", "--after-ok", "8"])
+    assert submission(args, [], None)["after_ok"] == 8

@@ -365,8 +365,8 @@ BODY_FIELDS = {
     ("/api/v1/workloads", "post"): requests.SUBMIT_FIELDS,
     ("/api/v1/allocations", "post"): requests.ALLOCATE_FIELDS,
     ("/api/v1/allocations/dry-run", "post"): requests.DRY_RUN_FIELDS,
-    ("/api/v1/queues", "post"): (*QUEUE_FIELDS, "members"),
-    ("/api/v1/queues/{}", "patch"): (*QUEUE_FIELDS, "members"),
+    ("/api/v1/queues", "post"): (*QUEUE_FIELDS, *requests.KEPT_BESIDE),
+    ("/api/v1/queues/{}", "patch"): (*QUEUE_FIELDS, *requests.KEPT_BESIDE),
 }
 
 
@@ -428,6 +428,15 @@ SUBMISSIONS = [
     },
     {"command": "x", "gpus": 1, "name": None, "project": None, "working_dir": None},
     {"command": "x", "gpus": 1, "env": None, "max_runtime_seconds": None},
+    {"command": "x", "gpus": 1, "time_limit": "2:00:00", "after": 3},
+    {"command": "x", "gpus": 1, "time_limit": "1-12", "after_ok": 3, "after": None},
+    {"command": "x", "gpus": 1, "time_limit": None, "max_runtime_seconds": 60},
+    {"command": "x", "gpus": 1, "time_limit": "2h"},
+    {"command": "x", "gpus": 1, "time_limit": 120},
+    {"command": "x", "gpus": 1, "time_limit": "30", "max_runtime_seconds": 60},
+    {"command": "x", "gpus": 1, "after": 3, "after_ok": 4},
+    {"command": "x", "gpus": 1, "after": 0},
+    {"command": "x", "gpus": 1, "after_ok": "3"},
     {"command": "x", "gpus": 1, "name": "a" * 63},
     {"command": "x"},
     {"gpus": 1},
@@ -532,6 +541,10 @@ NEW_QUEUES = [
     {"name": "nlp", "members": ["alice", 2]},
     {"name": "nlp", "parent": 3},
     {"name": "nlp", "quota": 1},
+    {"name": "nlp", "default_time_limit": "2:00:00", "max_time_limit": "7-00"},
+    {"name": "nlp", "default_time_limit": None, "max_time_limit": "30"},
+    {"name": "nlp", "max_time_limit": "2h"},
+    {"name": "nlp", "default_time_limit": 60},
     [],
 ]
 
@@ -548,6 +561,9 @@ QUEUE_CHANGES = [
     {"over_quota_weight": None},
     {"members": [None]},
     {"bogus": 1},
+    {"max_time_limit": None},
+    {"default_time_limit": "1-00:00:00"},
+    {"default_time_limit": "soon"},
 ]
 
 
@@ -555,6 +571,7 @@ def _queue_accepted(body: Any, name: str | None) -> bool:
     def parse() -> None:
         requests.parse_queue(body, EXISTING_QUEUES, name=name)
         requests.parse_members(body)
+        requests.parse_time_limits(body)
 
     return parser_accepts(parse)
 

@@ -18,6 +18,7 @@ from scheduler.engine import Kind, Request, WorkloadRequest
 from scheduler.service.persistence.orm import (
     Base,
     EventRecord,
+    QueueRecord,
     UsageRecord,
     UsageSampleRecord,
     WorkloadRecord,
@@ -298,6 +299,40 @@ def test_a_0009_database_gains_cpu_and_memory_and_keeps_every_row(url) -> None:
         command.downgrade(_alembic_config(connection), "0009")
     engine.dispose()
     assert len(sql(url, "SELECT id FROM workloads")) == 30
+
+
+def test_a_0009_database_keeps_its_jobs_waiting_for_nothing_and_its_projects_unlimited(
+    url,
+) -> None:
+    """0012 adds each job's dependency (after_id, after_ok) and each project's time limits:
+    the rows from before have none (NULL), the new ones are stored and read back, and a
+    downgrade takes the columns away again, keeping every row."""
+    before = _filled_at(url, "0009")
+    store = open_store(url)
+    assert _columns_of(before, _dump(url)) == before
+    waiting = "SELECT count(*) FROM workloads WHERE after_id IS NULL AND after_ok IS NULL"
+    assert sql(url, waiting) == [(30,)]
+    store.add(_job(name="second", after_id=3, after_ok=True))
+    store.add(QueueRecord(name="hpc", default_time_limit=7200.0, max_time_limit=86400.0))
+    store.commit()
+    store.close()
+    store = open_store(url)
+    second = store.workloads(limit=1).records[0]
+    assert (second.name, second.after_id, second.after_ok) == ("second", 3, True)
+    [hpc] = [queue for queue in store.queues() if queue.name == "hpc"]
+    assert (hpc.default_time_limit, hpc.max_time_limit) == (7200.0, 86400.0)
+    store.close()
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0009")
+    engine.dispose()
+    assert len(sql(url, "SELECT id FROM workloads")) == 31
+    engine = create_engine(engine_url(url))
+    try:
+        columns = {column["name"] for column in inspect(engine).get_columns("workloads")}
+    finally:
+        engine.dispose()
+    assert not {"after_id", "after_ok"} & columns
 
 
 def test_a_newer_database_is_refused(url) -> None:

@@ -330,7 +330,7 @@ def test_max_runtime_stops_a_job(user) -> None:
     alice = user()
     job = submit(alice, command="sleep 60", gpus=0.25, max_runtime_seconds=1)
     done = wait_state(alice, job["id"], "failed", timeout=30)
-    assert "ran longer than 1s" in done["message"]
+    assert "stopped: reached its 1 s time limit" in done["message"]
 
 
 def test_metrics_for_prometheus(user) -> None:

@@ -254,6 +254,9 @@ def test_describe_shows_request_placement_and_events() -> None:
     saving = workload(checkpoint_interval_seconds=600.0, checkpointed_at="2026-11-22T14:20:00.000Z")
     text = str(describe_report(saving, NOW, tz=timezone.utc))
     assert "every 10m" in text and "2026-11-22 14:20:00" in text
+    limited = workload(state="pending", max_runtime_seconds=7200.0, after_ok=11)
+    text = str(describe_report(limited, NOW, tz=timezone.utc))
+    assert "Time limit:   2 h" in text and "After:        job 11 succeeds" in text
 
 
 def test_quota_counts_the_callers_own_share() -> None:

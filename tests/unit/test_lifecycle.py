@@ -200,14 +200,14 @@ def test_max_runtime_stops_the_job_and_it_ends_failed() -> None:
     lifecycle.apply(cycle(Start("1", ONE)), 0)
     assert lifecycle.stop_overdue(60) == []
     assert lifecycle.stop_overdue(61) == [
-        Note("1", S.STOPPING, "ran longer than 60s"),
+        Note("1", S.STOPPING, "reached its 1 min time limit"),
         Stop("1", 10),
     ]
     assert lifecycle.stop_overdue(62) == []  # already stopping
     lifecycle.exited("1", 70, exit_code=-15)
     assert (lifecycle["1"].state, lifecycle["1"].message) == (
         S.FAILED,
-        "stopped: ran longer than 60s",
+        "stopped: reached its 1 min time limit",
     )
 
 

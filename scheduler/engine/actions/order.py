@@ -14,14 +14,16 @@ class ServiceOrder:
 
     Queues first whose allocation with their next workload stays inside the deserved quota, then
     higher queue priority, then the most starved queue (allocated / fair share), then workload
-    priority and submission time. A heap holds one entry per queue; a queue's entry is re-keyed
-    when it starts something, and ``touch`` re-keys the queues that evictions took from.
+    priority (aged by its wait, with ``Policy.aging``) and submission time. A heap holds one
+    entry per queue; a queue's entry is re-keyed when it starts something, and ``touch``
+    re-keys the queues that evictions took from.
     """
 
     def __init__(self, session: Session, pending: list[Workload]) -> None:
         self.session = session
         self.by_queue: dict[str, list[Workload]] = {}
-        for workload in sorted(pending, key=session.policy.workload_key):
+        self.workload_key = session.order_key()
+        for workload in sorted(pending, key=self.workload_key):
             self.by_queue.setdefault(workload.queue, []).append(workload)
         self.heads = dict.fromkeys(self.by_queue, 0)
         self.version = dict.fromkeys(self.by_queue, 0)
@@ -49,7 +51,7 @@ class ServiceOrder:
             )
         return (
             *session.policy.queue_key(standing),
-            *session.policy.workload_key(head),
+            *self.workload_key(head),
             session.queue_order[name],
         )
 

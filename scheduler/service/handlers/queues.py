@@ -13,7 +13,7 @@ from scheduler.common.limits import shown
 from scheduler.service.access import ADMIN, READ
 from scheduler.service.handlers.base import APIHandler
 from scheduler.service.persistence.orm import QueueRecord
-from scheduler.service.requests import parse_members, parse_queue
+from scheduler.service.requests import parse_members, parse_queue, parse_time_limits
 from scheduler.service.views import queue_json
 
 
@@ -53,11 +53,14 @@ class QueueListHandler(QueueAccess):
             raise web.HTTPError(409, f"a queue named {shown(name)} exists")
         queue = parse_queue(body, self.loop.queues)
         members = parse_members(body) or []
+        default_limit, max_limit = parse_time_limits(body)
         record = QueueRecord(
             name=queue.name,
             members=members,
             source="api",
             position=max((r.position for r in records), default=-1) + 1,
+            default_time_limit=default_limit,
+            max_time_limit=max_limit,
         )
         record.set_quota(queue)
         self.loop.store.add(record)
@@ -81,7 +84,10 @@ class QueueHandler(QueueAccess):
         body = self.json_body()
         queue = parse_queue(body, self.loop.queues, name=name)
         members = parse_members(body) if isinstance(body, dict) else None
+        current = (record.default_time_limit, record.max_time_limit)
+        limits = parse_time_limits(body, current) if isinstance(body, dict) else current
         record.set_quota(queue)
+        record.default_time_limit, record.max_time_limit = limits
         if members is not None:
             record.members = members
         self.loop.store.commit()

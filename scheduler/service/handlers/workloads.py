@@ -12,6 +12,7 @@ from tornado.iostream import StreamClosedError
 from scheduler.common.files import open_own_file
 from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
+from scheduler.common.quantities import slurm_time
 from scheduler.common.scopes import IDEMPOTENCY_HEADER
 from scheduler.engine import WorkloadRequest, default_priority, feasibility
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
@@ -22,6 +23,7 @@ from scheduler.service.hub.directory import HubDirectoryError
 from scheduler.service.hub.jobtokens import token_id_of
 from scheduler.service.idempotency import REPLAYED_HEADER, body_digest, idempotency_key
 from scheduler.service.persistence.orm import ACTIVE_STATES, FINAL_STATES, WorkloadRecord
+from scheduler.service.policies.dependencies import check_dependency
 from scheduler.service.policies.sweeps import member_env
 from scheduler.service.requests import (
     Submission,
@@ -101,6 +103,20 @@ class WorkloadAccess(APIHandler):
         if user != self.caller.name and not self.caller.is_admin:
             raise web.HTTPError(403, f"{doing} for another user needs {ADMIN}: {self.lacks(ADMIN)}")
         return user
+
+    def time_limit(self, asked: float | None, project: str) -> float | None:
+        """A job's time limit in ``project``: the one asked for, at most the project's
+        maximum (400 beyond it); else the project's default, else its maximum, else none."""
+        default, most = self.loop.time_limits.get(project, (None, None))
+        if asked is None:
+            return default if default is not None else most
+        if most is not None and asked > most:
+            raise InvalidSpec(
+                "time_limit",
+                f"must be at most {slurm_time(most)} in project {project} (its max_time_limit), "
+                f"got {slurm_time(asked)}",
+            )
+        return asked
 
     @property
     def cluster_may_grow(self) -> bool:
@@ -233,8 +249,18 @@ class WorkloadListHandler(WorkloadAccess):
         min_runtime = asked.min_runtime
         if min_runtime is None:
             min_runtime = self.settings["default_min_runtime"]
-        ask = replace(asked, project=project, user=self.caller.name, min_runtime=min_runtime)
+        ask = replace(
+            asked,
+            project=project,
+            user=self.caller.name,
+            min_runtime=min_runtime,
+            max_runtime=self.time_limit(asked.max_runtime, project),
+        )
         self.refuse_never_starting(ask)
+        dependency = submission.dependency
+        if dependency is not None:
+            target = self.loop.records.get(dependency.id) or self.loop.store.workload(dependency.id)
+            check_dependency(dependency, target, self.caller.name, self.caller.is_admin)
         if submission.sweep is not None:
             return await self._submit_sweep(submission, ask, key, digest)
         record = self._record(submission, ask)
@@ -258,12 +284,15 @@ class WorkloadListHandler(WorkloadAccess):
 
     @staticmethod
     def _record(submission: Submission, ask: WorkloadRequest) -> WorkloadRecord:
+        dependency = submission.dependency
         return WorkloadRecord.asking(
             ask,
             name=submission.name or "",
             command=submission.command,
             working_dir=submission.working_dir,
             env=submission.env,
+            after_id=None if dependency is None else dependency.id,
+            after_ok=dependency is not None and dependency.ok,
         )
 
     async def _submit_sweep(

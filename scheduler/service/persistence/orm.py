@@ -137,6 +137,12 @@ class WorkloadRecord(Base):
     sweep_parallel: Mapped[int | None] = mapped_column(Integer, nullable=True)
     """Jobs of a sweep: how many of its members may hold GPUs at once (the service holds the
     others back from the engine, see ``scheduler/service/policies/sweeps.py``)."""
+    after_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The job it waits for (``after``/``after_ok``), None for none; the service holds it
+    back until then (``scheduler/service/policies/dependencies.py``)."""
+    after_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """With ``after_id``: start only once that job succeeded (cancelled if it did not); None
+    or False: once it ended, whatever its outcome."""
     idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY), nullable=True)
     """The ``Idempotency-Key`` it was submitted with (a sweep: on its first member only);
     None when the client sent none. Kept, like the row, for ``workload_retention_days``."""
@@ -279,6 +285,10 @@ class QueueRecord(Base):
     deserved_memory_mib: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     limit_memory_mib: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     over_quota_weight_memory: Mapped[float | None] = mapped_column(Float, nullable=True)
+    default_time_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Seconds: the time limit of the project's jobs that name none (None: no limit)."""
+    max_time_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Seconds: the longest time limit its jobs may name, and theirs when there is no default."""
 
     def set_quota(self, queue: Queue) -> None:
         """Take a validated queue's place in the tree and its quotas."""

@@ -73,6 +73,7 @@ from scheduler.engine.lifecycle import (
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.persistence.store import Store
 from scheduler.service.policies.decisions import Reconciler
+from scheduler.service.policies.dependencies import WAITED, DependencyHolds
 from scheduler.service.policies.sweeps import held_back
 from scheduler.service.runtime.heap import Freezer
 from scheduler.service.runtime.metrics import Metrics
@@ -133,8 +134,11 @@ class SchedulingLoop:
         """Why each pending workload waits (the roster's)."""
         self.queues: tuple[Queue, ...] = ()
         self.members: dict[str, tuple[str, ...]] = {}
+        self.time_limits: dict[str, tuple[float | None, float | None]] = {}
         self.held: dict[int, str] = {}
-        """Sweep members the last snapshot held back, with why."""
+        """Sweep members and jobs waiting for another that the last snapshot held back, with
+        why."""
+        self.dependencies = DependencyHolds(self._state_of)
         self.queue_status: dict[str, QueueStatus] = {}
         self.borrowed: dict[int, str] = {}
         """Running work beyond its project's quota -> who may reclaim it, in words."""
@@ -180,6 +184,10 @@ class SchedulingLoop:
         records = self.store.queues()
         self.queues = tuple(record.as_queue() for record in records)
         self.members = {record.name: tuple(record.members or ()) for record in records}
+        self.time_limits = {
+            record.name: (record.default_time_limit, record.max_time_limit) for record in records
+        }
+        """Each project's default and maximum time limit in seconds (None: none)."""
 
     async def recover(self) -> None:
         """Rebuild the in-memory state from the store and reality after a (re)start."""
@@ -292,7 +300,7 @@ class SchedulingLoop:
         self.fast.late += records
         self._busy = True
         try:
-            self.arrive([record for record in records if record.sweep_id is None])
+            self.arrive([r for r in records if r.sweep_id is None and r.after_id is None])
         except Exception:  # they are stored: the next cycle decides them instead
             self.log.exception("the fast path failed; the next cycle decides the arrivals")
             self.store.rollback()
@@ -401,6 +409,7 @@ class SchedulingLoop:
             record
             for record in self.fast.late
             if record.sweep_id is None
+            and record.after_id is None
             and record.state == WorkloadState.PENDING
             and record.id in self.records
         ]
@@ -471,7 +480,7 @@ class SchedulingLoop:
             # the lifecycle's standing state, brought up to date with what changed since the
             # last cycle (on this thread: it reads the lives); the fork it returns is the
             # cycle's own, which nothing here changes while the worker decides on it
-            self.held = held_back(self.roster.sweeps.values())
+            self.held = self._held_back(now)
             hidden = [str(workload_id) for workload_id in self.held]
             session = self.lifecycle.session(
                 self.inventory.nodes, self.queues, now, self._policies[which], hidden=hidden
@@ -591,13 +600,36 @@ class SchedulingLoop:
 
     def snapshot(self) -> Snapshot:
         """The engine's input: every active workload but the sweep members held back by
-        their sweep's parallel limit (``scheduler/service/policies/sweeps.py``)."""
+        their sweep's parallel limit (``scheduler/service/policies/sweeps.py``) and the jobs
+        waiting for another (``dependencies.py`` there)."""
+        self.held = self._held_back(self.clock())
         full = self.lifecycle.snapshot(self.inventory.nodes, self.queues)
-        self.held = held_back(self.roster.sweeps.values())
         if not self.held:
             return full
         kept = tuple(w for w in full.workloads if int(w.name) not in self.held)
         return replace(full, workloads=kept)
+
+    def _held_back(self, now: float) -> dict[int, str]:
+        """The pending workloads the engine must not see now, with why: sweep members beyond
+        their parallel limit, jobs whose dependency has not ended. A job whose ``after_ok``
+        dependency ended without succeeding is cancelled here, with why in its timeline."""
+        held = held_back(self.roster.sweeps.values())
+        if not self.roster.dependents:
+            return held
+        waiting, doomed, freed = self.dependencies.holds(list(self.roster.dependents.values()))
+        for record, why in doomed:
+            self.effects.record(self.lifecycle.abandon(str(record.id), now, why), now)
+        for record, what in freed:
+            self.store.event(record, now, WAITED, what)
+        if doomed or freed:
+            self.store.commit()
+            self._notify()
+        return {**held, **waiting}
+
+    def _state_of(self, workload_id: int) -> str | None:
+        """A workload's state by id: its row while active, the store's after."""
+        record = self.records.get(workload_id) or self.store.workload(workload_id)
+        return None if record is None else record.state
 
     # -- reality ----------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 The scheduling loop keeps one row (``WorkloadRecord``) per active workload, in step with its
 life in the lifecycle. Walking all of them costs milliseconds at 15,000 pending (their rows'
 attributes are SQLAlchemy's), every cycle and every fast-path start, so the few questions
-asked that often (which hold GPUs, which belong to a sweep, a server's allocation) have an
+asked that often (which hold GPUs, which belong to a sweep, which wait for another job, a server's
+allocation) have an
 index each, kept up to date as the rows change state.
 """
 
@@ -25,6 +26,8 @@ class Roster:
         updated in place, so holders of this dict see the latest."""
         self.holding: dict[int, WorkloadRecord] = {}
         self.sweeps: dict[int, WorkloadRecord] = {}
+        self.dependents: dict[int, WorkloadRecord] = {}
+        """Jobs that wait for another (``after_id``), held back until it ends."""
         self._allocations: dict[tuple[str, str | None], WorkloadRecord] = {}
 
     def add(self, record: WorkloadRecord) -> None:
@@ -46,6 +49,8 @@ class Roster:
             self.holding.pop(record.id, None)
         if record.sweep_id is not None:
             self.sweeps[record.id] = record
+        if record.after_id is not None:
+            self.dependents[record.id] = record
         if record.is_allocation:
             self._allocations[record.user, record.server_name] = record
 
@@ -53,6 +58,7 @@ class Roster:
         """``record`` leaves the indexes."""
         self.holding.pop(record.id, None)
         self.sweeps.pop(record.id, None)
+        self.dependents.pop(record.id, None)
         if self._allocations.get((record.user, record.server_name)) is record:
             del self._allocations[record.user, record.server_name]
 
@@ -60,6 +66,7 @@ class Roster:
         """Rebuild the indexes from the rows (after a rollback put their states back)."""
         self.holding.clear()
         self.sweeps.clear()
+        self.dependents.clear()
         self._allocations.clear()
         for record in self.records.values():
             self.index(record)

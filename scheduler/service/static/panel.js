@@ -228,6 +228,18 @@ function commandText(command) {
   return command.map(quote).join(" ");
 }
 
+// A time limit as the service words it ("2 h", "1 d 4 h", "90 s"): quantities.time_limit_words.
+function limitText(seconds) {
+  const units = [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]];
+  let rest = Math.round(seconds);
+  const parts = [];
+  for (const [size, unit] of units) {
+    if (rest >= size) parts.push(`${Math.floor(rest / size)} ${unit}`);
+    rest %= size;
+  }
+  return parts.join(" ") || "0 s";
+}
+
 function fact(term, value) {
   if (value === null || value === undefined || value === "") return [];
   return [el("dt", { class: "col-sm-3" }, term), el("dd", { class: "col-sm-9 mb-1" }, value)];
@@ -253,6 +265,8 @@ function renderDetail() {
     ...fact("Waiting", pending ? waitingFact(workload) : null),
     ...fact("Borrowed", workload.borrowed ? el("span", {}, borrowedBadge(workload), " ", workload.borrowed) : null),
     ...fact("Placement", placementText(workload)),
+    ...fact("Time limit", workload.max_runtime_seconds ? limitText(workload.max_runtime_seconds) : null),
+    ...fact("After", workload.after ? `job ${workload.after} ends` : workload.after_ok ? `job ${workload.after_ok} succeeds` : null),
     ...fact("Idle", workload.idle_warning),
     ...fact("Started", workload.started_at ? new Date(workload.started_at).toLocaleString() : null),
     ...fact("Finished", workload.finished_at ? new Date(workload.finished_at).toLocaleString() : null),
@@ -417,6 +431,10 @@ form.addEventListener("submit", async (event) => {
   const name = String(data.get("name") || "").trim();
   if (name) body.name = name;
   if (data.get("project")) body.project = data.get("project");
+  const timeLimit = String(data.get("time_limit") || "").trim();
+  if (timeLimit) body.time_limit = timeLimit;  // the service reads Slurm's formats
+  const after = String(data.get("after") || "").trim();
+  if (after) body[data.get("after_ok") ? "after_ok" : "after"] = Number(after);
   const sweep = sweepOf(String(data.get("sweep") || ""), Number(data.get("parallel") || 1));
   if (sweep) body.sweep = sweep;
   if (!body.command) {
