@@ -14,6 +14,10 @@ is the capacity its children divide:
    (declared first wins a tie) before anything flows to the next level.
 
 Weight-0 queues get nothing beyond their quota. Amounts are in milli-GPUs.
+
+With a ``Usage`` (usage-decayed fair share, ``scheduler.engine.usage``) each round of the
+water-fill divides by the queues' share weights instead of their over-quota weights; that is
+the one place usage enters (``_round_weights``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.engine.model import Queue
+from scheduler.engine.usage import Usage, share_weights
 
 _EPS = 1e-6
 
@@ -32,10 +37,12 @@ def fair_shares(
     deserved: Mapping[str, float],
     leaf_demand: Mapping[str, float],
     capacity: float,
+    usage: Usage | None = None,
 ) -> dict[str, float]:
     """Fair share of every queue (departments included), in milli-GPUs.
 
-    ``deserved`` is each queue's resolved quota in milli-GPUs (see ``deserved_quotas``).
+    ``deserved`` is each queue's resolved quota in milli-GPUs (see ``deserved_quotas``);
+    ``usage``, when given, moves the over-quota part (docs/scheduling.md).
     """
     children: dict[str | None, list[Queue]] = {}
     for queue in queues:
@@ -47,7 +54,8 @@ def fair_shares(
         kids = children.get(parent, [])
         if not kids:
             return
-        for kid, share in zip(kids, _divide_level(kids, deserved, demand, amount), strict=True):
+        divided = _divide_level(kids, deserved, demand, amount, usage)
+        for kid, share in zip(kids, divided, strict=True):
             shares[kid.name] = share
             divide(kid.name, share)
 
@@ -94,6 +102,7 @@ def _divide_level(
     deserved: Mapping[str, float],
     demand: Mapping[str, float],
     amount: float,
+    usage: Usage | None = None,
 ) -> list[float]:
     caps = [
         min(demand[kid.name], _milli(kid.limit_gpus))
@@ -107,12 +116,17 @@ def _divide_level(
         if left <= _EPS:
             break
         level = [i for i, kid in enumerate(kids) if kid.priority == priority]
-        left = _fill_level(level, kids, caps, share, left)
+        left = _fill_level(level, kids, caps, share, left, usage)
     return share
 
 
 def _fill_level(
-    level: list[int], kids: Sequence[Queue], caps: list[float], share: list[float], left: float
+    level: list[int],
+    kids: Sequence[Queue],
+    caps: list[float],
+    share: list[float],
+    left: float,
+    usage: Usage | None = None,
 ) -> float:
     """Water-fill ``left`` into one priority level; returns what flows to the next level."""
     extra = dict.fromkeys(level, 0.0)
@@ -120,8 +134,9 @@ def _fill_level(
     active = [i for i in level if kids[i].over_quota_weight > 0 and share[i] < caps[i] - _EPS]
     pool = left
     while active and pool > _EPS:
-        weight = sum(kids[i].over_quota_weight for i in active)
-        offer = {i: pool * kids[i].over_quota_weight / weight for i in active}
+        weights = _round_weights(kids, active, usage)
+        weight = sum(weights)
+        offer = {i: pool * w / weight for i, w in zip(active, weights, strict=True)}
         hitting = [i for i in active if share[i] + extra[i] + offer[i] >= caps[i] - _EPS]
         if not hitting:
             for i in active:
@@ -153,6 +168,15 @@ def _fill_level(
     for i in level:
         share[i] += extra[i]
     return max(0.0, spare)
+
+
+def _round_weights(kids: Sequence[Queue], active: list[int], usage: Usage | None) -> list[float]:
+    """What one round of the water-fill divides by: the over-quota weights, or with usage the
+    share weights (``scheduler.engine.usage.share_weights``)."""
+    weights = [kids[i].over_quota_weight for i in active]
+    if usage is None:
+        return weights
+    return share_weights(weights, [usage.of(kids[i].name) for i in active], usage.k)
 
 
 def _milli(gpus: float) -> float:
