@@ -53,23 +53,23 @@ projects:
       shapes: [{{gpus: 8, replicas: {a_replicas}, weight: 1}}]
   - name: b
     training:
-      per_day: 40
+      per_day: 120
       weekend_factor: 1
       working_hours_share: 0.375
       checkpoint_minutes: 30
       max_runtime_hours: 24
       shapes: [{{gpus: 8, weight: 1}}]
 """
-"""32 GPUs. 40 8-GPU jobs a day of Philly run times (capped at a day) are about 3 times what
-the whole cluster can run, so each project alone always asks for all of it; the working-hours
+"""32 GPUs. 120 8-GPU jobs a day of Philly run times (capped at a day) are more than the whole
+cluster can run, so each project alone always asks for all of it (a backlog that grows); the working-hours
 share 9/24 makes arrivals uniform over the day. ``a``'s variants keep its offered GPU-hours
 at least as large (twice as long: same count; twice as large: same count, two replicas)."""
 
 CASES = {
-    "equal": {"a_per_day": 40, "a_scale": 1, "a_replicas": 1},
-    "a twice as long": {"a_per_day": 40, "a_scale": 2, "a_replicas": 1},
-    "a twice as large": {"a_per_day": 40, "a_scale": 1, "a_replicas": 2},
-    "b arrives after 2 half-lives": {"a_per_day": 40, "a_scale": 1, "a_replicas": 1},
+    "equal": {"a_per_day": 120, "a_scale": 1, "a_replicas": 1},
+    "a twice as long": {"a_per_day": 120, "a_scale": 2, "a_replicas": 1},
+    "a twice as large": {"a_per_day": 120, "a_scale": 1, "a_replicas": 2},
+    "b arrives after 2 half-lives": {"a_per_day": 120, "a_scale": 1, "a_replicas": 1},
 }
 """The last case is not the issue's target but what the feature is for: ``a`` has the cluster
 to itself for two half-lives, then ``b`` arrives; the report adds the decayed usage at the end
