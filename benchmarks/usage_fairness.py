@@ -108,9 +108,9 @@ def run_case(task: tuple[str, bool, float, float, int, int]) -> dict:
     lost = sum(lost for r in run.records for _, _, lost in r.evictions) / 3600
     # the decayed usage at the end, as the feature counts it (whether it is on or not)
     history = UsageHistory(half_life, WEEK)
-    for k in range(len(run.timeline.times)):
-        held = dict(zip(run.timeline.projects, run.timeline.project_held[k], strict=True))
-        history.accrue(times[k], min(times[k + 1], run.end), held, run.capacity)
+    for i in range(len(run.timeline.times)):
+        held = dict(zip(run.timeline.projects, run.timeline.project_held[i], strict=True))
+        history.accrue(times[i], min(times[i + 1], run.end), held, run.capacity)
     decayed = history.fractions(run.end)
     return {
         "case": case,

@@ -85,8 +85,8 @@ def test_a_project_that_used_the_cluster_yesterday_waits_and_is_told_why(
             "raised from 3 GPUs: it used less than its part recently ("
         ), nlp["fair_share_note"]
         job = wait_state(alice, waiting["id"], "pending")
-        assert "fair share of 0 GPUs (lowered from 1 GPU by its recent use)" in (
-            job["pending_reason"]
+        assert (
+            "fair share of 0 GPUs (lowered from 1 GPU by its recent use)" in (job["pending_reason"])
         ), job["pending_reason"]
 
         env = {
