@@ -61,9 +61,9 @@ projects:
       shapes: [{{gpus: 8, weight: 1}}]
 """
 """32 GPUs. 120 8-GPU jobs a day of Philly run times (capped at a day) are more than the whole
-cluster can run, so each project alone always asks for all of it (a backlog that grows); the working-hours
-share 9/24 makes arrivals uniform over the day. ``a``'s variants keep its offered GPU-hours
-at least as large (twice as long: same count; twice as large: same count, two replicas)."""
+cluster can run, so each project alone always asks for all of it (a backlog that grows); the
+working-hours share 9/24 makes arrivals uniform over the day. ``a``'s variants keep its
+offered GPU-hours at least as large (twice as long or twice as large: the same count)."""
 
 CASES = {
     "equal": {"a_per_day": 120, "a_scale": 1, "a_replicas": 1},
