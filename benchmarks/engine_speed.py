@@ -27,6 +27,7 @@ Targets, on CPU time: full cycle p50 <= 0.5 s at 1,000 nodes and <= 2.4 s at
     .venv/bin/python benchmarks/engine_speed.py --placement pack
     .venv/bin/python benchmarks/engine_speed.py --quick         # 100 nodes, for smoke tests
     .venv/bin/python benchmarks/engine_speed.py --json
+    .venv/bin/python benchmarks/engine_speed.py --cpu-per-gpu 16   # CPU quotas counted too
     .venv/bin/python benchmarks/engine_speed.py --profile       # cProfile of each path
 
 The build functions (``build_cycle_snapshot``, ``build_probe_snapshot``, ``validate``) are
@@ -108,6 +109,10 @@ class Scale:
     whole1: int = 1300
     racks: int = 0
     """Nodes get a ``rack`` label when > 0 (gang placement then prefers one rack)."""
+    cpu_per_gpu: int = 0
+    """When > 0 (``--cpu-per-gpu``): nodes have this many cores per GPU, every workload asks
+    for as many per GPU it asks for, and each queue's deserved quota and limit in CPUs mirror
+    its GPU ones, so that the engine counts CPUs by quota (docs/scheduling.md, rule 3b)."""
 
     @property
     def queues(self) -> int:
@@ -445,7 +450,34 @@ def build_cycle_snapshot(scale: Scale = FULL, seed: int = 1) -> Snapshot:
     queues = _queues(scale, random.Random(seed))
     running = _running(scale, nodes, queues, scale.fill, seed)
     pending = _pending(scale, queues, len(running) + 1, seed)
-    return Snapshot(nodes=nodes, queues=queues, workloads=running + pending)
+    return _with_cpus(Snapshot(nodes=nodes, queues=queues, workloads=running + pending), scale)
+
+
+def _with_cpus(snapshot: Snapshot, scale: Scale) -> Snapshot:
+    """``Scale.cpu_per_gpu``'s CPUs on the nodes, the requests and the queue quotas (the
+    same cluster and placements otherwise: a node's CPUs fit its GPUs' work exactly)."""
+    per_gpu = scale.cpu_per_gpu * 1000
+    if not per_gpu:
+        return snapshot
+
+    def cpus(gpus: float | None) -> int | None:
+        return None if gpus is None else round(gpus * per_gpu)
+
+    requests: dict[int, Request] = {}
+
+    def request(old: Request) -> Request:
+        if id(old) not in requests:
+            requests[id(old)] = replace(old, cpu_milli=cpus(old.gpus) or 0)
+        return requests[id(old)]
+
+    return Snapshot(
+        nodes=tuple(replace(n, cpu_milli=n.gpus * per_gpu) for n in snapshot.nodes),
+        queues=tuple(
+            replace(q, deserved_cpu_milli=cpus(q.deserved_gpus), limit_cpu_milli=cpus(q.limit_gpus))
+            for q in snapshot.queues
+        ),
+        workloads=tuple(replace(w, request=request(w.request)) for w in snapshot.workloads),
+    )
 
 
 def build_probe_snapshot(scale: Scale = FULL, seed: int = 1, gpus: float = 0.5) -> Snapshot:
@@ -480,7 +512,7 @@ def build_probe_snapshot(scale: Scale = FULL, seed: int = 1, gpus: float = 0.5) 
         seq=len(running) + 1,
         user="user-probe",
     )
-    return Snapshot(nodes=nodes, queues=queues, workloads=(*running, notebook))
+    return _with_cpus(Snapshot(nodes=nodes, queues=queues, workloads=(*running, notebook)), scale)
 
 
 def _usage(
@@ -964,6 +996,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, help="another size: 20 running, 10 pending a node")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--racks", type=int, default=0, help="rack labels for gang topology")
+    parser.add_argument(
+        "--cpu-per-gpu",
+        type=int,
+        default=0,
+        help="cores per GPU on nodes and requests, and CPU quotas mirroring the GPU ones",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--only", choices=["all", "cycle", "notebook"], default="all", help="what to measure"
@@ -974,7 +1012,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile one run of each")
     parser.add_argument("--top", type=int, default=30, help="rows per profile listing")
     args = parser.parse_args(argv)
-    scale = replace(QUICK if args.quick else SIZES[args.size], racks=args.racks)
+    scale = replace(
+        QUICK if args.quick else SIZES[args.size], racks=args.racks, cpu_per_gpu=args.cpu_per_gpu
+    )
     if args.nodes:
         scale = replace(scale, nodes=args.nodes, running=20 * args.nodes, pending=10 * args.nodes)
     if args.profile:

@@ -18,7 +18,9 @@ from scheduler.common.limits import (
     MAX_ID,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
+    MAX_QUOTA_CPU,
     MAX_QUOTA_GPUS,
+    MAX_QUOTA_MEMORY_GIB,
     gpu_count_problem,
     shown,
 )
@@ -146,7 +148,67 @@ def priority_field(entry: Mapping, key: str, where: str, default: int) -> int:
     return value
 
 
-QUEUE_FIELDS = ("name", "parent", "deserved_gpus", "over_quota_weight", "limit_gpus", "priority")
+QUEUE_HOST_FIELDS = (
+    "deserved_cpu",
+    "limit_cpu",
+    "over_quota_weight_cpu",
+    "deserved_memory_gib",
+    "limit_memory_gib",
+    "over_quota_weight_memory",
+)
+"""A queue's CPU (cores) and memory (GiB) quotas, limits and weights (docs/scheduling.md,
+rule 3b); absent or null: unlimited, and the GPU ``over_quota_weight``."""
+QUEUE_FIELDS = (
+    "name",
+    "parent",
+    "deserved_gpus",
+    "over_quota_weight",
+    "limit_gpus",
+    "priority",
+    *QUEUE_HOST_FIELDS,
+)
+
+
+def queue_host_quotas(entry: Mapping, where: str) -> dict[str, Any]:
+    """The ``Queue`` keyword arguments of an entry's CPU and memory quota fields: cores in
+    thousandths, GiB in MiB, as the engine counts them."""
+    cpu = {"optional": True, "maximum": MAX_QUOTA_CPU}
+    memory = {"optional": True, "maximum": MAX_QUOTA_MEMORY_GIB}
+    weight = {"optional": True, "maximum": MAX_QUOTA_GPUS}
+    found: dict[str, Any] = {}
+    for key, target, bounds, scale in (
+        ("deserved_cpu", "deserved_cpu_milli", cpu, 1000),
+        ("limit_cpu", "limit_cpu_milli", cpu, 1000),
+        ("deserved_memory_gib", "deserved_memory_mib", memory, 1024),
+        ("limit_memory_gib", "limit_memory_mib", memory, 1024),
+    ):
+        value = number_field(entry, key, where, None, **bounds)
+        if value is not None and abs(value * scale - round(value * scale)) > 1e-6:
+            unit = "cores are counted in thousandths" if scale == 1000 else "memory in MiB"
+            raise InvalidSpec(field_path(where, key), f"{unit}, got {value!r}")
+        found[target] = None if value is None else round(value * scale)
+    for key in ("over_quota_weight_cpu", "over_quota_weight_memory"):
+        found[key] = number_field(entry, key, where, None, **weight)
+    return found
+
+
+def queue_host_dict(queue: Queue) -> dict[str, Any]:
+    """A queue's CPU and memory quota fields as the API and the files write them."""
+
+    def cores(milli: int | None) -> float | None:
+        return None if milli is None else milli / 1000
+
+    def gib(mib: int | None) -> float | None:
+        return None if mib is None else mib / 1024
+
+    return {
+        "deserved_cpu": cores(queue.deserved_cpu_milli),
+        "limit_cpu": cores(queue.limit_cpu_milli),
+        "over_quota_weight_cpu": queue.over_quota_weight_cpu,
+        "deserved_memory_gib": gib(queue.deserved_memory_mib),
+        "limit_memory_gib": gib(queue.limit_memory_mib),
+        "over_quota_weight_memory": queue.over_quota_weight_memory,
+    }
 
 
 def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
@@ -169,6 +231,7 @@ def parse_queues(raw: list, prefix: str = "queues") -> tuple[Queue, ...]:
                 over_quota_weight=number_field(entry, "over_quota_weight", where, 1, **quota),
                 limit_gpus=number_field(entry, "limit_gpus", where, None, optional=True, **quota),
                 priority=priority_field(entry, "priority", where, 0),
+                **queue_host_quotas(entry, where),
             )
         )
     parents = {queue.name: queue.parent for queue in queues}

@@ -336,7 +336,42 @@ def quota_report(quota: Quota) -> Report:
         ("Rights", ", ".join(rights) or "none"),
         ("Projects", ", ".join(user["projects"]) or "none"),
     )
-    return Report(f"FracHub quota for {user['name']}", fields, (table,))
+    host = host_quota_table(quota.projects)
+    tables = (table,) if host is None else (table, host)
+    return Report(f"FracHub quota for {user['name']}", fields, tables)
+
+
+def host_quota_table(projects: Sequence[Mapping[str, Any]]) -> Table | None:
+    """Per-resource rows for the CPUs and memory scheduled by quota (docs/scheduling.md, rule
+    3b): one row per project and resource the service counts; None when it counts neither."""
+    rows = []
+    for queue in projects:
+        for noun, suffix in (("CPUs", "cpu"), ("memory GiB", "memory_gib")):
+            in_use = queue.get(f"allocated_{suffix}")
+            if in_use is None:
+                continue
+            deserved, limit = queue.get(f"deserved_{suffix}"), queue.get(f"limit_{suffix}")
+            rows.append(
+                (
+                    queue["name"],
+                    noun,
+                    "unlimited" if deserved is None else format_number(deserved),
+                    "none" if limit is None else format_number(limit),
+                    format_number(in_use),
+                    format_number(queue.get(f"fair_share_{suffix}") or 0.0),
+                )
+            )
+    if not rows:
+        return None
+    return Table(
+        ("PROJECT", "RESOURCE", "DESERVED", "LIMIT", "IN USE", "FAIR SHARE"),
+        tuple(rows),
+        title="Projects (CPUs and memory)",
+        note=(
+            "Over its fair share in any resource, a project's preemptible jobs may be "
+            "preempted for a project within its shares; notebooks stay within DESERVED."
+        ),
+    )
 
 
 def usage_notes(projects: Sequence[Mapping[str, Any]]) -> list[str]:

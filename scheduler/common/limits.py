@@ -34,6 +34,10 @@ MAX_NAME_LENGTH = 253
 MAX_IDEMPOTENCY_KEY = 200
 """Characters of an ``Idempotency-Key`` (printable ASCII): a UUID (36) or a client's own
 composite key fits, and the stored column stays small."""
+MAX_QUOTA_CPU = 10_000_000
+"""Deserved and limit CPU cores of a queue (counted in thousandths)."""
+MAX_QUOTA_MEMORY_GIB = 1_000_000_000
+"""Deserved and limit memory (RAM) of a queue, in GiB (counted in MiB)."""
 
 
 def shown(value: Any, limit: int = 40) -> str:

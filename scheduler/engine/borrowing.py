@@ -13,7 +13,9 @@ from collections.abc import Mapping
 
 from scheduler.common.limits import MILLI
 from scheduler.common.quantities import milli_gpus
+from scheduler.engine import resources
 from scheduler.engine.model import QueueStatus, Workload
+from scheduler.engine.resources import UNLIMITED
 from scheduler.engine.session import Session
 
 EPSILON = 1e-9
@@ -31,7 +33,7 @@ def borrowed(session: Session, queues: Mapping[str, QueueStatus]) -> dict[str, s
         and status.allocated_gpus > status.deserved_gpus + EPSILON
     }
     if not over:
-        return {}
+        return _host_borrowed(session, projects) if session.host else {}
     runs: dict[str, list[Workload]] = {}
     for workload in session.running.values():
         if workload.queue in over and workload.preemptible:
@@ -54,6 +56,46 @@ def borrowed(session: Session, queues: Mapping[str, QueueStatus]) -> dict[str, s
             held += size
             if held > status.deserved_gpus + EPSILON:
                 found[workload.name] = words
+    if session.host:
+        return {**_host_borrowed(session, projects), **found}  # GPUs' words first
+    return found
+
+
+def _host_borrowed(session: Session, projects: list[str]) -> dict[str, str]:
+    """The same walk for the CPUs and memory counted by quota (rule 3b): running preemptible
+    work from the one that takes its project past its deserved CPUs (or memory) on."""
+    found: dict[str, str] = {}
+    for resource in session.host:
+        over = [
+            name
+            for name in projects
+            if resource.allocated[name] > resource.deserved[name] + EPSILON
+        ]
+        for project in over:
+            running = sorted(
+                (w for w in session.running.values() if w.queue == project and w.preemptible),
+                key=lambda workload: workload.start_seq,
+            )
+            amounts = [resource.amount(workload.request) for workload in running]
+            held = resource.allocated[project] - sum(amounts)
+            lenders = [
+                name
+                for name in projects
+                if name != project
+                and resource.deserved[name] != UNLIMITED
+                and resource.deserved[name] > resource.allocated[name] + EPSILON
+            ]
+            who = " or ".join(lenders) or "another project"
+            words = (
+                f"{project} is using {resources.words(resource.key, resource.allocated[project])}"
+                f", beyond its {resources.words(resource.key, resource.deserved[project])} "
+                f"quota; may be preempted when {who} "
+                f"{'needs its' if len(lenders) < 2 else 'need their'} quota"
+            )
+            for workload, amount in zip(running, amounts, strict=True):
+                held += amount
+                if held > resource.deserved[project] + EPSILON:
+                    found.setdefault(workload.name, words)
     return found
 
 

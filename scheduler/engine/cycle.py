@@ -22,7 +22,14 @@ from scheduler.engine.actions.reclaim import reclaim
 from scheduler.engine.actions.victims import Candidates
 from scheduler.engine.borrowing import borrowed
 from scheduler.engine.fairshare import subtree_totals
-from scheduler.engine.model import CycleResult, Pending, QueueStatus, Snapshot, Workload
+from scheduler.engine.model import (
+    CycleResult,
+    Pending,
+    QueueStatus,
+    ResourceStatus,
+    Snapshot,
+    Workload,
+)
 from scheduler.engine.session import Policy, Session
 
 
@@ -133,6 +140,15 @@ def _result(session: Session, outcomes: dict[str, Outcome], report_borrowed: boo
             running=int(running_counts[name]),
             pending=int(pending_counts[name]),
             **_usage_status(session, name),
+            resources={
+                r.key: ResourceStatus(
+                    allocated=r.allocated[name],
+                    fair_share=round(r.fair.get(name, 0.0), 3),
+                    deserved=r.status_deserved(name),
+                    limit=None if r.limits[name] is None else int(r.limits[name]),
+                )
+                for r in session.host
+            },
         )
         for name in session.queues
     }

@@ -23,7 +23,7 @@ the one place usage enters (``_round_weights``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.engine.model import Queue
@@ -38,11 +38,18 @@ def fair_shares(
     leaf_demand: Mapping[str, float],
     capacity: float,
     usage: Usage | None = None,
+    *,
+    limits: Mapping[str, float | None] | None = None,
+    weights: Mapping[str, float] | None = None,
+    unit: int = MILLI,
 ) -> dict[str, float]:
     """Fair share of every queue (departments included), in milli-GPUs.
 
     ``deserved`` is each queue's resolved quota in milli-GPUs (see ``deserved_quotas``);
-    ``usage``, when given, moves the over-quota part (docs/scheduling.md).
+    ``usage``, when given, moves the over-quota part (docs/scheduling.md, usage-decayed fair
+    share: GPUs only). For a host resource (``scheduler.engine.resources``) the same rule
+    runs on its own amounts: ``limits`` and ``weights`` per queue replace ``limit_gpus`` and
+    ``over_quota_weight``, and over-quota parts round to ``unit`` (a core, a GiB).
     """
     children: dict[str | None, list[Queue]] = {}
     for queue in queues:
@@ -54,7 +61,7 @@ def fair_shares(
         kids = children.get(parent, [])
         if not kids:
             return
-        divided = _divide_level(kids, deserved, demand, amount, usage)
+        divided = _divide_level(kids, deserved, demand, amount, limits, weights, unit, usage)
         for kid, share in zip(kids, divided, strict=True):
             shares[kid.name] = share
             divide(kid.name, share)
@@ -76,8 +83,19 @@ def subtree_totals(queues: Sequence[Queue], leaf_amounts: Mapping[str, float]) -
     return totals
 
 
-def deserved_quotas(queues: Sequence[Queue]) -> dict[str, float]:
-    """Each queue's quota in milli-GPUs; a department without one deserves its children's sum."""
+def _gpu_quota(queue: Queue) -> float | None:
+    return None if queue.deserved_gpus is None else _milli(queue.deserved_gpus)
+
+
+def deserved_quotas(
+    queues: Sequence[Queue],
+    own: Callable[[Queue], float | None] = _gpu_quota,
+    missing: float = 0,
+) -> dict[str, float]:
+    """Each queue's quota in milli-GPUs; a department without one deserves its children's sum.
+
+    ``own`` reads another resource's quota (``scheduler.engine.resources``), and ``missing``
+    is what a leaf without one deserves there (unlimited for CPUs and memory)."""
     children: dict[str, list[Queue]] = {}
     for queue in queues:
         if queue.parent is not None:
@@ -86,10 +104,13 @@ def deserved_quotas(queues: Sequence[Queue]) -> dict[str, float]:
 
     def resolve(queue: Queue) -> float:
         if queue.name not in resolved:
-            if queue.deserved_gpus is not None:
-                resolved[queue.name] = _milli(queue.deserved_gpus)
+            value = own(queue)
+            if value is not None:
+                resolved[queue.name] = value
+            elif queue.name in children:
+                resolved[queue.name] = sum(resolve(kid) for kid in children[queue.name])
             else:
-                resolved[queue.name] = sum(resolve(kid) for kid in children.get(queue.name, []))
+                resolved[queue.name] = missing
         return resolved[queue.name]
 
     for queue in queues:
@@ -102,41 +123,61 @@ def _divide_level(
     deserved: Mapping[str, float],
     demand: Mapping[str, float],
     amount: float,
+    limits: Mapping[str, float | None] | None = None,
+    weights: Mapping[str, float] | None = None,
+    unit: int = MILLI,
     usage: Usage | None = None,
 ) -> list[float]:
-    caps = [
-        min(demand[kid.name], _milli(kid.limit_gpus))
-        if kid.limit_gpus is not None
-        else demand[kid.name]
-        for kid in kids
-    ]
+    if limits is None:
+        caps = [
+            min(demand[kid.name], _milli(kid.limit_gpus))
+            if kid.limit_gpus is not None
+            else demand[kid.name]
+            for kid in kids
+        ]
+    else:
+        caps = [
+            demand[kid.name]
+            if (limit := limits.get(kid.name)) is None
+            else min(demand[kid.name], float(limit))
+            for kid in kids
+        ]
+    weight = (
+        [kid.over_quota_weight for kid in kids]
+        if weights is None
+        else [weights[kid.name] for kid in kids]
+    )
+    usages = None if usage is None else [usage.of(kid.name) for kid in kids]
+    k = 0.0 if usage is None else usage.k
     share = [min(deserved[kid.name], cap) for kid, cap in zip(kids, caps, strict=True)]
     left = max(0.0, amount - sum(share))
     for priority in sorted({kid.priority for kid in kids}, reverse=True):
         if left <= _EPS:
             break
         level = [i for i, kid in enumerate(kids) if kid.priority == priority]
-        left = _fill_level(level, kids, caps, share, left, usage)
+        left = _fill_level(level, weight, caps, share, left, unit, usages, k)
     return share
 
 
 def _fill_level(
     level: list[int],
-    kids: Sequence[Queue],
+    weights: list[float],
     caps: list[float],
     share: list[float],
     left: float,
-    usage: Usage | None = None,
+    unit: int = MILLI,
+    usages: list[float] | None = None,
+    k: float = 0.0,
 ) -> float:
     """Water-fill ``left`` into one priority level; returns what flows to the next level."""
     extra = dict.fromkeys(level, 0.0)
     capped: set[int] = set()
-    active = [i for i in level if kids[i].over_quota_weight > 0 and share[i] < caps[i] - _EPS]
+    active = [i for i in level if weights[i] > 0 and share[i] < caps[i] - _EPS]
     pool = left
     while active and pool > _EPS:
-        weights = _round_weights(kids, active, usage)
-        weight = sum(weights)
-        offer = {i: pool * w / weight for i, w in zip(active, weights, strict=True)}
+        round_weights = _round_weights(weights, active, usages, k)
+        weight = sum(round_weights)
+        offer = {i: pool * w / weight for i, w in zip(active, round_weights, strict=True)}
         hitting = [i for i in active if share[i] + extra[i] + offer[i] >= caps[i] - _EPS]
         if not hitting:
             for i in active:
@@ -149,20 +190,21 @@ def _fill_level(
             capped.add(i)
         active = [i for i in active if i not in capped]
 
-    # Round uncapped over-quota parts down to whole GPUs; hand out the rest by remainder.
+    # Round uncapped over-quota parts down to whole GPUs (cores, GiB); hand out the rest by
+    # remainder.
     spare = pool
     remainders: list[tuple[float, int]] = []
     for i in level:
         if i in capped or extra[i] <= _EPS:
             continue
-        whole = math.floor((extra[i] + _EPS) / MILLI) * MILLI
+        whole = math.floor((extra[i] + _EPS) / unit) * unit
         remainders.append((extra[i] - whole, i))
         spare += extra[i] - whole
         extra[i] = whole
     for _remainder, i in sorted(remainders, key=lambda item: (-item[0], item[1])):
         if spare <= _EPS:
             break
-        give = min(float(MILLI), spare, caps[i] - share[i] - extra[i])
+        give = min(float(unit), spare, caps[i] - share[i] - extra[i])
         extra[i] += give
         spare -= give
     for i in level:
@@ -170,13 +212,15 @@ def _fill_level(
     return max(0.0, spare)
 
 
-def _round_weights(kids: Sequence[Queue], active: list[int], usage: Usage | None) -> list[float]:
+def _round_weights(
+    weights: list[float], active: list[int], usages: list[float] | None, k: float
+) -> list[float]:
     """What one round of the water-fill divides by: the over-quota weights, or with usage the
     share weights (``scheduler.engine.usage.share_weights``)."""
-    weights = [kids[i].over_quota_weight for i in active]
-    if usage is None:
-        return weights
-    return share_weights(weights, [usage.of(kids[i].name) for i in active], usage.k)
+    plain = [weights[i] for i in active]
+    if usages is None:
+        return plain
+    return share_weights(plain, [usages[i] for i in active], k)
 
 
 def _milli(gpus: float) -> float:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from scheduler.common.quantities import milli_gpus
-from scheduler.engine import reasons
+from scheduler.engine import reasons, resources
 from scheduler.engine.cycle import decide
 from scheduler.engine.model import (
     Kind,
@@ -59,8 +59,12 @@ def never_starts(
     if not cluster_may_grow and not fits_somewhere_ever(shapes, workload.request):
         what = "a notebook" if notebook else "a job"
         return f"{what} that {reasons.no_room(session, workload)}"
+    if not cluster_may_grow and (never := reasons.host_never(session, workload.request)):
+        return f"{'a notebook' if notebook else 'a job'} that {never}"
     if notebook:
-        return None if ask.preemptible else _beyond_deserved(session, workload)
+        if ask.preemptible:
+            return None
+        return _beyond_deserved(session, workload) or _beyond_host_deserved(session, workload)
     result = decide(session.fork([workload], 0.0))
     if any(isinstance(d, Start) and d.workload == workload.name for d in result.decisions):
         return None
@@ -98,6 +102,29 @@ def _beyond_deserved(session: Session, workload: Workload) -> str | None:
         "never start: notebooks run only inside the deserved quota of their project and of "
         "every department above it"
     )
+
+
+def _beyond_host_deserved(session: Session, workload: Workload) -> str | None:
+    """A non-preemptible notebook asking for more CPUs (or memory) than the smallest deserved
+    quota of them above it (rule 3b)."""
+    project = workload.queue
+    for resource in session.host:
+        amount = resource.amount(workload.request)
+        chain = session.ancestry[project]  # the nearest first, on a tie
+        cap, _, name = min((resource.deserved[name], i, name) for i, name in enumerate(chain))
+        if amount <= cap + _EPS:
+            continue
+        has = f"deserves {resources.words(resource.key, cap)}"
+        what = f"a notebook of {resources.words(resource.key, amount)} can never start"
+        if name == project:
+            return (
+                f"{project} {has}; {what}: notebooks run only inside the project's deserved quota"
+            )
+        return (
+            f"department {name} (above {project}) {has}; {what}: notebooks run only inside "
+            "the deserved quota of their project and of every department above it"
+        )
+    return None
 
 
 def _as_verb(reason: str) -> str:

@@ -69,6 +69,25 @@ class Queue:
     over_quota_weight: float = 1.0
     limit_gpus: float | None = None
     priority: int = 0
+    deserved_cpu_milli: int | None = None
+    """CPUs (milli-cores) the queue deserves; None: unlimited (KAI's default), or for a
+    department its children's sum (docs/scheduling.md, rule 3b)."""
+    limit_cpu_milli: int | None = None
+    over_quota_weight_cpu: float | None = None
+    """None: ``over_quota_weight``."""
+    deserved_memory_mib: int | None = None
+    limit_memory_mib: int | None = None
+    over_quota_weight_memory: float | None = None
+
+    @property
+    def has_host_quota(self) -> bool:
+        """Whether it sets a CPU or memory quota or limit (which makes the engine count them)."""
+        return not (
+            self.deserved_cpu_milli is None
+            and self.limit_cpu_milli is None
+            and self.deserved_memory_mib is None
+            and self.limit_memory_mib is None
+        )
 
 
 def held_milli(placement: Placement) -> int:
@@ -318,6 +337,17 @@ class Pending:
 
 
 @dataclass(frozen=True)
+class ResourceStatus:
+    """A queue's standing in one host resource (milli-cores or MiB); ``deserved`` and
+    ``limit`` None: unlimited."""
+
+    allocated: int
+    fair_share: float
+    deserved: float | None
+    limit: int | None
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     allocated_gpus: float
     fair_share_gpus: float
@@ -328,6 +358,8 @@ class QueueStatus:
     """Its decayed past use as a fraction of the cluster (None: usage-decayed fair share off)."""
     fair_share_without_usage_gpus: float | None = None
     """The fair share its weight alone would give (None: usage-decayed fair share off)."""
+    resources: Mapping[str, ResourceStatus] = field(default_factory=dict)
+    """``"cpu"``/``"memory"`` -> its standing, for the resources some queue has a quota for."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.common.limits import MILLI
 from scheduler.common.quantities import milli_gpus as gpus  # the engine counts in milli
+from scheduler.engine import resources
 from scheduler.engine.model import Evict, EvictReason, Kind, Move, Workload
 
 if TYPE_CHECKING:
@@ -50,6 +51,51 @@ def beyond_deserved(session: Session, name: str, workload: Workload, used: float
     )
 
 
+def at_host_limit(
+    session: Session, key: str, name: str, used: float, amount: int, limit: float
+) -> str:
+    """A CPU or memory limit: "needs 8 CPUs; vision uses 30 of its 32-CPU limit"."""
+    return (
+        f"needs {resources.words(key, amount)}; {_queue_label(session, name)} uses "
+        f"{resources.bare(key, used)} of its {resources.bare(key, limit)}-"
+        f"{resources.label(key)} limit"
+    )
+
+
+def beyond_host_deserved(
+    session: Session,
+    key: str,
+    name: str,
+    workload: Workload,
+    used: float,
+    amount: int,
+    deserved: float,
+) -> str:
+    """Non-preemptible work beyond a CPU or memory quota (rule 3b)."""
+    return (
+        f"needs {resources.words(key, amount)}; {_queue_label(session, name)}'s "
+        f"{_NOUNS[workload.kind]} use {resources.bare(key, used)} of its deserved "
+        f"{resources.words(key, deserved)}; non-preemptible work cannot borrow beyond the quota"
+    )
+
+
+def over_host_fair_share(session: Session, workload: Workload) -> str | None:
+    """Why no reclaim: with it, its queue would be over its fair share of a CPU or memory
+    (None when it would not)."""
+    name = workload.queue
+    for resource in session.host:
+        amount = resource.amount(workload.request)
+        used = resource.allocated[name]
+        fair = resource.fair.get(name, 0.0)
+        if used + amount > fair + 1e-6:
+            words = resources.words
+            return (
+                f"; with it {name} would use {words(resource.key, used + amount)}, above its "
+                f"fair share of {words(resource.key, fair)}, so nothing is reclaimed for it"
+            )
+    return None
+
+
 def no_room(session: Session, workload: Workload) -> str:
     """Nothing fits now; says whether it ever could on this cluster."""
     request = workload.request
@@ -65,6 +111,7 @@ def no_room(session: Session, workload: Workload) -> str:
             )
         free = ledger.most_free_on_one_gpu()
         where = f"the most free on any GPU is {free / MILLI:g} of a GPU"
+        gpus_free = False  # its share depends on the GPU: the GPUs' words say enough
     elif request.whole_gpus:
         need = f"{request.whole_gpus} GPUs on one node" if request.whole_gpus > 1 else "1 GPU"
         largest = max((gpus for gpus, _memory in ledger.shapes), default=0)
@@ -76,15 +123,23 @@ def no_room(session: Session, workload: Workload) -> str:
             if most
             else "no node has a wholly free GPU"
         )
+        gpus_free = most >= request.whole_gpus
     elif request.is_fraction:
         need = f"{request.gpus:g} of a GPU"
         if not any(gpus for gpus, _memory in ledger.shapes):
             return f"needs {need}; the cluster has no GPUs"
-        where = f"the most free on any GPU is {ledger.most_free_on_one_gpu() / MILLI:g} of a GPU"
+        most_free = ledger.most_free_on_one_gpu()
+        where = f"the most free on any GPU is {most_free / MILLI:g} of a GPU"
+        gpus_free = most_free >= round(request.gpus * MILLI)
     else:
-        return "needs CPU or memory that no node has free"
+        return _no_host_room(session, workload)
     if request.is_fraction:
         where = _one_account(session, workload) or where
+    if gpus_free and request.replicas == 1 and (request.cpu_milli or request.memory_mib):
+        # the GPUs are there: what is missing is the CPUs or memory beside them
+        host_need, host_most = _host_words(session, request)
+        need = f"{need} with {host_need}"
+        where = f"GPUs are free, but not beside {host_need}{host_most}"
     if request.replicas > 1:
         need = f"{request.replicas} replicas × {need}, all at once"
     return f"needs {need}; {where}"
@@ -105,6 +160,56 @@ def _one_account(session: Session, workload: Workload) -> str:
                 "workloads; MPS serves one account at a time"
             )
     return ""
+
+
+def _host_words(session: Session, request) -> tuple[str, str]:
+    """What a request asks of a node's CPUs and memory, and the most any node has free of
+    each ("; the most free on any node is 2 CPUs"; empty when a node does not say)."""
+    ledger = session.ledger
+    need, most = [], []
+    for key, amount, free in (
+        (resources.CPU, request.cpu_milli, ledger.cpu_free),
+        (resources.MEMORY, request.memory_mib, ledger.mem_free),
+    ):
+        if amount:
+            need.append(resources.words(key, amount))
+            known = [value for value in free if value is not None]
+            if known and len(known) == len(free):
+                most.append(resources.words(key, max(known)))
+    suffix = f"; the most free on any node is {' and '.join(most)}" if most else ""
+    return " and ".join(need), suffix
+
+
+def _no_host_room(session: Session, workload: Workload) -> str:
+    """A CPU-only request (no GPU) that no node has room for, in CPUs and memory."""
+    request = workload.request
+    if not (request.cpu_milli or request.memory_mib):
+        return "needs CPU or memory that no node has free"
+    never = host_never(session, request)
+    if never is not None:
+        return never
+    need, most = _host_words(session, request)
+    if request.replicas > 1:
+        need = f"{request.replicas} replicas × {need}, all at once"
+    return f"needs {need}{most or '; no node has it free'}"
+
+
+def host_never(session: Session, request) -> str | None:
+    """ "needs 40 CPUs; the largest node has 32 CPUs, so it can never start", when no node
+    has as many CPUs (or as much memory) as one replica asks for; None otherwise."""
+    ledger = session.ledger
+    for key, amount, whole in (
+        (resources.CPU, request.cpu_milli, "cpu_milli"),
+        (resources.MEMORY, request.memory_mib, "memory_mib"),
+    ):
+        sizes = [getattr(node, whole) for node in ledger.nodes]
+        if amount and sizes and None not in sizes and max(sizes) < amount:
+            need, _most = _host_words(session, request)
+            if request.whole_gpus or request.is_fraction:
+                need = "GPUs with " + need
+            largest = resources.words(key, max(sizes))
+            return f"needs {need}; the largest node has {largest}, so it can never start"
+    return None
 
 
 def reserved() -> str:

@@ -42,6 +42,7 @@ from scheduler.engine.model import (
     held_milli,
 )
 from scheduler.engine.placement import Scorer
+from scheduler.engine.resources import HostResource, count_workloads, host_resources
 
 
 class QueueStanding(NamedTuple):
@@ -57,6 +58,10 @@ class QueueStanding(NamedTuple):
     deserved: float
     next_size: float
     """The size of the queue's next workload in line."""
+    within_host: bool = True
+    """Whether its next workload keeps it inside its deserved CPUs and memory (rule 3b)."""
+    host_starved: float = 0.0
+    """Its largest allocated / fair share over the counted CPUs and memory (0: none)."""
 
 
 def default_queue_key(queue: QueueStanding) -> tuple:
@@ -66,7 +71,9 @@ def default_queue_key(queue: QueueStanding) -> tuple:
         starved = queue.allocated / queue.fair_share
     else:
         starved = 0.0 if queue.allocated == 0 else float("inf")
-    within = queue.allocated + queue.next_size <= queue.deserved + 1e-6
+    within = queue.allocated + queue.next_size <= queue.deserved + 1e-6 and queue.within_host
+    if queue.host_starved > starved:
+        starved = queue.host_starved  # the dominant resource (rule 3b)
     return (not within, -queue.priority, starved)
 
 
@@ -294,6 +301,16 @@ class Session:
         self.capacity = sum(node.gpus for node in snapshot.nodes) * MILLI
         self.demand = demand
         self.fair = fair_shares(snapshot.queues, self.deserved, demand, self.capacity, self.usage)
+        self.host: list[HostResource] = host_resources(snapshot.queues, snapshot.nodes)
+        """The CPUs and memory counted by quota (rule 3b); empty: GPUs alone, as before."""
+        if self.host:
+            releasing_work = [w for w in snapshot.workloads if w.state is State.RELEASING]
+            count_workloads(
+                self.host,
+                snapshot.queues,
+                self.running.values(),
+                [*self.pending.values(), *releasing_work],
+            )
         self.running_count = dict.fromkeys(self.queues, 0)
         for workload in self.running.values():
             self.running_count[workload.queue] += 1
@@ -354,6 +371,12 @@ class Session:
             tuple(self.queues.values()), self.deserved, twin.demand, self.capacity, twin.usage
         )
         twin._fair_without_usage = None
+        if self.host:
+            twin.host = [resource.fork() for resource in self.host]
+            for resource in twin.host:
+                for workload in arrivals:
+                    resource.demand[workload.queue] += resource.amount(workload.request)
+                resource.compute_fair(tuple(self.queues.values()))
         return twin
 
     @property
@@ -434,12 +457,24 @@ class Session:
         self._request_size[id(request)] = (request, size)
         return size
 
+    def host_demand(self, workload: Workload, sign: int) -> None:
+        """Add (or take away) the workload's CPUs and memory to its queue's demand, where
+        ``demand`` changes for its GPUs (the standing state's incremental updates)."""
+        for resource in self.host:
+            resource.demand[workload.queue] += sign * resource.amount(workload.request)
+
     def _count(self, workload: Workload, sign: int, size: int | None = None) -> None:
         amount = sign * (self.size(workload) if size is None else size)
         for name in self.ancestry[workload.queue]:
             self.use.allocated[name] += amount
             if not workload.preemptible:
                 self.use.non_preemptible[name] += amount
+        for resource in self.host:
+            host_amount = sign * resource.amount(workload.request)
+            for name in self.ancestry[workload.queue]:
+                resource.allocated[name] += host_amount
+                if not workload.preemptible:
+                    resource.non_preemptible[name] += host_amount
 
     def _hold(self, placement: Placement, sign: int = 1) -> None:
         for replica in placement:

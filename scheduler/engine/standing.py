@@ -155,11 +155,15 @@ class Standing:
         if workload.state is State.PENDING:
             session.pending[name] = workload
             session.demand[workload.queue] += session.request_size(workload)
+            if session.host:
+                session.host_demand(workload, +1)
             if workload.claimant in session.pending:
                 session.yielding.add(name)
             return
         if workload.state is State.RELEASING:
             session.demand[workload.queue] += session.request_size(workload)
+            if session.host:
+                session.host_demand(workload, +1)
             if not self._on_known_nodes(workload):
                 return
             if workload.claimant in session.pending:
@@ -173,6 +177,8 @@ class Standing:
         session.running[name] = workload
         size = session._placed_size[name] = held_milli(workload.placement)
         session.demand[workload.queue] += size
+        if session.host:
+            session.host_demand(workload, +1)
         session._count(workload, +1, size)
         session.running_count[workload.queue] += 1
         request = workload.request
@@ -198,10 +204,14 @@ class Standing:
         if workload.state is State.PENDING:
             del session.pending[name]
             session.demand[workload.queue] -= session.request_size(workload)
+            if session.host:
+                session.host_demand(workload, -1)
             session.yielding.discard(name)
             return
         if workload.state is State.RELEASING:
             session.demand[workload.queue] -= session.request_size(workload)
+            if session.host:
+                session.host_demand(workload, -1)
             kind = self.release.pop(name, None)
             if kind == _CLAIMED:
                 placements = session.claimed[workload.claimant]  # type: ignore[index]
@@ -215,6 +225,8 @@ class Standing:
         del session.running[name]
         size = session._placed_size.pop(name)
         session.demand[workload.queue] -= size
+        if session.host:
+            session.host_demand(workload, -1)
         session._count(workload, -1, size)
         session.running_count[workload.queue] -= 1
         request = workload.request

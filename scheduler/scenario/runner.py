@@ -88,6 +88,10 @@ class Outcome:
                     queues[name]["fair_share_without_usage_gpus"] = (
                         status.fair_share_without_usage_gpus
                     )
+                for key, standing in status.resources.items():  # counted by quota only
+                    unit, suffix = (1000, "cpu") if key == "cpu" else (1024, "memory_gib")
+                    queues[name][f"allocated_{suffix}"] = standing.allocated / unit
+                    queues[name][f"fair_share_{suffix}"] = round(standing.fair_share / unit, 6)
         return {"time": self.time, "workloads": workloads, "queues": queues, "events": self.events}
 
 

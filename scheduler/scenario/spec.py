@@ -278,10 +278,18 @@ def _workloads(
                 f"{where}.kind",
                 f"must be one of training, interactive, inference, got {kind_text!r}",
             ) from None
-        gpus, memory_mib = gpus_field(entry, where)
         replicas = integer_field(entry, "replicas", where, 1, 1)
         cpu = number_field(entry, "cpu", where, 0)
         ram = number_field(entry, "memory_gib", where, 0)
+        if entry.get("gpus") == 0 and not isinstance(entry.get("gpus"), bool):
+            # a CPU-only workload (rule 3b): no GPU, but CPUs or memory
+            if not (cpu or ram) or entry.get("gpu_memory_gib") is not None:
+                raise InvalidSpec(
+                    f"{where}.gpus", "0 (a CPU-only workload) needs cpu or memory_gib and no GPU"
+                )
+            gpus, memory_mib = 0.0, None
+        else:
+            gpus, memory_mib = gpus_field(entry, where)
         request = Request(
             gpus=gpus,
             gpu_memory_mib=memory_mib,
@@ -358,8 +366,9 @@ def _placement(
         node = nodes.get(node_name)
         if node is None:
             raise InvalidSpec(f"{at}.node", f"unknown node {node_name!r}")
-        indices = entry.get("gpus")
-        want = request.whole_gpus or 1
+        cpu_only = not request.whole_gpus and not request.is_fraction
+        indices = entry.get("gpus", [] if cpu_only else None)
+        want = 0 if cpu_only else request.whole_gpus or 1
         if (
             not isinstance(indices, list)
             or len(indices) != want

@@ -36,6 +36,7 @@ from scheduler.fields import (
     number_field,
     parse_queues,
     priority_field,
+    queue_host_dict,
 )
 from scheduler.service.policies.sweeps import Sweep, parse_sweep
 
@@ -388,6 +389,7 @@ def parse_queue(document: Any, existing: tuple[Queue, ...], name: str | None = N
             "over_quota_weight": current.over_quota_weight,
             "limit_gpus": current.limit_gpus,
             "priority": current.priority,
+            **queue_host_dict(current),
         }
         merged.update({k: v for k, v in body.items() if k != "members"})
         others = [queue for queue in existing if queue.name != name]
@@ -434,6 +436,7 @@ def _queue_dict(queue: Queue) -> dict[str, Any]:
         "over_quota_weight": queue.over_quota_weight,
         "limit_gpus": queue.limit_gpus,
         "priority": queue.priority,
+        **queue_host_dict(queue),
     }
 
 

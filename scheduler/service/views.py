@@ -12,6 +12,7 @@ from scheduler.common.placement import Placement, placement_to_api
 from scheduler.common.quantities import gpus as gpu_words
 from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
+from scheduler.fields import queue_host_dict
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
 from scheduler.service.scheduling.loop import SchedulingLoop
 
@@ -152,6 +153,8 @@ def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[s
         "usage": status.usage if status else None,
         "fair_share_without_usage_gpus": status.fair_share_without_usage_gpus if status else None,
         "fair_share_note": fair_share_note(status),
+        **queue_host_dict(record.as_queue()),
+        **_host_standing(status),
     }
 
 
@@ -167,6 +170,17 @@ def fair_share_note(status: QueueStatus | None) -> str:
     if fair < plain:
         return f"lowered from {gpu_words(plain)} by its recent use ({used})"
     return f"raised from {gpu_words(plain)}: it used less than its part recently ({used})"
+
+
+def _host_standing(status: QueueStatus | None) -> dict[str, float | None]:
+    """CPUs (cores) and memory (GiB) in use and the fair share, for the resources some queue
+    has a quota for (rule 3b); null otherwise."""
+    found: dict[str, float | None] = {}
+    for key, suffix, unit in (("cpu", "cpu", 1000), ("memory", "memory_gib", 1024)):
+        standing = status.resources.get(key) if status else None
+        found[f"allocated_{suffix}"] = standing.allocated / unit if standing else None
+        found[f"fair_share_{suffix}"] = round(standing.fair_share / unit, 3) if standing else None
+    return found
 
 
 def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str, Any]]:

@@ -254,7 +254,7 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
 ) -> None:
     vision, vision_token = make_user(groups=["vision"])
     nlp, nlp_token = make_user(groups=["nlp"])
-    admin, _ = make_user(admin=True)
+    admin, admin_token = make_user(admin=True)
     half = submit(api(vision_token), command="sleep 120", gpus=0.5, name="half")
     quarter = submit(api(nlp_token), command="sleep 120", gpus=0.25, name="quarter")
     for token, job in ((vision_token, half), (nlp_token, quarter)):
@@ -271,6 +271,19 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
         "data-share", "0.25"
     )
     expect(page.locator("#frachub-queues-table tr[data-queue='vision']")).to_contain_text("0.5")
+    # a queue with CPU and memory quotas shows them beside its GPUs (rule 3b)
+    made = api(admin_token).post(
+        "queues",
+        json={"name": "cpu-lab", "deserved_cpu": 8, "limit_cpu": 16, "limit_memory_gib": 64},
+    )
+    assert made.status_code == 201, made.text
+    lab = page.locator("#frachub-queues-table tr[data-queue='cpu-lab']")
+    expect(lab.locator(".frachub-queue-cpu")).to_have_text("0 in use · fair 0 · quota 8 · limit 16")
+    expect(lab.locator(".frachub-queue-memory")).to_have_text(
+        "0 in use · fair 0 · no quota · limit 64"
+    )
+    vision_cpu = page.locator("#frachub-queues-table tr[data-queue='vision'] .frachub-queue-cpu")
+    expect(vision_cpu).to_contain_text("no quota")
     expect(page.locator("#frachub-active-table tr.frachub-workload")).to_have_count(2)
     expect(page.locator("#frachub-legend")).to_contain_text(vision)
     # how shares are enforced, per node (LocalBackend.gpu_sharing; cooperative here)
@@ -290,6 +303,7 @@ def test_an_admin_sees_the_gpu_map_with_each_users_share(
     )
     assert swatch.evaluate("e => getComputedStyle(e).backgroundColor") == colours[0]
     shot("gpu-map")
+    assert api(admin_token).delete("queues/cpu-lab").status_code == 204
 
 
 def test_who_may_open_the_hubs_admin_page_finds_it_from_the_panel(

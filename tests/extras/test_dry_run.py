@@ -140,3 +140,38 @@ def test_growth_adds_no_quota_to_a_notebook() -> None:
     assert "largest node" in (never_starts(wide, QUEUES, (NODE,)) or "")
     assert never_starts(wide, QUEUES, (NODE,), cluster_may_grow=True) is None
     assert "can never start" in (never_starts(beyond, QUEUES, (NODE,), cluster_may_grow=True) or "")
+
+
+def test_cpus_and_memory_no_node_or_quota_can_hold_are_refused() -> None:
+    """Rule 3b: a request for more CPUs than any node has never starts, nor a notebook
+    asking for more CPUs (or memory) than its project or department deserves."""
+    nodes = (Node("local", gpus=2, cpu_milli=32_000, memory_mib=128 * 1024),)
+    queues = (
+        Queue("research", deserved_memory_mib=64 * 1024),
+        Queue("vision", parent="research", deserved_gpus=1, deserved_cpu_milli=8_000),
+    )
+
+    def ask(kind: Kind, preemptible: bool | None = None, **request) -> WorkloadRequest:
+        return WorkloadRequest.of(
+            kind, Request(**request), preemptible=preemptible, project="vision"
+        )
+
+    cpu_only = ask(Kind.TRAINING, cpu_milli=40_000)
+    assert never_starts(cpu_only, queues, nodes) == (
+        "a job that needs 40 CPUs; the largest node has 32 CPUs, so it can never start"
+    )
+    assert never_starts(cpu_only, queues, nodes, cluster_may_grow=True) is None
+    wide = ask(Kind.INTERACTIVE, gpus=0.5, memory_mib=200 * 1024, preemptible=True)
+    assert "the largest node has 128 GiB of memory" in (never_starts(wide, queues, nodes) or "")
+    cpus = ask(Kind.INTERACTIVE, gpus=0.5, cpu_milli=12_000)
+    assert never_starts(cpus, queues, nodes) == (
+        "vision deserves 8 CPUs; a notebook of 12 CPUs can never start: notebooks run only "
+        "inside the project's deserved quota"
+    )
+    memory = ask(Kind.INTERACTIVE, gpus=0.5, memory_mib=96 * 1024)
+    assert "department research (above vision) deserves 64 GiB of memory" in (
+        never_starts(memory, queues, nodes) or ""
+    )
+    fits = ask(Kind.INTERACTIVE, gpus=0.5, cpu_milli=8_000, memory_mib=64 * 1024)
+    assert never_starts(fits, queues, nodes) is None
+    assert never_starts(ask(Kind.TRAINING, gpus=1, cpu_milli=24_000), queues, nodes) is None

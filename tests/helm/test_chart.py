@@ -94,10 +94,17 @@ def test_values_pass_the_chart_schema(chart, name):
     [
         ({"sharing": "mps"}, "sharing"),
         ({"projects": [{"name": "vision", "deserved_gpu": 2}]}, "deserved_gpu"),
+        ({"projects": [{"name": "vision", "limit_cpu": -1}]}, "limit_cpu"),
         ({"replicas": "two"}, "replicas"),
         ({"scheduler": {"placement": "random"}}, "placement"),
     ],
-    ids=["unknown-sharing", "misspelt-quota", "replicas-not-a-number", "unknown-placement"],
+    ids=[
+        "unknown-sharing",
+        "misspelt-quota",
+        "negative-cpu-limit",
+        "replicas-not-a-number",
+        "unknown-placement",
+    ],
 )
 def test_schema_refuses(chart, values, message):
     with pytest.raises(helm.HelmError) as refused:
@@ -238,6 +245,9 @@ def test_custom_projects_and_extra_config_reach_the_config(chart):
     settings = config(render(chart, CASES["custom-projects"]))["FracHubService"]
     assert [q["name"] for q in settings["queues"]] == ["research", "vision", "nlp", "interns"]
     assert settings["queues"][3]["members"] == ["ana", "bo"]
+    interns = settings["queues"][3]  # CPU and memory quotas reach the service (rule 3b)
+    quotas = (interns["deserved_cpu"], interns["limit_cpu"], interns["limit_memory_gib"])
+    assert quotas == (8, 16, 64)
     assert settings["page_max_limit"] == 1000
     assert settings["grace_period"] == 120 and settings["placement"] == "spread"
 

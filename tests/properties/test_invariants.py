@@ -312,7 +312,10 @@ def _shape_problem(workload: Workload, placement: Placement, nodes: Mapping) -> 
         indices = [s.index for s in replica.gpus]
         if len(set(indices)) != len(indices) or not all(0 <= i < node.gpus for i in indices):
             return f"bad GPU indices {indices} on {replica.node}"
-        if request.whole_gpus:
+        if not request.whole_gpus and not request.is_fraction:  # CPU-only (rule 3b)
+            if indices:
+                return f"a CPU-only request got GPUs {replica.gpus}"
+        elif request.whole_gpus:
             if len(indices) != request.whole_gpus or any(s.milli != MILLI for s in replica.gpus):
                 return f"whole request of {request.whole_gpus} got {replica.gpus}"
         elif len(indices) != 1 or replica.gpus[0].milli != request.milli_on(node.gpu_memory_mib):

@@ -9,7 +9,9 @@ Expectation keys (all optional):
   ``end_times: {name: t}``;
 - ``evictions: [[name, reason], ...]`` in order;
 - ``reasons: {name: substring of the pending reason}``, ``positions: {name: n}``;
-- ``fair_share`` / ``allocated: {queue: gpus}``, ``queue_counts: {queue: {running, pending}}``.
+- ``fair_share`` / ``allocated: {queue: gpus}``, ``queue_counts: {queue: {running, pending}}``;
+- ``fair_share_cpu`` / ``allocated_cpu: {queue: cores}``, ``fair_share_memory_gib`` /
+  ``allocated_memory_gib: {queue: GiB}`` (queues of a scenario with CPU or memory quotas).
 """
 
 from __future__ import annotations
@@ -109,7 +111,14 @@ def check(expect: dict, output: dict) -> list[str]:
                 f"positions[{name}]: expected {position}, "
                 f"got {workloads[name].get('queue_position')}"
             )
-    for key, field in (("fair_share", "fair_share_gpus"), ("allocated", "allocated_gpus")):
+    for key, field in (
+        ("fair_share", "fair_share_gpus"),
+        ("allocated", "allocated_gpus"),
+        ("fair_share_cpu", "fair_share_cpu"),
+        ("allocated_cpu", "allocated_cpu"),
+        ("fair_share_memory_gib", "fair_share_memory_gib"),
+        ("allocated_memory_gib", "allocated_memory_gib"),
+    ):
         for queue, gpus in expect.get(key, {}).items():
             got = output["queues"][queue][field]
             if abs(got - gpus) > 1e-6:

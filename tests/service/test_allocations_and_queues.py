@@ -168,3 +168,50 @@ def test_a_queue_with_work_cannot_be_deleted(client) -> None:
     admin.delete(f"workloads/{job['id']}")
     wait_state(admin, job["id"], "cancelled")
     assert admin.delete("queues/temp").status_code == 204
+
+
+def test_admins_give_queues_cpu_and_memory_quotas(client) -> None:
+    """Rule 3b through the API: CPU and memory quotas are set, shown, kept by a change of
+    another field, refused out of bounds in words naming the field, and counted by the
+    engine (the queue's CPU standing appears once a queue has a CPU quota)."""
+    admin = client((), admin=True)
+    made = admin.post(
+        "queues",
+        json={
+            "name": "cpuq",
+            "deserved_gpus": 0,
+            "deserved_cpu": 8,
+            "limit_cpu": 16.5,
+            "over_quota_weight_cpu": 2,
+            "limit_memory_gib": 64,
+        },
+    )
+    assert made.status_code == 201, made.text
+    shown = made.json()
+    assert (shown["deserved_cpu"], shown["limit_cpu"], shown["over_quota_weight_cpu"]) == (
+        8,
+        16.5,
+        2,
+    )
+    assert (shown["deserved_memory_gib"], shown["limit_memory_gib"]) == (None, 64)
+    changed = admin.patch("queues/cpuq", json={"over_quota_weight": 3, "deserved_memory_gib": 32})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["limit_cpu"] == 16.5 and changed.json()["deserved_memory_gib"] == 32
+    cleared = admin.patch("queues/cpuq", json={"limit_cpu": None})
+    assert cleared.json()["limit_cpu"] is None and cleared.json()["deserved_cpu"] == 8
+    for body, words in (
+        ({"deserved_cpu": -1}, "deserved_cpu: must be >= 0"),
+        ({"limit_cpu": 0.0001}, "limit_cpu: cores are counted in thousandths"),
+        ({"limit_memory_gib": 2e9}, "limit_memory_gib: must be at most 1e+09"),
+        ({"over_quota_weight_memory": "2"}, "over_quota_weight_memory: must be a number"),
+    ):
+        refused = admin.patch("queues/cpuq", json=body)
+        assert refused.status_code == 400 and words in refused.json()["message"], refused.text
+
+    def counted() -> dict | None:
+        queue = admin.get("queues/cpuq").json()
+        return queue if queue["fair_share_cpu"] is not None else None
+
+    queue = wait_for(counted, what="the engine to count CPUs")
+    assert queue["allocated_cpu"] == 0 and queue["allocated_memory_gib"] == 0
+    assert admin.delete("queues/cpuq").status_code == 204

@@ -4,6 +4,8 @@ message."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -449,3 +451,43 @@ def test_a_postgresql_server_that_never_answers_is_given_up_on(monkeypatch) -> N
     assert outcome, "open_store hung on a server that never answers"
     assert isinstance(outcome[0], StoreError)
     assert "timeout" in str(outcome[0]).lower()
+
+
+def test_a_0009_database_gains_cpu_and_memory_quotas_and_keeps_its_queues(url) -> None:
+    """0010 adds each queue's CPU and memory quota, limit and weight (rule 3b): queues from
+    before have none (unlimited), a quota set through the ORM is read back by the engine's
+    ``Queue`` in its units, and a downgrade takes the columns away and keeps the queues."""
+    at_revision(
+        url,
+        "0009",
+        "INSERT INTO queues (name, parent, deserved_gpus, over_quota_weight, limit_gpus,"
+        " priority, members, source, position) VALUES"
+        " ('vision', NULL, 4, 1, 6, 0, '[\"alice\"]', 'config', 0),"
+        " ('nlp', NULL, 2, 2, NULL, 1, '[]', 'api', 1)",
+    )
+    store = open_store(url)
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(HEAD,)]
+    queues = {record.name: record.as_queue() for record in store.queues()}
+    assert (queues["vision"].deserved_gpus, queues["vision"].limit_gpus) == (4, 6)
+    assert not queues["vision"].has_host_quota and not queues["nlp"].has_host_quota
+    with store.engine.connect() as connection:  # the schema is the one the ORM declares
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert not [d for d in differences if d[0] in ("add_column", "remove_column")], differences
+    record = next(r for r in store.queues() if r.name == "vision")
+    record.set_quota(replace(record.as_queue(), deserved_cpu_milli=32_000, limit_memory_mib=2**40))
+    store.commit()
+    store.close()
+    store = open_store(url)
+    vision = next(r for r in store.queues() if r.name == "vision").as_queue()
+    assert (vision.deserved_cpu_milli, vision.limit_memory_mib) == (32_000, 2**40)
+    assert vision.limit_cpu_milli is None and vision.over_quota_weight_cpu is None
+    store.close()
+
+    engine = create_engine(engine_url(url))
+    with engine.begin() as connection:
+        command.downgrade(_alembic_config(connection), "0009")
+    engine.dispose()
+    assert sql(url, "SELECT name, deserved_gpus FROM queues ORDER BY position") == [
+        ("vision", 4),
+        ("nlp", 2),
+    ]

@@ -273,8 +273,37 @@ def test_quota_counts_the_callers_own_share() -> None:
     assert "Rights:    read, submit" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("vision"))
     assert row.split() == ["vision", "1", "none", "1.25", "1.5", "0.75", "3", "1"]
+    assert "CPUs" not in text  # no CPU or memory quota anywhere: GPUs alone, as before
     nobody = Quota({**user, "projects": []}, [], [])
     assert "not a member of any project" in str(quota_report(nobody))
+
+
+def test_quota_shows_cpu_and_memory_rows_when_they_are_scheduled() -> None:
+    queue = {
+        "name": "vision",
+        "deserved_gpus": 1,
+        "limit_gpus": None,
+        "allocated_gpus": 0,
+        "fair_share_gpus": 0,
+        "running": 1,
+        "pending": 1,
+        "deserved_cpu": 32,
+        "limit_cpu": 48,
+        "allocated_cpu": 30,
+        "fair_share_cpu": 32,
+        "deserved_memory_gib": None,
+        "limit_memory_gib": None,
+        "allocated_memory_gib": None,
+        "fair_share_memory_gib": None,
+    }
+    user = {"name": "alice", "projects": ["vision"], "read": True, "submit": True, "admin": False}
+    report = quota_report(Quota(user, projects=[queue], holding=[]))
+    text = str(report)
+    assert "Projects (CPUs and memory)" in text
+    row = next(line for line in text.splitlines() if "CPUs " in line and "vision" in line)
+    assert row.split() == ["vision", "CPUs", "32", "48", "30", "32"]
+    assert "memory GiB" not in text  # memory is not counted: no row
+    assert "Projects (CPUs and memory)" in report._repr_html_()
 
 
 def test_state_lines_say_where_a_job_is() -> None:

@@ -397,3 +397,25 @@ def test_nothing_borrows_within_quota_and_a_lone_project_borrows_from_nobody_nam
         "two": "a is using 2 GPUs, beyond its 1 GPU quota; "
         "may be preempted when another project needs its quota"
     }
+
+
+def test_work_beyond_its_projects_cpu_quota_borrows_and_says_so() -> None:
+    """Rule 3b: within its GPU quota but beyond its deserved CPUs, a project's latest
+    preemptible work borrows CPUs, and the words say so in CPUs."""
+    cpu = Request(gpus=1, cpu_milli=16_000)
+    snapshot = Snapshot(
+        (Node("ws", 4, cpu_milli=64_000),),
+        (Queue("a", deserved_gpus=2, deserved_cpu_milli=16_000), Queue("b", deserved_gpus=2)),
+        (
+            replace(running("first", "ws", [(0, 1000)], queue="a", start_seq=1), request=cpu),
+            replace(running("second", "ws", [(1, 1000)], queue="a", start_seq=2), request=cpu),
+        ),
+    )
+    result = run_cycle(snapshot, 0.0, PACK, report_borrowed=True)
+    assert result.borrowed == {
+        "second": "a is using 32 CPUs, beyond its 16 CPUs quota; "
+        "may be preempted when another project needs its quota"
+    }
+    standing = result.queues["a"].resources["cpu"]
+    assert (standing.allocated, standing.deserved, standing.limit) == (32_000, 16_000, None)
+    assert result.queues["b"].resources["cpu"].deserved is None  # no CPU quota: unlimited

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from scheduler.common.limits import MILLI
 from scheduler.engine import reasons
-from scheduler.engine.actions.quota import EPS, quota_refusal
+from scheduler.engine.actions.quota import EPS, host_limited, quota_refusal
 from scheduler.engine.model import Workload, held_milli
 from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import Session
@@ -91,7 +91,7 @@ def _limited(session: Session, workload: Workload, size: int) -> bool:
         session.queues[name].limit_gpus is not None
         and session.use.allocated[name] + size > session.queues[name].limit_gpus * MILLI + EPS
         for name in session.ancestry[workload.queue]
-    )
+    ) or bool(session.host and host_limited(session, workload))
 
 
 def _no_room(session: Session, workload: Workload) -> Outcome:

@@ -77,7 +77,7 @@ def _move_fits_quota(session: Session, workload: Workload, placement: Placement)
         return True
     freed = dict.fromkeys(session.ancestry[workload.queue], old)
     freed_np = {} if workload.preemptible else freed
-    return quota_refusal(session, workload, new, freed, freed_np) is None
+    return quota_refusal(session, workload, new, freed, freed_np, host=False) is None
 
 
 def _consolidate_one(

@@ -39,6 +39,14 @@ class ServiceOrder:
             deserved=session.deserved[name],
             next_size=session.request_size(head),
         )
+        if session.host:
+            standing = standing._replace(
+                within_host=all(
+                    r.allocated[name] + r.amount(head.request) <= r.deserved[name] + 1e-6
+                    for r in session.host
+                ),
+                host_starved=max(r.ratio(name) for r in session.host),
+            )
         return (
             *session.policy.queue_key(standing),
             *session.policy.workload_key(head),

@@ -15,6 +15,15 @@ from scheduler.engine.placement import choose, place
 from scheduler.engine.session import Session, default_victim_key, recent_first_victim_key
 
 
+def within_host_deserved(session: Session, workload: Workload) -> bool:
+    """Whether its queue stays inside its deserved CPUs and memory with it started."""
+    name = workload.queue
+    return all(
+        r.allocated[name] + r.amount(workload.request) <= r.deserved[name] + EPS
+        for r in session.host
+    )
+
+
 def loss_bounds_for(session: Session, claimant: Workload) -> tuple[float | None, ...]:
     """The most work at risk (GPU-seconds) one victim of ``claimant`` may lose, tier by tier:
     the search tries each in turn and keeps the first that makes room.
@@ -33,7 +42,9 @@ def loss_bounds_for(session: Session, claimant: Workload) -> tuple[float | None,
         return (bound, None)
     home = claimant.queue
     size = session.request_size(claimant)
-    if session.use.allocated[home] + size <= session.deserved[home] + EPS:
+    if session.use.allocated[home] + size <= session.deserved[home] + EPS and (
+        not session.host or within_host_deserved(session, claimant)
+    ):
         waited = size / MILLI * max(0.0, session.now - claimant.submitted_at)
         if waited > bound:
             return (bound, waited)
@@ -55,6 +66,9 @@ class VictimSearch:
         self.victims: list[Workload] = []
         self.freed: dict[str, int] = {}
         self.freed_np: dict[str, int] = {}
+        self.freed_host: dict[str, dict[str, int]] = {r.key: {} for r in session.host}
+        self.freed_host_np: dict[str, dict[str, int]] = {r.key: {} for r in session.host}
+        """Per counted host resource (rule 3b), what ``freed``/``freed_np`` are for GPUs."""
         self.protected_until: float | None = None
         self.bound = bound
         """Victims with more work at risk than this are passed over (None: no bound)."""
@@ -79,10 +93,29 @@ class VictimSearch:
             self.freed[name] = self.freed.get(name, 0) + size
             if not victim.preemptible:
                 self.freed_np[name] = self.freed_np.get(name, 0) + size
+        for resource in self.session.host:
+            amount = sign * resource.amount(victim.request)
+            freed = self.freed_host[resource.key]
+            freed_np = self.freed_host_np[resource.key]
+            for name in self.session.ancestry[victim.queue]:
+                freed[name] = freed.get(name, 0) + amount
+                if not victim.preemptible:
+                    freed_np[name] = freed_np.get(name, 0) + amount
 
     def admissible(self, placement: Placement) -> bool:
         size = held_milli(placement)
-        return quota_refusal(self.session, self.claimant, size, self.freed, self.freed_np) is None
+        return (
+            quota_refusal(
+                self.session,
+                self.claimant,
+                size,
+                self.freed,
+                self.freed_np,
+                self.freed_host,
+                self.freed_host_np,
+            )
+            is None
+        )
 
     def _capacity(self, nodes: set[int] | None) -> Placement | None:
         """Where the claimant would go now, ignoring quotas; the ledger is left unchanged."""
@@ -262,6 +295,8 @@ class VictimSearch:
         for victim in self.victims:
             session.evict(victim, reason, self.claimant.name)
         self.freed, self.freed_np = {}, {}  # the session's accounting has them gone now
+        self.freed_host = {r.key: {} for r in session.host}
+        self.freed_host_np = {r.key: {} for r in session.host}
         mark = session.ledger.mark()
         claimant = self.claimant
         final = place(session.ledger, claimant.request, session.policy.scorer, None, claimant.user)

@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, event
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    event,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, mapped_column
 
 from scheduler.common.limits import MAX_IDEMPOTENCY_KEY
@@ -227,6 +238,17 @@ class EventRecord(Base):
     message: Mapped[str] = mapped_column(Text, default="")
 
 
+HOST_QUOTAS = (
+    "deserved_cpu_milli",
+    "limit_cpu_milli",
+    "over_quota_weight_cpu",
+    "deserved_memory_mib",
+    "limit_memory_mib",
+    "over_quota_weight_memory",
+)
+"""The engine ``Queue``'s CPU and memory fields, stored in ``queues`` under the same names."""
+
+
 class QueueRecord(Base):
     """A project or department. ``source`` is "config" for queues the config file defines
     (changed only there) and "api" for queues admins created through the REST API."""
@@ -242,6 +264,13 @@ class QueueRecord(Base):
     members: Mapped[list] = mapped_column(JSON, default=list)
     source: Mapped[str] = mapped_column(String(16), default="api")
     position: Mapped[int] = mapped_column(Integer, default=0)
+    # CPUs (milli-cores) and memory (MiB) by quota (rule 3b; migration 0010); NULL: unlimited
+    deserved_cpu_milli: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    limit_cpu_milli: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    over_quota_weight_cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    deserved_memory_mib: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    limit_memory_mib: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    over_quota_weight_memory: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     def set_quota(self, queue: Queue) -> None:
         """Take a validated queue's place in the tree and its quotas."""
@@ -250,6 +279,8 @@ class QueueRecord(Base):
         self.over_quota_weight = queue.over_quota_weight
         self.limit_gpus = queue.limit_gpus
         self.priority = queue.priority
+        for name in HOST_QUOTAS:
+            setattr(self, name, getattr(queue, name))
 
     def as_queue(self) -> Queue:
         return Queue(
@@ -259,6 +290,7 @@ class QueueRecord(Base):
             over_quota_weight=self.over_quota_weight,
             limit_gpus=self.limit_gpus,
             priority=self.priority,
+            **{name: getattr(self, name) for name in HOST_QUOTAS},
         )
 
 

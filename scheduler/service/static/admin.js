@@ -135,9 +135,24 @@ function renderQueues(queues) {
         el("td", { class: "frachub-recent-use" }, queue.usage === null || queue.usage === undefined ? "—" : `${Math.round(queue.usage * 100)}%`),
         el("td", {}, queue.running),
         el("td", {}, queue.pending),
+        el("td", { class: "frachub-queue-cpu" }, hostText(queue, "cpu", "cpu")),
+        el("td", { class: "frachub-queue-memory" }, hostText(queue, "memory_gib", "memory_gib")),
       ),
     ),
   );
+}
+
+// A queue's CPUs (cores) or memory (GiB) by quota (docs/scheduling.md, rule 3b): what it
+// holds, then its quota and limit; "—" while no queue has a quota for the resource.
+function hostText(queue, suffix, field) {
+  const inUse = queue[`allocated_${suffix}`];
+  if (inUse === null || inUse === undefined) return "—";
+  const quota = queue[`deserved_${field}`];
+  const limit = queue[`limit_${field}`];
+  const parts = [`${number(inUse)} in use`, `fair ${number(queue[`fair_share_${suffix}`])}`];
+  parts.push(quota === null ? "no quota" : `quota ${number(quota)}`);
+  if (limit !== null) parts.push(`limit ${number(limit)}`);
+  return parts.join(" · ");
 }
 
 let refresh = () => {};
