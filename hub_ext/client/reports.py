@@ -34,6 +34,7 @@ from hub_ext.client.formatting import (
 )
 from scheduler.common.messages import event_line
 from scheduler.common.quantities import format_duration, plural, time_limit_words
+from scheduler.common.quantities import gpus as format_gpus_count
 from scheduler.common.states import (
     HOLDING_STATES,
     WorkloadState,
@@ -330,8 +331,13 @@ def quota_report(quota: Quota) -> Report:
         title="Projects (GPUs)",
         empty="not a member of any project: ask an admin to add you to one",
         note=(
-            "Within DESERVED your jobs are safe; above it they borrow idle GPUs and may be "
-            "preempted when their owners need them."
+            "\n".join(
+                [
+                    "Within DESERVED your jobs are safe; above it they borrow idle GPUs and may "
+                    "be preempted when their owners need them.",
+                    *usage_notes(quota.projects),
+                ]
+            )
             if quota.projects
             else ""
         ),
@@ -377,6 +383,18 @@ def host_quota_table(projects: Sequence[Mapping[str, Any]]) -> Table | None:
             "preempted for a project within its shares; notebooks stay within DESERVED."
         ),
     )
+
+
+def usage_notes(projects: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per project whose recent use moved its fair share (usage-decayed fair share):
+    "nlp: fair share 2 GPUs, lowered from 6 GPUs by its recent use (75% of the cluster's,
+    decayed)"."""
+    return [
+        f"{queue['name']}: fair share {format_gpus_count(queue['fair_share_gpus'])}, "
+        f"{queue['fair_share_note']}"
+        for queue in projects
+        if queue.get("fair_share_note")
+    ]
 
 
 def submitted_text(workload: Mapping[str, Any]) -> str:

@@ -51,10 +51,12 @@ def pending_headline(
         return "waiting: " + reason.split("; ")[0]
     if allocated is not None and deserved is not None and allocated >= deserved - 1e-9:
         quota = gpus(deserved).replace(" ", "-") if deserved else "no GPU"
+        # usage-decayed fair share: say when the project's recent use is why it may not reclaim
+        recent = "; its recent use lowered its fair share" if "by its recent use" in reason else ""
         return (
-            f"waiting: {project} is using its {quota} quota; borrowed GPUs are all taken"
+            f"waiting: {project} is using its {quota} quota; borrowed GPUs are all taken{recent}"
             if deserved
-            else f"waiting: {project} has no GPU quota; borrowed GPUs are all taken"
+            else f"waiting: {project} has no GPU quota; borrowed GPUs are all taken{recent}"
         )
     if reason.startswith("needs "):
         return "waiting for room: " + "; ".join(reason.split("; ")[1:2] or [reason])

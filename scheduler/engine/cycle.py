@@ -139,6 +139,7 @@ def _result(session: Session, outcomes: dict[str, Outcome], report_borrowed: boo
             deserved_gpus=session.deserved[name] / MILLI,
             running=int(running_counts[name]),
             pending=int(pending_counts[name]),
+            **_usage_status(session, name),
             resources={
                 r.key: ResourceStatus(
                     allocated=r.allocated[name],
@@ -165,3 +166,14 @@ def _count(names) -> dict[str, int]:
     for name in names:
         counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def _usage_status(session: Session, name: str) -> dict[str, float]:
+    """A queue's decayed use and the fair share without it, when usage-decayed fair share is on."""
+    if session.usage is None:
+        return {}
+    plain = session.fair_without_usage.get(name, 0.0)
+    return {
+        "usage": session.usage.of(name),
+        "fair_share_without_usage_gpus": round(plain / MILLI, 6),
+    }

@@ -14,6 +14,10 @@ is the capacity its children divide:
    (declared first wins a tie) before anything flows to the next level.
 
 Weight-0 queues get nothing beyond their quota. Amounts are in milli-GPUs.
+
+With a ``Usage`` (usage-decayed fair share, ``scheduler.engine.usage``) each round of the
+water-fill divides by the queues' share weights instead of their over-quota weights; that is
+the one place usage enters (``_round_weights``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.engine.model import Queue
+from scheduler.engine.usage import Usage, share_weights
 
 _EPS = 1e-6
 
@@ -32,6 +37,7 @@ def fair_shares(
     deserved: Mapping[str, float],
     leaf_demand: Mapping[str, float],
     capacity: float,
+    usage: Usage | None = None,
     *,
     limits: Mapping[str, float | None] | None = None,
     weights: Mapping[str, float] | None = None,
@@ -39,9 +45,10 @@ def fair_shares(
 ) -> dict[str, float]:
     """Fair share of every queue (departments included), in milli-GPUs.
 
-    ``deserved`` is each queue's resolved quota in milli-GPUs (see ``deserved_quotas``).
-    For a host resource (``scheduler.engine.resources``) the same rule runs on its own
-    amounts: ``limits`` and ``weights`` per queue replace ``limit_gpus`` and
+    ``deserved`` is each queue's resolved quota in milli-GPUs (see ``deserved_quotas``);
+    ``usage``, when given, moves the over-quota part (docs/scheduling.md, usage-decayed fair
+    share: GPUs only). For a host resource (``scheduler.engine.resources``) the same rule
+    runs on its own amounts: ``limits`` and ``weights`` per queue replace ``limit_gpus`` and
     ``over_quota_weight``, and over-quota parts round to ``unit`` (a core, a GiB).
     """
     children: dict[str | None, list[Queue]] = {}
@@ -54,7 +61,7 @@ def fair_shares(
         kids = children.get(parent, [])
         if not kids:
             return
-        divided = _divide_level(kids, deserved, demand, amount, limits, weights, unit)
+        divided = _divide_level(kids, deserved, demand, amount, limits, weights, unit, usage)
         for kid, share in zip(kids, divided, strict=True):
             shares[kid.name] = share
             divide(kid.name, share)
@@ -119,6 +126,7 @@ def _divide_level(
     limits: Mapping[str, float | None] | None = None,
     weights: Mapping[str, float] | None = None,
     unit: int = MILLI,
+    usage: Usage | None = None,
 ) -> list[float]:
     if limits is None:
         caps = [
@@ -139,13 +147,15 @@ def _divide_level(
         if weights is None
         else [weights[kid.name] for kid in kids]
     )
+    usages = None if usage is None else [usage.of(kid.name) for kid in kids]
+    k = 0.0 if usage is None else usage.k
     share = [min(deserved[kid.name], cap) for kid, cap in zip(kids, caps, strict=True)]
     left = max(0.0, amount - sum(share))
     for priority in sorted({kid.priority for kid in kids}, reverse=True):
         if left <= _EPS:
             break
         level = [i for i, kid in enumerate(kids) if kid.priority == priority]
-        left = _fill_level(level, weight, caps, share, left, unit)
+        left = _fill_level(level, weight, caps, share, left, unit, usages, k)
     return share
 
 
@@ -156,6 +166,8 @@ def _fill_level(
     share: list[float],
     left: float,
     unit: int = MILLI,
+    usages: list[float] | None = None,
+    k: float = 0.0,
 ) -> float:
     """Water-fill ``left`` into one priority level; returns what flows to the next level."""
     extra = dict.fromkeys(level, 0.0)
@@ -163,8 +175,9 @@ def _fill_level(
     active = [i for i in level if weights[i] > 0 and share[i] < caps[i] - _EPS]
     pool = left
     while active and pool > _EPS:
-        weight = sum(weights[i] for i in active)
-        offer = {i: pool * weights[i] / weight for i in active}
+        round_weights = _round_weights(weights, active, usages, k)
+        weight = sum(round_weights)
+        offer = {i: pool * w / weight for i, w in zip(active, round_weights, strict=True)}
         hitting = [i for i in active if share[i] + extra[i] + offer[i] >= caps[i] - _EPS]
         if not hitting:
             for i in active:
@@ -197,6 +210,17 @@ def _fill_level(
     for i in level:
         share[i] += extra[i]
     return max(0.0, spare)
+
+
+def _round_weights(
+    weights: list[float], active: list[int], usages: list[float] | None, k: float
+) -> list[float]:
+    """What one round of the water-fill divides by: the over-quota weights, or with usage the
+    share weights (``scheduler.engine.usage.share_weights``)."""
+    plain = [weights[i] for i in active]
+    if usages is None:
+        return plain
+    return share_weights(plain, [usages[i] for i in active], k)
 
 
 def _milli(gpus: float) -> float:

@@ -72,6 +72,7 @@ from scheduler.engine.model import (
 )
 from scheduler.engine.session import Policy, Session
 from scheduler.engine.standing import Standing
+from scheduler.engine.usage import Usage
 
 _ENGINE = {
     WorkloadState.PENDING: State.PENDING,
@@ -369,10 +370,12 @@ class Lifecycle:
         now: float,
         policy: Policy,
         hidden: Collection[str] = (),
+        usage: Usage | None = None,
     ) -> Session:
         """The next cycle's session, equal to ``Session(snapshot, now, policy)`` of the same
         workloads (``hidden`` ones left out) but without a snapshot: a fork of the standing
         state, which hears only of the workloads that changed since the last cycle.
+        ``usage`` is the snapshot's ``usage`` (usage-decayed fair share; None: off).
 
         The policy's target workload comes from the latest workloads, as
         ``Policy.for_snapshot`` takes it; keep the session's ``policy`` for the next call.
@@ -382,8 +385,9 @@ class Lifecycle:
         if standing is not None and standing.serves(nodes, queues):
             self._bring_up_to_date(standing, hidden)
         if standing is None or not standing.serves(nodes, queues):
-            return self._fresh_session(nodes, queues, now, policy, hidden)
+            return self._fresh_session(nodes, queues, now, policy, hidden, usage)
         self._counted = standing.members
+        standing.session.usage = usage  # the fork's fair shares are computed with it
         return standing.fork(now, policy.for_recent(nodes, standing.recent_workloads()))
 
     def counted(self) -> dict[str, Workload]:
@@ -411,11 +415,12 @@ class Lifecycle:
         now: float,
         policy: Policy,
         hidden: frozenset[str],
+        usage: Usage | None = None,
     ) -> Session:
         """Build the standing state from a snapshot (the first cycle, new nodes or queues);
         when building it decided something already (work on a lost node), that session is
         the cycle's and the next cycle builds again."""
-        snapshot = self.snapshot(nodes, queues)
+        snapshot = replace(self.snapshot(nodes, queues), usage=usage)
         if hidden:
             snapshot = replace(
                 snapshot, workloads=tuple(w for w in snapshot.workloads if w.name not in hidden)

@@ -13,6 +13,7 @@ from enum import Enum
 
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement
+from scheduler.engine.usage import Usage
 
 
 class Kind(str, Enum):
@@ -273,6 +274,9 @@ class Snapshot:
     nodes: tuple[Node, ...]
     queues: tuple[Queue, ...]
     workloads: tuple[Workload, ...]
+    usage: Usage | None = None
+    """The queues' decayed past use (usage-decayed fair share); None: fair share of the
+    present alone."""
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -350,6 +354,10 @@ class QueueStatus:
     deserved_gpus: float
     running: int
     pending: int
+    usage: float | None = None
+    """Its decayed past use as a fraction of the cluster (None: usage-decayed fair share off)."""
+    fair_share_without_usage_gpus: float | None = None
+    """The fair share its weight alone would give (None: usage-decayed fair share off)."""
     resources: Mapping[str, ResourceStatus] = field(default_factory=dict)
     """``"cpu"``/``"memory"`` -> its standing, for the resources some queue has a quota for."""
 

@@ -221,15 +221,24 @@ def over_fair_share(session: Session, workload: Workload) -> str:
     name = workload.queue
     used = session.use.allocated[name]
     fair = session.fair.get(name, 0.0)
+    share = f"its fair share of {gpus(fair)}{lowered_by_usage(session, name)}"
     if used >= fair:
-        return (
-            f"; {name} already uses its fair share of {gpus(fair)}, so nothing is reclaimed for it"
-        )
+        return f"; {name} already uses {share}, so nothing is reclaimed for it"
     after = used + session.request_size(workload)
     return (
-        f"; with it {name} would use {gpus(after)}, above its fair share of {gpus(fair)}, "
-        "so nothing is reclaimed for it"
+        f"; with it {name} would use {gpus(after)}, above {share}, so nothing is reclaimed for it"
     )
+
+
+def lowered_by_usage(session: Session, name: str) -> str:
+    """ " (lowered from 4 GPUs by its recent use)" when usage-decayed fair share moved the
+    queue's share down by a tenth of a GPU or more; else nothing."""
+    if session.usage is None:
+        return ""
+    plain = session.fair_without_usage.get(name, 0.0)
+    if plain - session.fair.get(name, 0.0) < 100:  # milli-GPUs
+        return ""
+    return f" (lowered from {gpus(plain)} by its recent use)"
 
 
 def protected(session: Session, until: float) -> str:

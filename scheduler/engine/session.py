@@ -227,6 +227,9 @@ class Session:
         self.ancestry = {name: self._ancestors(name) for name in self.queues}
         self.departments = {queue.parent for queue in snapshot.queues if queue.parent}
         self.deserved = deserved_quotas(snapshot.queues)
+        self.usage = snapshot.usage
+        """The queues' decayed past use, when usage-decayed fair share is on."""
+        self._fair_without_usage: dict[str, float] | None = None
         nodes = {node.name for node in snapshot.nodes}
         self.largest_gpu_mib = max((node.gpu_memory_mib for node in snapshot.nodes), default=1)
         self.decisions: list[Decision] = []
@@ -301,7 +304,7 @@ class Session:
         )
         self.capacity = sum(node.gpus for node in snapshot.nodes) * MILLI
         self.demand = demand
-        self.fair = fair_shares(snapshot.queues, self.deserved, demand, self.capacity)
+        self.fair = fair_shares(snapshot.queues, self.deserved, demand, self.capacity, self.usage)
         self.host: list[HostResource] = host_resources(snapshot.queues, snapshot.nodes)
         """The CPUs and memory counted by quota (rule 3b); empty: GPUs alone, as before."""
         if self.host:
@@ -375,8 +378,9 @@ class Session:
         for workload in arrivals:
             twin.demand[workload.queue] += self.request_size(workload)
         twin.fair = fair_shares(
-            tuple(self.queues.values()), self.deserved, twin.demand, self.capacity
+            tuple(self.queues.values()), self.deserved, twin.demand, self.capacity, twin.usage
         )
+        twin._fair_without_usage = None
         if self.host:
             twin.host = [resource.fork() for resource in self.host]
             for resource in twin.host:
@@ -384,6 +388,18 @@ class Session:
                     resource.demand[workload.queue] += resource.amount(workload.request)
                 resource.compute_fair(tuple(self.queues.values()))
         return twin
+
+    @property
+    def fair_without_usage(self) -> Mapping[str, float]:
+        """The fair shares the queues' weights alone give (``fair`` when usage is off): what
+        the usage moved a queue's share from, for its status and pending reasons."""
+        if self.usage is None:
+            return self.fair
+        if self._fair_without_usage is None:
+            self._fair_without_usage = fair_shares(
+                tuple(self.queues.values()), self.deserved, self.demand, self.capacity
+            )
+        return self._fair_without_usage
 
     def victim_lists(self) -> Mapping[str, list[Workload]]:
         """Running preemptible work per queue in victim order (rule 4), each queue sorted when

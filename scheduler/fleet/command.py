@@ -15,13 +15,20 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from scheduler.engine import Kind
 from scheduler.fields import InvalidSpec
-from scheduler.fleet.description import DAY, Description, load_description, parse_description_text
+from scheduler.fleet.description import (
+    DAY,
+    HOUR,
+    Description,
+    load_description,
+    parse_description_text,
+)
 from scheduler.fleet.driver import FleetRun, simulate
 from scheduler.fleet.metrics import intervals_at_least, offered_load, summarize, time_average
 from scheduler.fleet.presets import PRESETS
@@ -31,6 +38,7 @@ from scheduler.fleet.variants import DEFAULT_VARIANTS, VARIANTS
 from scheduler.fleet.workload import Job, generate
 from scheduler.progress import StepQueue, bar, report_step
 from scheduler.scenario.runner import Unsettled
+from scheduler.scenario.spec import WEEK, UsageSpec
 
 DEFAULT_PRESET = "institute"
 
@@ -88,6 +96,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip rerunning the variants that evict with checkpointing off "
         "(the 'GPU-h lost, no checkpoints' column)",
     )
+    parser.add_argument(
+        "--usage-half-life",
+        type=float,
+        metavar="HOURS",
+        help="turn usage-decayed fair share on with this half-life in simulated hours "
+        "(window: 7 days; overrides the description's usage section)",
+    )
+    parser.add_argument(
+        "--usage-k",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="usage-decayed fair share's weight, KAI's kValue (default: 1)",
+    )
     parser.add_argument("--plots", metavar="DIR", help="write PNG plots to DIR")
     parser.add_argument(
         "--jobs",
@@ -105,6 +127,19 @@ def _load(args: argparse.Namespace) -> tuple[str, Description, str]:
     if name not in PRESETS:
         raise UsageError(f"--preset: unknown preset {name!r} (choose from {', '.join(PRESETS)})")
     return f"preset {name}", parse_description_text(PRESETS[name]), PRESETS[name]
+
+
+def _with_usage(description: Description, args: argparse.Namespace) -> Description:
+    """The description with ``--usage-half-life``'s usage-decayed fair share, if given."""
+    if args.usage_half_life is None:
+        return description
+    if args.usage_half_life <= 0:
+        raise UsageError(f"--usage-half-life: must be > 0 hours, got {args.usage_half_life:g}")
+    if args.usage_k < 0:
+        raise UsageError(f"--usage-k: must be >= 0, got {args.usage_k:g}")
+    half_life = args.usage_half_life * HOUR
+    spec = UsageSpec(half_life, WEEK, args.usage_k, min(half_life / 10, WEEK / 20))
+    return replace(description, usage=spec)
 
 
 def _variants(text: str) -> list[str]:
@@ -157,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         if args.plots:
             _need_matplotlib()
         runtimes = load_runtimes(Path(args.philly))
+        description = _with_usage(description, args)
     except (UsageError, InvalidSpec, TraceMissing) as error:
         print(f"frachub simulate fleet: {error}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from scheduler.fields import (
     number_field,
     parse_queues,
 )
-from scheduler.scenario.spec import parse_scenario
+from scheduler.scenario.spec import UsageSpec, parse_scenario
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -90,6 +90,8 @@ class Description:
     placement: str
     working_hours: tuple[float, float]
     """Start and end of the working day, in hours since midnight."""
+    usage: UsageSpec | None = None
+    """Usage-decayed fair share (a scenario's ``usage:`` section, without ``past``)."""
 
     @property
     def capacity(self) -> int:
@@ -129,6 +131,7 @@ _TOP = (
     "days",
     "working_hours",
     "projects",
+    "usage",
 )
 _PROJECT_FIELDS = (*QUEUE_FIELDS, "notebooks", "training")
 _NOTEBOOK_FIELDS = (
@@ -157,8 +160,17 @@ def parse_description(document: Any) -> Description:
         raise InvalidSpec("cluster", "is required and must be a mapping with a nodes list")
     placement = document.get("placement", "frachub")  # the service's default
     # the cluster and the placement name are validated exactly as in scenario files
+    raw_usage = document.get("usage")
+    if isinstance(raw_usage, Mapping) and "past" in raw_usage:
+        raise InvalidSpec("usage.past", "is for scenario files; a fleet accrues its own history")
     scenario = parse_scenario(
-        {"cluster": document["cluster"], "queues": [], "workloads": [], "placement": placement}
+        {
+            "cluster": document["cluster"],
+            "queues": [],
+            "workloads": [],
+            "placement": placement,
+            **({"usage": raw_usage} if raw_usage is not None else {}),
+        }
     )
     if not scenario.nodes or sum(node.gpus for node in scenario.nodes) == 0:
         raise InvalidSpec("cluster.nodes", "must hold at least one GPU")
@@ -207,6 +219,7 @@ def parse_description(document: Any) -> Description:
         grace_seconds=number_field(document, "grace_seconds", "", 30),
         placement=scenario.placement,
         working_hours=(float(start), float(end)),
+        usage=scenario.usage,
     )
 
 

@@ -107,6 +107,7 @@ class FleetRunner(Runner):
                 run_until=end,
                 placement=description.placement,
                 grace_seconds=description.grace_seconds,
+                usage=description.usage,
             )
         )
         self.policy = variant_policy(variant, self.policy)
@@ -235,6 +236,7 @@ class FleetRunner(Runner):
             self.deserved,
             {name: demand[i] * MILLI for name, i in index.items()},
             self.capacity * MILLI,
+            self.usage.current(now) if self.usage is not None else None,
         )
         timeline = self.timeline
         timeline.times.append(now)

@@ -65,6 +65,8 @@ class Summary:
     fair_share_deviation: float
     """Time-average of sum over projects of |GPUs held - fair share|, in GPUs."""
     project_deviation: dict[str, float]
+    project_gpu_hours: dict[str, float]
+    """Each project's cumulative GPU-hours held over the whole run (warm-up included)."""
 
 
 Intervals = Sequence[tuple[float, float]]
@@ -209,7 +211,27 @@ def summarize(
         else lost_gpu_hours(no_checkpoint, start),
         fair_share_deviation=sum(deviations.values()),
         project_deviation=deviations,
+        project_gpu_hours={
+            project: round(hours[-1], 3) if hours else 0.0
+            for project, hours in cumulative_gpu_hours(run).items()
+        },
     )
+
+
+def cumulative_gpu_hours(run: FleetRun) -> dict[str, list[float]]:
+    """Each project's GPU-hours held from 0 up to each sample's time and, last, up to the run's
+    end (exact: the samples are a step function)."""
+    timeline = run.timeline
+    totals = [0.0] * len(timeline.projects)
+    series: dict[str, list[float]] = {project: [] for project in timeline.projects}
+    times = [*timeline.times, run.end]
+    for k, held in enumerate(timeline.project_held):
+        for i, project in enumerate(timeline.projects):
+            series[project].append(totals[i] / 3600)
+            totals[i] += held[i] * max(0.0, min(times[k + 1], run.end) - times[k])
+    for i, project in enumerate(timeline.projects):
+        series[project].append(totals[i] / 3600)
+    return series
 
 
 def fair_share_gaps(run: FleetRun) -> list[tuple[float, ...]]:

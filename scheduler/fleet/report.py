@@ -117,7 +117,20 @@ def tables(summaries: Sequence[Summary]) -> str:
             for s in summaries
         ],
     )
-    return "\n".join([*first, "", *second, "", *third])
+    fourth = _table(
+        ("cumulative GPU-hours (share)", *projects),
+        [
+            (VARIANTS[s.variant].title, *(_hours(s.project_gpu_hours, p) for p in projects))
+            for s in summaries
+        ],
+    )
+    return "\n".join([*first, "", *second, "", *third, "", *fourth])
+
+
+def _hours(hours: dict[str, float], project: str) -> str:
+    total = sum(hours.values())
+    share = hours.get(project, 0.0) / total if total else 0.0
+    return f"{hours.get(project, 0.0):.0f} ({share:.0%})"
 
 
 def to_json(summaries: Sequence[Summary], meta: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from scheduler.engine.lifecycle import (
 )
 from scheduler.engine.placement import place
 from scheduler.scenario.spec import EventSpec, Scenario, WorkloadSpec
+from scheduler.scenario.usage import UsageAccrual
 
 MAX_CYCLES_PER_INSTANT = 1000
 """Rule 8 says cycles settle; a runaway loop is an engine bug and is reported as one."""
@@ -82,6 +83,11 @@ class Outcome:
                     "running": status.running,
                     "pending": status.pending,
                 }
+                if status.usage is not None:
+                    queues[name]["usage"] = status.usage
+                    queues[name]["fair_share_without_usage_gpus"] = (
+                        status.fair_share_without_usage_gpus
+                    )
                 for key, standing in status.resources.items():  # counted by quota only
                     unit, suffix = (1000, "cpu") if key == "cpu" else (1024, "memory_gib")
                     queues[name][f"allocated_{suffix}"] = standing.allocated / unit
@@ -109,6 +115,10 @@ class Runner:
         """Preempting work: when its grace period ends and it gives its GPUs back."""
         self.events: list[dict[str, Any]] = []
         self.result: CycleResult | None = None
+        self.usage = (
+            UsageAccrual(scenario.usage, scenario.queues, self.nodes) if scenario.usage else None
+        )
+        """Usage history in simulated time, when the scenario turns usage-decayed fair share on."""
 
     @property
     def lives(self) -> dict[str, Life]:
@@ -145,6 +155,8 @@ class Runner:
 
     def instant(self, now: float) -> None:
         """Everything that happens at ``now``, then cycles until the engine settles."""
+        if self.usage is not None:
+            self.usage.accrue(now)
         self.before_instant(now)
         for name in self._due(self.released_at, now):
             self._carry_out(self.lifecycle.exited(name, now), now)
@@ -163,7 +175,11 @@ class Runner:
             snapshot = self.snapshot() if observed else None
             # the service's path: the lifecycle's standing state, brought up to date
             session = self.lifecycle.session(
-                tuple(self.nodes), self.scenario.queues, now, self.policy
+                tuple(self.nodes),
+                self.scenario.queues,
+                now,
+                self.policy,
+                usage=self.usage.current(now) if self.usage is not None else None,
             )
             self.policy = session.policy  # target: the requests so far
             self.result = decide(session)
@@ -174,6 +190,8 @@ class Runner:
                 self.after_cycle(snapshot, self.result, now)
         else:
             raise Unsettled(f"the engine did not settle at t={now:g}s")
+        if self.usage is not None:
+            self.usage.settled(now, self.lives, self.nodes)
         self.after_instant(now)
 
     def _due(self, times: dict[str, float], now: float) -> list[str]:

@@ -47,6 +47,20 @@ class WorkloadSpec:
 
 
 @dataclass(frozen=True)
+class UsageSpec:
+    """Usage-decayed fair share in simulated time (docs/scheduling.md): the runner accrues
+    the queues' allocation and hands the decayed usage to each cycle."""
+
+    half_life: float
+    window: float
+    k: float
+    refresh: float
+    """Simulated seconds between recomputations (the service's ``usage_refresh_seconds``)."""
+    past: Mapping[str, float] = field(default_factory=dict)
+    """GPUs each queue held on average over the window before t=0."""
+
+
+@dataclass(frozen=True)
 class EventSpec:
     at: float
     action: str
@@ -67,6 +81,7 @@ class Scenario:
     aging: Aging | None = None
     """``aging: {per_hour: 10, most: 100}``: pending work's rank rises with its wait
     (``scheduler/engine/aging.py``); absent, the plain order."""
+    usage: UsageSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Top-level keys the runner ignores (``expect``, ``description``), for tools and tests."""
 
@@ -89,7 +104,16 @@ def load_scenario(path: str) -> Scenario:
         raise InvalidSpec(f"{path}: {error.where}", str(error)[len(error.where) + 2 :]) from None
 
 
-_TOP = ("cluster", "queues", "workloads", "events", "run_until", "placement", "grace_seconds")
+_TOP = (
+    "cluster",
+    "queues",
+    "workloads",
+    "events",
+    "run_until",
+    "placement",
+    "grace_seconds",
+    "usage",
+)
 _AGING_FIELDS = ("per_hour", "most")
 
 
@@ -120,6 +144,7 @@ def parse_scenario(document: Any) -> Scenario:
         placement=placement,
         grace_seconds=number_field(document, "grace_seconds", "", 0.0, minimum=0),
         aging=_aging(document.get("aging")),
+        usage=_usage(document.get("usage"), queues),
         extra={k: v for k, v in document.items() if k not in (*_TOP, "aging")},
     )
 
@@ -137,6 +162,35 @@ def _aging(raw: Any) -> Aging | None:
 
 
 # -- sections -----------------------------------------------------------------------------
+
+WEEK = 7 * 86400.0
+
+
+def _usage(raw: Any, queues: tuple[Queue, ...]) -> UsageSpec | None:
+    if raw is None:
+        return None
+    entry = mapping_field(raw, "usage", ("half_life", "window", "k", "refresh", "past"))
+    half_life = number_field(entry, "half_life", "usage", None, strictly_positive=True)
+    if half_life is None:
+        raise InvalidSpec("usage.half_life", "is required (seconds of simulated time)")
+    window = number_field(entry, "window", "usage", WEEK, strictly_positive=True)
+    past_raw = entry.get("past", {})
+    if not isinstance(past_raw, Mapping):
+        raise InvalidSpec("usage.past", "must be a mapping of queue name to GPUs held")
+    names = {queue.name for queue in queues}
+    past: dict[str, float] = {}
+    for name, _gpus in past_raw.items():
+        if name not in names:
+            raise InvalidSpec(f"usage.past.{name}", "is not a queue of this scenario")
+        past[name] = float(number_field(past_raw, name, "usage.past", 0.0))
+    return UsageSpec(
+        half_life=float(half_life),
+        window=float(window),
+        k=float(number_field(entry, "k", "usage", 1.0)),
+        refresh=float(number_field(entry, "refresh", "usage", min(half_life / 10, window / 20))),
+        past=past,
+    )
+
 
 _NODE_FIELDS = (
     "name",

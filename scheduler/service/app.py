@@ -60,6 +60,7 @@ from scheduler.service.requests import resource_defaults
 from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
+from scheduler.service.runtime.usage_decay import UsageDecaySettings, usage_source
 from scheduler.service.scheduling.loop import SchedulingLoop, Settings
 
 LOCK_FILE = datalock.SERVICE_LOCK_FILE
@@ -403,6 +404,50 @@ class FracHubService(Application):
         them forever.""",
     ).tag(config=True)
 
+    fair_share_usage = Bool(
+        False,
+        help="""Usage-decayed fair share (docs/scheduling.md): a project's recent GPU use,
+        from the usage samples, lowers its part of the GPUs beyond the deserved quotas and its
+        place in the order of service; quotas are untouched. Needs usage_sample_interval > 0.
+        Off by default: docs/fleet.md, "Fair over time", measures why.""",
+    ).tag(config=True)
+
+    fair_share_usage_half_life_hours = Float(
+        24.0, help="Hours after which past GPU use counts half (KAI's halfLifePeriod)."
+    ).tag(config=True)
+
+    fair_share_usage_window_days = Float(
+        7.0, help="Days of usage samples counted (KAI's windowSize; keep the samples as long)."
+    ).tag(config=True)
+
+    fair_share_usage_k = Float(
+        1.0, help="How hard past use moves the over-quota share (KAI's kValue; 0: not at all)."
+    ).tag(config=True)
+
+    fair_share_usage_refresh_seconds = Float(
+        60.0, help="Seconds between recomputations of the decayed usage from the samples."
+    ).tag(config=True)
+
+    @validate(
+        "fair_share_usage_half_life_hours",
+        "fair_share_usage_window_days",
+        "fair_share_usage_refresh_seconds",
+    )
+    def _validate_usage_decay(self, proposal):
+        if proposal.value <= 0:
+            raise ValueError(
+                f"FracHubService.{proposal.trait.name} must be > 0, got {proposal.value}"
+            )
+        return proposal.value
+
+    @validate("fair_share_usage_k")
+    def _validate_usage_k(self, proposal):
+        if proposal.value < 0:
+            raise ValueError(
+                f"FracHubService.fair_share_usage_k must be >= 0, got {proposal.value}"
+            )
+        return proposal.value
+
     retention_check_interval = Float(
         3600.0, help="Seconds between retention passes (the first runs at start-up)."
     ).tag(config=True)
@@ -734,6 +779,18 @@ class FracHubService(Application):
             log=self.log,
         )
         self.scheduling_loop = loop
+        loop.usage_source = usage_source(
+            self.store,
+            self.fair_share_usage,
+            self.usage_sample_interval,
+            UsageDecaySettings.of_hours(
+                self.fair_share_usage_half_life_hours,
+                self.fair_share_usage_window_days,
+                self.fair_share_usage_k,
+                self.fair_share_usage_refresh_seconds,
+            ),
+            self.log,
+        )
         inventory = loop.inventory
         self.log.info(
             "FracHub %s: %d GPUs on %d nodes from %s inventory; store %s",

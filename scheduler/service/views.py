@@ -9,6 +9,7 @@ from scheduler.backends.base import Inventory
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line, pending_headline
 from scheduler.common.placement import Placement, placement_to_api
+from scheduler.common.quantities import gpus as gpu_words
 from scheduler.common.quantities import slurm_time
 from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
@@ -160,9 +161,26 @@ def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[s
         "fair_share_gpus": status.fair_share_gpus if status else 0.0,
         "running": status.running if status else 0,
         "pending": status.pending if status else 0,
+        "usage": status.usage if status else None,
+        "fair_share_without_usage_gpus": status.fair_share_without_usage_gpus if status else None,
+        "fair_share_note": fair_share_note(status),
         **queue_host_dict(record.as_queue()),
         **_host_standing(status),
     }
+
+
+def fair_share_note(status: QueueStatus | None) -> str:
+    """How usage-decayed fair share moved a project's share, in words; "" when it did not
+    (or is off). A change under a tenth of a GPU is rounding, not worth a sentence."""
+    if status is None or status.usage is None or status.fair_share_without_usage_gpus is None:
+        return ""
+    plain, fair = status.fair_share_without_usage_gpus, status.fair_share_gpus
+    if abs(plain - fair) < 0.1:
+        return ""
+    used = f"{status.usage:.0%} of the cluster's, decayed"
+    if fair < plain:
+        return f"lowered from {gpu_words(plain)} by its recent use ({used})"
+    return f"raised from {gpu_words(plain)}: it used less than its part recently ({used})"
 
 
 def _host_standing(status: QueueStatus | None) -> dict[str, float | None]:

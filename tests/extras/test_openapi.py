@@ -20,6 +20,7 @@ import re
 import textwrap
 import types
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -793,6 +794,11 @@ def test_queue_schema_lists_exactly_the_view_keys() -> None:
         allocated_gpus=1.5, fair_share_gpus=2.0, deserved_gpus=2.0, running=2, pending=1
     )
     views = [queue_json(record, status, []), queue_json(record, None, ["child"])]
+    decayed = replace(status, usage=0.75, fair_share_without_usage_gpus=4.0)
+    views.append(queue_json(record, decayed, []))
+    assert views[-1]["fair_share_note"] == (
+        "lowered from 4 GPUs by its recent use (75% of the cluster's, decayed)"
+    )
     department = QueueRecord(
         name="dept",
         parent=None,

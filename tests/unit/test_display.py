@@ -106,5 +106,10 @@ def test_a_pending_headline_says_the_plain_reason_first() -> None:
     assert pending_headline("needs 1 GPU; no node has a wholly free GPU", "nlp", 0, 1) == (
         "waiting for room: no node has a wholly free GPU"
     )
+    lowered = dense.replace("1 GPU, so", "1 GPU (lowered from 3 GPUs by its recent use), so")
+    assert pending_headline(lowered, "vision", 1.0, 1.0) == (
+        "waiting: vision is using its 1-GPU quota; borrowed GPUs are all taken; its recent use "
+        "lowered its fair share"
+    )
     never = "needs 9 GPUs on one node; the largest node has 2 GPUs, so it can never start"
     assert pending_headline(never, "vision", 0, 1) == "can never start: the largest node has 2 GPUs"

@@ -45,7 +45,7 @@ import copy
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -70,6 +70,7 @@ from scheduler.engine.lifecycle import (
     Milestone,
     Started,
 )
+from scheduler.engine.usage import Usage
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.persistence.store import Store
 from scheduler.service.policies.decisions import Reconciler
@@ -177,6 +178,11 @@ class SchedulingLoop:
         self._switch_interval = sys.getswitchinterval()
         self._busy = False
         """Submissions arrived since the last settled run (``Freezer.settled``)."""
+        self.usage_source: Callable[[float], Awaitable[Usage]] | None = None
+        """Usage-decayed fair share: the queues' decayed usage for a cycle at a time (the
+        service's ``UsageTracker.current``); None: off."""
+        self.usage: Usage | None = None
+        """The usage the last cycle saw."""
 
     # -- life -----------------------------------------------------------------------------
 
@@ -423,7 +429,7 @@ class SchedulingLoop:
         describes where the next cycle will leave things."""
         if self.fast.settled is not None:
             return self.fast.settled
-        session = Session(self.snapshot(), self.clock(), self.policy)
+        session = Session(replace(self.snapshot(), usage=self.usage), self.clock(), self.policy)
         decide(session)
         return session
 
@@ -482,8 +488,15 @@ class SchedulingLoop:
             # cycle's own, which nothing here changes while the worker decides on it
             self.held = self._held_back(now)
             hidden = [str(workload_id) for workload_id in self.held]
+            if self.usage_source is not None:
+                self.usage = await self.usage_source(now)
             session = self.lifecycle.session(
-                self.inventory.nodes, self.queues, now, self._policies[which], hidden=hidden
+                self.inventory.nodes,
+                self.queues,
+                now,
+                self._policies[which],
+                hidden=hidden,
+                usage=self.usage,
             )
             self._policies[which] = session.policy
             seen = self.lifecycle.counted()
