@@ -9,10 +9,14 @@ from scheduler.backends.base import Inventory
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line, pending_headline
 from scheduler.common.placement import Placement, placement_to_api
+from scheduler.common.share import share_of
 from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.runtime.gpu_watch import share_bytes
 from scheduler.service.scheduling.loop import SchedulingLoop
+
+GIB = 1 << 30
 
 
 def iso(seconds: float | None) -> str | None:
@@ -88,6 +92,7 @@ def workload_json(
         "restart_count": record.restart_count,
         "exit_code": record.exit_code,
         "message": record.message or None,
+        "gpu_usage": gpu_usage_json(record, loop),
     }
     if record.is_allocation:
         watched = record.state == WorkloadState.RUNNING and record.idle_timeout is not None
@@ -124,6 +129,19 @@ def workload_json(
     return value
 
 
+def gpu_usage_json(record: WorkloadRecord, loop: SchedulingLoop) -> dict[str, Any] | None:
+    """A running workload's GPU use at the last sample (``runtime/gpu_history.py``): its
+    utilization (what it measures: ``utilization_of``), its memory and its share's, per GPU
+    too; None while it is not running or not sampled yet."""
+    history = getattr(loop, "gpu_usage", None)
+    if history is None or record.state != WorkloadState.RUNNING:
+        return None
+    summary = history.summary(record.id, share_bytes(record, loop))
+    if summary is not None:
+        summary["at"] = iso(summary["at"])
+    return summary
+
+
 def sharing_env(loop: SchedulingLoop, record: WorkloadRecord) -> dict[str, str] | None:
     """What a running notebook needs for its share to be enforced beyond the contract (the
     local backend's MPS variables), from the backend; None when there is nothing."""
@@ -151,6 +169,41 @@ def queue_json(record: QueueRecord, status: QueueStatus | None, children: list[s
     }
 
 
+def share_use(record: WorkloadRecord, replica: Any, loop: SchedulingLoop) -> dict[str, Any]:
+    """A share's memory cap and what its workload's processes use of it at the last sample
+    (null before one; summed over the workload's GPUs)."""
+    memory = {node.name: node.gpu_memory_mib for node in loop.inventory.nodes}
+    share = share_of(replica, memory.get(replica.node, 0))
+    history = getattr(loop, "gpu_usage", None)
+    point = history.latest(record.id) if history is not None else None
+    if record.state != WorkloadState.RUNNING:
+        point = None
+    return {
+        "share_memory_gib": round(share.memory_bytes / GIB, 2),
+        "memory_used_gib": None if point is None else round(point.memory_bytes / GIB, 2),
+        "utilization_percent": None if point is None else point.utilization_percent,
+    }
+
+
+def gpu_reading_json(loop: SchedulingLoop, uuid: str | None) -> dict[str, Any]:
+    """A GPU's newest sample (utilization, memory in use, temperature, power), each null
+    before the first sample or where nothing reads them (Kubernetes: the DCGM exporter's own
+    series in Prometheus)."""
+    history = getattr(loop, "gpu_usage", None)
+    reading = history.readings.get(uuid or "") if history is not None else None
+    if reading is None:
+        return dict.fromkeys(
+            ("utilization_percent", "memory_used_gib", "temperature_c", "power_watts", "sampled_at")
+        )
+    return {
+        "utilization_percent": reading.utilization_percent,
+        "memory_used_gib": round(reading.memory_used_bytes / GIB, 2),
+        "temperature_c": reading.temperature_c,
+        "power_watts": reading.power_watts,
+        "sampled_at": iso(history.at),
+    }
+
+
 def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str, Any]]:
     """Every GPU and who holds which share of it. Other users' workloads show their project
     and share only, unless the viewer is an admin."""
@@ -170,6 +223,9 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                         "workload": record.id if visible else None,
                         "name": record.name if visible else None,
                         "user": record.user if visible else None,
+                        # running beyond its project's quota: the GPU map marks it
+                        "borrowed": record.id in loop.borrowed,
+                        **share_use(record, replica, loop),
                     }
                 )
     # how shares are enforced: the local backend's mode, or the Kubernetes backend's
@@ -189,6 +245,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                     "memory_gib": gpu.memory_mib / 1024,
                     "used": round(sum(s["share"] for s in shares), 3),
                     "holders": shares,
+                    **gpu_reading_json(loop, gpu.uuid),
                 }
             )
         nodes.append(
