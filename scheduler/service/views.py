@@ -185,12 +185,13 @@ def share_use(record: WorkloadRecord, replica: Any, loop: SchedulingLoop) -> dic
     }
 
 
-def gpu_reading_json(loop: SchedulingLoop, uuid: str | None) -> dict[str, Any]:
+def gpu_reading_json(loop: SchedulingLoop, gpu: Any) -> dict[str, Any]:
     """A GPU's newest sample (utilization, memory in use, temperature, power), each null
     before the first sample or where nothing reads them (Kubernetes: the DCGM exporter's own
     series in Prometheus)."""
     history = getattr(loop, "gpu_usage", None)
-    reading = history.readings.get(uuid or "") if history is not None else None
+    only_node = len(loop.inventory.nodes) == 1
+    reading = history.reading_for(gpu.uuid, gpu.index, only_node) if history is not None else None
     if reading is None:
         return dict.fromkeys(
             ("utilization_percent", "memory_used_gib", "temperature_c", "power_watts", "sampled_at")
@@ -245,7 +246,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                     "memory_gib": gpu.memory_mib / 1024,
                     "used": round(sum(s["share"] for s in shares), 3),
                     "holders": shares,
-                    **gpu_reading_json(loop, gpu.uuid),
+                    **gpu_reading_json(loop, gpu),
                 }
             )
         nodes.append(

@@ -104,6 +104,15 @@ class GpuHistory:
             if percent is not None and percent >= self.busy_percent:
                 seen.busy_at = at
 
+    def reading_for(self, uuid: str | None, index: int, only_node: bool) -> GpuReading | None:
+        """The newest reading of an inventory GPU: by its UUID, or, where the inventory is
+        this one machine's (``only_node``: the local backend, whose NVML GPU ``index`` is
+        the inventory's, a declared inventory included), by its index."""
+        reading = self.readings.get(uuid or "")
+        if reading is None and only_node:
+            reading = next((r for r in self.readings.values() if r.index == index), None)
+        return reading
+
     def gpu_active_since(self, workload: int) -> float | None:
         """When the workload last kept its GPU busy (or, never busy, when it was first
         sampled); None when the history cannot say (never sampled, or no utilization)."""

@@ -263,7 +263,8 @@ class GpuUsageCollector:
         for gpu in self.loop.inventory.gpus:
             values = [gpu.node, str(gpu.index), gpu.uuid or "", gpu.model or ""]
             families["held"].add_metric(values, round(held.get((gpu.node, gpu.index), 0.0), 3))
-            reading = history.readings.get(gpu.uuid or "")
+            only_node = len(self.loop.inventory.nodes) == 1
+            reading = history.reading_for(gpu.uuid, gpu.index, only_node)
             if reading is None:
                 continue
             if reading.utilization_percent is not None:
