@@ -302,6 +302,8 @@ class MemoryReader:
         self.log = log
         self.last: GpuSample | None = None
         self._warned = False
+        self._owners: dict[int, int | None] = {}
+        """The last sample's pids and their workloads."""
 
     async def memory(self, holders: Holders) -> MemoryByWorkload:
         return memory_of(await self.usage(holders))
@@ -312,13 +314,22 @@ class MemoryReader:
         sample = await self.sampler.sample()
         self.last = sample
         owners: dict[int, int | None] = {}
+        alive = set(holders.groups.values()) | set(holders.roots.values())
+        alive |= set(holders.tokens.values())
+        known = self._owners
 
         def owner(pid: int) -> int | None:  # a pid on several GPUs is looked up once
             if pid not in owners:
-                owners[pid] = holder_of(pid, holders)
+                before = known.get(pid)
+                # a pid NVML listed last time too is the same process (a reused pid would
+                # need the old one gone and the numbers wrapped in between), and a process
+                # never changes workload: only new pids, and pids no one held, cost /proc
+                # reads (benchmarks/gpu_sampling.py)
+                owners[pid] = before if before in alive else holder_of(pid, holders)
             return owners[pid]
 
         usage = usage_by_workload(sample, owner)
+        self._owners = owners
         unknown = [pid for pid, workload in owners.items() if workload is None]
         unseen = unknown_pids(unknown) if unknown and not self._warned else []
         if unseen:

@@ -4,10 +4,13 @@ GPU's, told to workloads; temperature and power per GPU; a real job on the local
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from scheduler.backends import confinement as cg
 from scheduler.backends.gpu_usage import (
     MemoryReader,
     NvmlSampler,
@@ -15,6 +18,7 @@ from scheduler.backends.gpu_usage import (
     memory_of,
     usage_by_workload,
 )
+from scheduler.backends.holders import Holders
 from scheduler.backends.local import LocalBackend
 from tests.backends.test_gpu_usage import read_pid
 from tests.backends.test_local_backend import make_job, run
@@ -93,3 +97,27 @@ def test_a_real_jobs_processes_get_their_utilization(tmp_path: Path) -> None:
     assert run(scenario) == {7: {"GPU 1": WorkloadGpu(6 * GIB, 42, "processes")}}
     last = backend.gpu_reader.last
     assert last is not None and [g.index for g in last.gpus] == [0, 1]
+
+
+def test_a_pid_is_looked_up_again_once_its_workload_is_gone() -> None:
+    """The reader remembers whose each listed pid was (a process never changes workload),
+    but not past its workload: a pid whose workload no longer runs is looked up anew."""
+    nvml = FakeNvml(gpus=1)
+    reader = MemoryReader(NvmlSampler(nvml), log=logging.getLogger("test"))
+    process = subprocess.Popen(["sleep", "30"], env={**os.environ, cg.ATTEMPT_VARIABLE: "tok"})
+    try:
+        nvml.set_processes(0, {process.pid: GIB})
+
+        async def scenario():
+            first = await reader.usage(Holders(tokens={"tok": 1}))
+            again = await reader.usage(Holders(tokens={"tok": 1, "other": 5}))
+            moved = await reader.usage(Holders(tokens={"tok": 2}))
+            reader.close()
+            return first, again, moved
+
+        first, again, moved = run(scenario)
+    finally:
+        process.kill()
+        process.wait()
+    assert list(first) == list(again) == [1]
+    assert list(moved) == [2]
