@@ -22,6 +22,7 @@ import {
   timeCell,
   whereCell,
 } from "./common.js";
+import { showGpuUse } from "./gpuchart.js";
 
 const POLL_MS = 1500;
 
@@ -229,6 +230,7 @@ function renderDetail() {
   const workload = workloads.find((candidate) => candidate.id === selected);
   if (!workload) {
     detail.classList.add("d-none");
+    showGpuUse(null);
     return;
   }
   detail.classList.remove("d-none");
@@ -252,6 +254,7 @@ function renderDetail() {
     ...fact("Restarts", workload.restart_count || null),
     ...fact("Message", workload.message),
   );
+  showGpuUse(workload);
   renderTimeline();
   loadTimeline(workload.id);
   const notebook = isNotebook(workload);
