@@ -50,7 +50,7 @@ def status_report(notebook: Mapping[str, Any] | None, jobs: Sequence[Mapping[str
             fields.append(("Borrowed", notebook["borrowed"]))
         if notebook.get("idle_warning"):
             fields.append(("Idle", notebook["idle_warning"]))
-    active = [j for j in jobs if j["state"] not in FINAL_STATES]
+    active = [j for j in jobs if j["state"] not in FINAL_STATES and "command" in j]
     counts: dict[str, int] = {}
     for job in active:
         counts[job["state"]] = counts.get(job["state"], 0) + 1
