@@ -51,6 +51,14 @@ class FakeNvml:
 
     # -- the test's side ------------------------------------------------------------------
 
+    @classmethod
+    def in_directory(cls, directory: str | os.PathLike[str], gpus: int = 2) -> FakeNvml:
+        """A fake whose state lives in ``directory``'s ``nvml-state.json`` (written now, no
+        process on any GPU): for a service in another process (``install_line``)."""
+        fake = cls(state_file=Path(directory) / "nvml-state.json", gpus=gpus)
+        fake.set_processes(0, {})
+        return fake
+
     def set_processes(self, index: int, processes: dict[int, int]) -> None:
         """Pid -> bytes on GPU ``index`` (kept in memory, or written to the state file)."""
         state = self._state()

@@ -21,14 +21,10 @@ from service_client import service_config, submit, wait_for, wait_state, workloa
 
 from .test_cli import base_env, run_cli
 
-STATE = "nvml-state.json"
-
 
 @pytest.fixture(scope="module")
 def nvml(tmp_path_factory: pytest.TempPathFactory) -> FakeNvml:
-    fake = FakeNvml(state_file=tmp_path_factory.mktemp("nvml") / STATE)
-    fake.set_processes(0, {})
-    return fake
+    return FakeNvml.in_directory(tmp_path_factory.mktemp("nvml"))
 
 
 @pytest.fixture(scope="module")

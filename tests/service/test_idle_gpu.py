@@ -24,7 +24,8 @@ from service_client import CHECKED, service_config, wait_for
 
 from scheduler.backends import confinement as cg
 
-from .test_idle import IDLE_LIMIT, Researcher, allocate, events, hub_config
+from . import test_idle as idle
+from .test_idle import IDLE_LIMIT, Researcher, allocate, events
 
 WARNING = re.compile(
     r"its GPU idle since \d\d:\d\d UTC; this notebook's 0\.5 GPU will be released and the "
@@ -35,34 +36,13 @@ WARNING = re.compile(
 @pytest.fixture(scope="module")
 def gpu_hub(tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("idle-gpu-hub")
-    with running_hub(work, extra_config=hub_config(work / "home")) as hub:
+    with running_hub(work, extra_config=idle.hub_config(work / "home")) as hub:
         yield hub
-
-
-@pytest.fixture(scope="module")
-def nvml(tmp_path_factory: pytest.TempPathFactory) -> FakeNvml:
-    fake = FakeNvml(state_file=tmp_path_factory.mktemp("nvml") / "nvml.json")
-    fake.set_processes(0, {})
-    return fake
-
-
-@pytest.fixture(scope="module")
-def service(gpu_hub, nvml: FakeNvml, tmp_path_factory) -> Iterator[ServiceProcess]:
-    extra = (
-        install_line(nvml.state_file)
-        + "c.FracHubService.idle_check_interval = 0.5\n"
-        + "c.GpuMetrics.interval = 0.25\n"
-        + 'c.Application.log_level = "INFO"\n'
-    )
-    process = ServiceProcess(
-        gpu_hub, service_config(gpus=2, extra=extra), tmp_path_factory.mktemp("idle-gpu")
-    ).start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture
 def spawner_api(gpu_hub, service: ServiceProcess) -> Iterator[httpx.Client]:
+    """The frachub API with the service's own token, as the FracHub spawner calls it."""
     with httpx.Client(
         base_url=gpu_hub.service_url(API_PATH),
         headers={"Authorization": f"token {gpu_hub.frachub_token}"},
@@ -78,6 +58,26 @@ def researcher(gpu_hub, request: pytest.FixtureRequest) -> Iterator[Researcher]:
     person = Researcher(gpu_hub, name)
     yield person
     person.close()
+
+
+@pytest.fixture(scope="module")
+def nvml(tmp_path_factory: pytest.TempPathFactory) -> FakeNvml:
+    return FakeNvml.in_directory(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture(scope="module")
+def service(gpu_hub, nvml: FakeNvml, tmp_path_factory) -> Iterator[ServiceProcess]:
+    extra = (
+        install_line(nvml.state_file)
+        + "c.FracHubService.idle_check_interval = 0.5\n"
+        + "c.GpuMetrics.interval = 0.25\n"
+        + 'c.Application.log_level = "INFO"\n'
+    )
+    process = ServiceProcess(
+        gpu_hub, service_config(gpus=2, extra=extra), tmp_path_factory.mktemp("idle-gpu")
+    ).start()
+    yield process
+    process.stop()
 
 
 class Kernel:
