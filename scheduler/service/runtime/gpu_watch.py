@@ -15,7 +15,6 @@ docs/benchmarks.md), so the default 5 s interval costs the service well under 1%
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from scheduler.common.share import share_of
 from scheduler.common.states import WorkloadState
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.runtime.gpu_history import GpuHistory
+from scheduler.service.runtime.periodic import Periodic
 from scheduler.service.scheduling.loop import SchedulingLoop
 
 
@@ -101,7 +101,9 @@ class GpuWatch:
             interval=settings.interval,
             source=str(self.source or ""),
         )
-        self._task: asyncio.Task | None = None
+        self._timer = Periodic(
+            self.check, lambda: settings.interval, self.log, "GPU use sampling: the sample"
+        )
         self._said = ""
 
     def start(self) -> None:
@@ -116,21 +118,10 @@ class GpuWatch:
             self.settings.interval,
             self.history.points,
         )
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._timer.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.check()
-            except Exception:
-                self.log.exception("GPU use sampling: the sample failed; trying again")
-            await asyncio.sleep(self.settings.interval)
+        await self._timer.stop()
 
     async def check(self) -> None:
         """One sample of every running workload that holds a GPU; nothing is read while none
