@@ -460,7 +460,7 @@ class WorkloadGpuHandler(WorkloadAccess):
             {
                 "workload_id": record.id,
                 "state": record.state,
-                "sampling": history is not None,
+                "sampling": history is not None and not history.failing,
                 "source": history.source if history is not None else None,
                 "interval_seconds": history.interval if history is not None else None,
                 "utilization_of": seen.utilization_of if seen else None,

@@ -72,6 +72,8 @@ class GpuHistory:
         self.at: float | None = None
         self.seconds = 0.0
         """What the newest sample took to read and attribute."""
+        self.failing = ""
+        """Why the last sample could not be read ("" when it could): no NVML here, say."""
 
     def record(
         self,

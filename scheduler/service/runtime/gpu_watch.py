@@ -140,11 +140,12 @@ class GpuWatch:
         try:
             usage = await self._read(backend, notebooks)
         except Exception as error:  # no NVML, Prometheus down: said once, tried again
+            self.history.failing = str(error) or type(error).__name__
             if str(error) != self._said:
                 self._said = str(error)
                 self.log.info("GPU use sampling: cannot read the GPUs: %s", error)
             return
-        self._said = ""
+        self._said = self.history.failing = ""
         reader = getattr(backend, "gpu_reader", None)
         last = getattr(reader, "last", None)
         self.history.record(

@@ -109,7 +109,7 @@ async function draw(id) {
   const series = await api(`workloads/${id}/gpu`);
   if (!shown || shown.id !== id) return;
   if (!series.sampling) {
-    summary.textContent = "GPU use is not sampled here (no NVML on the machine, or GpuMetrics.interval = 0).";
+    summary.textContent = "not sampled here (no NVML on this machine, or sampling is off)";
     canvas.parentElement.classList.add("d-none");
     return;
   }
