@@ -8,6 +8,12 @@ to the notebook's project (``FRACHUB_PROJECT``) when the user has several::
     %frachub submit --gpus 0.5 -- python train.py --epochs 3
     %%frachub submit --gpus 0.5 --name resnet     # the cell is the script
     %frachub jobs | describe ID | logs ID [--follow] [--tail N] | cancel ID | quota | --help
+    %frachub status          # this notebook's share, project and GPU use; your jobs
+    %frachub notices off|on  # after a cell: "frachub: job 12 (train) was preempted ..."
+
+Notices: after a cell runs, at most every 15 seconds, the magics look at your jobs and print
+a line for each that was preempted and requeued, started or finished since the last look
+(``hub_ext/client/status.py``, which also says why this and not a JupyterLab extension).
 
 ``%%frachub submit`` saves the cell as ``./frachub-jobs/<name>-<UTC time>.py`` under the
 kernel's working directory and runs it there as ``python <script>`` with the kernel's own
@@ -47,6 +53,7 @@ from hub_ext.client.jobs import (
     cancelled_text,
     command_from,
     follow_job,
+    jobs_listing,
     jobs_view,
     notebook_environment,
     submission,
@@ -55,6 +62,7 @@ from hub_ext.client.jobs import (
 )
 from hub_ext.client.reports import describe_report, jobs_table, quota_report, state_line
 from hub_ext.client.session import FracHubError
+from hub_ext.client.status import NOTICE_EVERY, JobNotices, status_report
 from hub_ext.workdir import working_dir_field
 
 SCRIPT_DIR = "frachub-jobs"  # under the kernel's working directory
@@ -99,6 +107,9 @@ DESCRIPTION = """Training from a notebook, as this notebook's user.
   %frachub logs ID [--follow] [--tail N] [--replica R]
   %frachub cancel ID | cancel --sweep ID                                     (alias: delete)
   %frachub quota
+  %frachub status             this notebook's share, project and GPU use; your jobs
+  %frachub notices on|off     a line under a cell when a job of yours is preempted, starts
+                              or finishes (on by default)
   %frachub help [COMMAND]     (or %frachub --help, %frachub COMMAND --help)
 
 --gpu-memory 20 (GiB) may replace --gpus; --cpu 4 and --memory 16G ask for CPU cores and
@@ -132,6 +143,13 @@ def build_parser(cell: bool = False) -> _Parser:
         )
     )
     commands.add_parser("quota", help="your projects and quotas", prog=f"{prog} quota")
+    commands.add_parser(
+        "status", help="this notebook's share, project and GPU use", prog=f"{prog} status"
+    )
+    notices = commands.add_parser(
+        "notices", help="notices of your jobs' events after cells", prog=f"{prog} notices"
+    )
+    notices.add_argument("switch", choices=["on", "off"])
     helper = commands.add_parser("help", help="this help", prog=f"{prog} help")
     helper.add_argument("topic", nargs="?", metavar="COMMAND")
     return parser
@@ -272,8 +290,57 @@ class FracHubMagics(Magics):
     def _quota(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
         display(quota_report(client.quota()))
 
+    def _status(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
+        allocation = os.environ.get("FRACHUB_WORKLOAD_ID")
+        notebook = client.get(int(allocation)) if allocation and allocation.isdigit() else None
+        display(status_report(notebook, own_jobs(client)))
+
+    def _notices(self, client: FracHubClient, args: argparse.Namespace, cell: Any) -> None:
+        NOTICES.enabled = args.switch == "on"
+        print(f"frachub: notices of your jobs' events {args.switch}")
+
+
+def own_jobs(client: FracHubClient) -> list[dict[str, Any]]:
+    """The notebook user's active jobs and latest finished ones."""
+    user = os.environ.get("JUPYTERHUB_USER")
+    items, _note = jobs_listing(client, users=[user] if user else [])
+    return items
+
+
+class _Notices:
+    """The kernel's ``post_run_cell`` hook: the notices of ``JobNotices``, printed under the
+    cell that just ran. Quiet when FracHub cannot be reached (a notice is no reason to fail a
+    cell); on unless ``%frachub notices off``."""
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.notices: JobNotices | None = None
+
+    def listing(self) -> list[dict[str, Any]]:
+        with connect(timeout=3.0) as client:
+            return own_jobs(client)
+
+    def __call__(self, result: Any = None) -> None:
+        if not self.enabled or not os.environ.get("FRACHUB_URL"):
+            return
+        if self.notices is None:
+            every = os.environ.get("FRACHUB_NOTICE_SECONDS", "")
+            seconds = float(every) if every.replace(".", "", 1).isdigit() else NOTICE_EVERY
+            self.notices = JobNotices(self.listing, every=seconds)
+        try:
+            lines = self.notices.check()
+        except Exception:  # unreachable, refused, not configured: no notice this time
+            return
+        for line in lines:
+            print(f"frachub: {line}", flush=True)
+
+
+NOTICES = _Notices()
+
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext hub_ext.magics`` (or ``--ext=hub_ext.magics`` on the kernel's command
     line)."""
     ipython.register_magics(FracHubMagics)
+    if NOTICES not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("post_run_cell", NOTICES)

@@ -5,7 +5,14 @@ with the memory they hold.
 The GPUs' state lives in a JSON file when ``state_file`` is given, read again at every call,
 so a test can change what a service in another process sees::
 
-    {"gpus": [{"utilization": 35, "processes": {"<pid>": <bytes>}}, {...}]}
+    {"gpus": [{"utilization": 35, "processes": {"<pid>": <bytes>},
+               "process_utilization": {"<pid>": <SM percent>}}, {...}]}
+
+A GPU without ``process_utilization`` answers ``nvmlDeviceGetProcessUtilization`` with
+NVML_ERROR_NOT_SUPPORTED (as some models and MIG do); with it, each call answers one sample
+per listed pid, newer than the timestamp asked for, or NVML_ERROR_NOT_FOUND when none is
+(an empty mapping). Temperature is 40 + utilization / 2 degrees and power 100 + 3 ×
+utilization watts, so they move with the load.
 
 A service picks the fake up from its config file (``install_line``), which runs before the
 service first imports ``pynvml``. ``broken`` makes ``nvmlInit`` fail like a missing driver.
@@ -44,6 +51,14 @@ class FakeNvml:
 
     # -- the test's side ------------------------------------------------------------------
 
+    @classmethod
+    def in_directory(cls, directory: str | os.PathLike[str], gpus: int = 2) -> FakeNvml:
+        """A fake whose state lives in ``directory``'s ``nvml-state.json`` (written now, no
+        process on any GPU): for a service in another process (``install_line``)."""
+        fake = cls(state_file=Path(directory) / "nvml-state.json", gpus=gpus)
+        fake.set_processes(0, {})
+        return fake
+
     def set_processes(self, index: int, processes: dict[int, int]) -> None:
         """Pid -> bytes on GPU ``index`` (kept in memory, or written to the state file)."""
         state = self._state()
@@ -53,6 +68,17 @@ class FakeNvml:
     def set_utilization(self, index: int, percent: int) -> None:
         state = self._state()
         state["gpus"][index]["utilization"] = percent
+        self._save(state)
+
+    def set_process_utilization(self, index: int, percents: dict[int, int] | None) -> None:
+        """Pid -> SM percent on GPU ``index``; None: the GPU gives no per-process figures."""
+        state = self._state()
+        if percents is None:
+            state["gpus"][index].pop("process_utilization", None)
+        else:
+            state["gpus"][index]["process_utilization"] = {
+                str(pid): percent for pid, percent in percents.items()
+            }
         self._save(state)
 
     def _state(self) -> dict[str, Any]:
@@ -97,6 +123,28 @@ class FakeNvml:
         if percent is None:
             raise self.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
         return type("Utilization", (), {"gpu": percent, "memory": 0})()
+
+    def nvmlDeviceGetProcessUtilization(self, device: int, since: int) -> list[Any]:
+        percents = self._gpu(device).get("process_utilization")
+        if percents is None:
+            raise self.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+        self.clock_us = max(getattr(self, "clock_us", 0), since) + 1
+        if not percents:
+            raise self.NVMLError(6)  # NVML_ERROR_NOT_FOUND: no sample since ``since``
+        return [
+            type(
+                "Sample",
+                (),
+                {"pid": int(pid), "timeStamp": self.clock_us, "smUtil": percent, "memUtil": 0},
+            )()
+            for pid, percent in percents.items()
+        ]
+
+    def nvmlDeviceGetTemperature(self, device: int, sensor: int) -> int:
+        return 40 + int(self._gpu(device).get("utilization") or 0) // 2
+
+    def nvmlDeviceGetPowerUsage(self, device: int) -> int:
+        return (100 + 3 * int(self._gpu(device).get("utilization") or 0)) * 1000  # milliwatts
 
     def nvmlDeviceGetComputeRunningProcesses(self, device: int) -> list[Any]:
         return [

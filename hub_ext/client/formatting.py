@@ -155,3 +155,53 @@ def info_text(workload: Mapping[str, Any]) -> str:
 def now_utc() -> datetime:
     """The one place the formatting layer asks for the time (the builders take ``now``)."""
     return datetime.now(timezone.utc)
+
+
+GIB = 1 << 30
+WHOLE_GPU_MARK = "*"
+WHOLE_GPU_NOTE = (
+    "* GPU%: the whole GPU's utilization (NVML gives no per-process figure; neighbours count)"
+)
+
+
+def format_gpu_percent(workload: Mapping[str, Any]) -> str:
+    """``GPU%`` as nvidia-smi's GPU-Util reads: ``37%`` (its own processes'), ``37%*`` (the
+    whole GPU's: see ``WHOLE_GPU_NOTE``), ``-`` when not running or not sampled."""
+    use = workload.get("gpu_usage")
+    if not use or use.get("utilization_percent") is None:
+        return "-"
+    mark = WHOLE_GPU_MARK if use.get("utilization_of") == "gpu" else ""
+    return f"{use['utilization_percent']:.0f}%{mark}"
+
+
+def format_gpu_memory(workload: Mapping[str, Any]) -> str:
+    """``MEM``: the memory its processes hold of what its share grants, as nvidia-smi's
+    Memory-Usage reads (``12.3/40GiB``); ``-`` when not running or not sampled."""
+    use = workload.get("gpu_usage")
+    if not use:
+        return "-"
+    used = use["memory_bytes"] / GIB
+    share = use["share_memory_bytes"] / GIB
+    return f"{used:.1f}/{format_number(round(share, 1))}GiB"
+
+
+def gpu_use_words(workload: Mapping[str, Any]) -> str | None:
+    """``describe``'s "GPU use" line: "37% busy (its own processes), 12.3 GiB of its 40 GiB
+    share in use, at 14:05:03 UTC"; None when not sampled."""
+    use = workload.get("gpu_usage")
+    if not use:
+        return None
+    whose = {
+        "processes": "its own processes",
+        "gpu": "the whole GPU's: NVML gives no per-process figure",
+    }.get(use.get("utilization_of") or "")
+    busy = (
+        f"{use['utilization_percent']:.0f}% busy ({whose})"
+        if use.get("utilization_percent") is not None and whose
+        else "utilization unknown"
+    )
+    moment = parse_time(use.get("at"))
+    stamp = f", at {moment.strftime('%H:%M:%S')} UTC" if moment else ""
+    used = use["memory_bytes"] / GIB
+    share = format_number(round(use["share_memory_bytes"] / GIB, 1))
+    return f"{busy}, {used:.1f} GiB of its {share} GiB share in use{stamp}"

@@ -19,15 +19,20 @@ from typing import Any
 
 from hub_ext.client.api import Quota
 from hub_ext.client.formatting import (
+    WHOLE_GPU_MARK,
+    WHOLE_GPU_NOTE,
     age_seconds,
     asks_resources,
     format_command,
+    format_gpu_memory,
+    format_gpu_percent,
     format_gpus,
     format_number,
     format_placement,
     format_resources,
     format_state,
     format_time,
+    gpu_use_words,
     held_gpus,
     info_text,
     runtime_seconds,
@@ -202,19 +207,22 @@ def jobs_table(
     show_user = len({w["user"] for w in workloads}) > 1
     show_resources = any(asks_resources(w) for w in workloads)
     columns = ("ID", "NAME", *(("USER",) if show_user else ()), "PROJECT", "KIND", "STATE")
-    columns += ("GPUS", *(("CPU/MEM",) if show_resources else ()), "NODE", "AGE", "RUNTIME")
-    columns += ("INFO",)
+    columns += ("GPUS", *(("CPU/MEM",) if show_resources else ()), "GPU%", "MEM", "NODE")
+    columns += ("AGE", "RUNTIME", "INFO")
     rows = []
     for w in workloads:
         row = (str(w["id"]), w["name"], *((w["user"],) if show_user else ()), w["project"])
         row += (w["kind"], format_state(w), format_gpus(w))
-        row += (*((format_resources(w),) if show_resources else ()), format_placement(w))
+        row += (*((format_resources(w),) if show_resources else ()),)
+        row += (format_gpu_percent(w), format_gpu_memory(w), format_placement(w))
         row += (
             format_duration(age_seconds(w, now)),
             format_duration(runtime_seconds(w, now)),
             info_text(w),
         )
         rows.append(row)
+    if any(format_gpu_percent(w).endswith(WHOLE_GPU_MARK) for w in workloads):
+        note = "\n".join(part for part in (WHOLE_GPU_NOTE, note) if part)
     return Table(columns, tuple(rows), title=title, note=note, empty=empty)
 
 
@@ -243,6 +251,8 @@ def describe_report(workload: Mapping[str, Any], now: datetime, tz: tzinfo | Non
     ]
     if asks_resources(w):
         fields.append(("CPU, memory", format_resources(w, words=True)))
+    if gpu_use_words(w):
+        fields.append(("GPU use", str(gpu_use_words(w))))
     if "command" in w:
         fields.append(("Command", format_command(w.get("command"))))
         fields.append(("Working dir", w.get("working_dir") or "(home directory)"))

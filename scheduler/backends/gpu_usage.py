@@ -1,10 +1,18 @@
 """What this machine's GPUs are doing, from NVML: the one sampler the service reads them by.
 
 ``NvmlSampler.sample()`` returns a ``GpuSample``: per GPU its utilization, its memory in use
-and total, and the memory each compute process holds on it
-(``nvmlDeviceGetComputeRunningProcesses``). The memory watchdog judges workloads by the
-per-process figures; per-GPU and per-workload charts and metrics can read the same samples,
-so there is one reader of NVML, not one per feature.
+and total, its temperature and power draw where NVML has them, the memory each compute
+process holds on it (``nvmlDeviceGetComputeRunningProcesses``) and, where the GPU reports
+them, each process's own utilization (``nvmlDeviceGetProcessUtilization``: the SM percent of
+its samples since the previous read). The memory watchdog judges workloads by the
+per-process memory; the per-workload charts, metrics and the idle-by-GPU check read the same
+samples (``usage_by_workload``), so there is one reader of NVML, not one per feature.
+
+A workload's utilization on a GPU is its processes' summed SM percent when NVML gives
+per-process figures (``utilization_of == "processes"``); where it does not (some models,
+MIG, vGPU) every workload with a process on the GPU is given the whole GPU's utilization
+(``"gpu"``), which the panel and the CLI say, and a workload with no process on a GPU used
+none of it.
 
 NVML calls block (a GPU that falls off the bus can take seconds to answer), so ``sample``
 runs them on a thread of the sampler's own, never on the event loop, and one at a time: a
@@ -24,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +65,13 @@ class GpuReading:
     memory_used_bytes: int
     memory_total_bytes: int
     processes: tuple[ProcessMemory, ...]
+    temperature_c: int | None = None
+    """The GPU's core temperature (None: NVML cannot say)."""
+    power_watts: float | None = None
+    """The GPU's power draw (None: NVML cannot say)."""
+    process_utilization: Mapping[int, int] | None = None
+    """Pid -> SM percent over the samples since the previous read; None where the GPU gives
+    no per-process figures (a process missing from it was idle)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,9 @@ class NvmlSampler:
         self._started = False
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        self._seen: dict[int, int] = {}
+        """Per GPU, the newest per-process utilization sample's timestamp (microseconds):
+        the next read asks only for what came after it."""
 
     def _module(self) -> Any:
         if self._nvml is None:
@@ -106,7 +124,7 @@ class NvmlSampler:
                     nvml.nvmlInit()
                     self._started = True
                 gpus = tuple(
-                    _reading(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index))
+                    _reading(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index), self._seen)
                     for index in range(nvml.nvmlDeviceGetCount())
                 )
             except nvml.NVMLError as e:
@@ -135,12 +153,50 @@ class NvmlSampler:
                 nvml.nvmlShutdown()
 
 
-def _reading(nvml: Any, index: int, device: Any) -> GpuReading:
-    memory = nvml.nvmlDeviceGetMemoryInfo(device)
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_FOUND = 6
+NVML_TEMPERATURE_GPU = 0
+
+
+def _optional(nvml: Any, read: Callable[[], Any]) -> Any:
+    """What ``read`` answers, or None where this GPU does not support it."""
     try:
-        utilization: int | None = int(nvml.nvmlDeviceGetUtilizationRates(device).gpu)
-    except nvml.NVMLError:  # not supported on this GPU (some models, MIG)
-        utilization = None
+        return read()
+    except nvml.NVMLError:
+        return None
+
+
+def _process_utilization(
+    nvml: Any, index: int, device: Any, seen: dict[int, int]
+) -> dict[int, int] | None:
+    """Pid -> mean SM percent of its samples since ``seen[index]``; None where unsupported."""
+    if not hasattr(nvml, "nvmlDeviceGetProcessUtilization"):
+        return None
+    try:
+        samples = nvml.nvmlDeviceGetProcessUtilization(device, seen.get(index, 0))
+    except nvml.NVMLError as error:
+        # "not found": no process ran a kernel since the last read (pynvml raises the
+        # success code too when the driver has no sample to size an answer by)
+        if getattr(error, "value", None) in (NVML_ERROR_NOT_FOUND, NVML_SUCCESS):
+            return {}
+        return None
+    totals: dict[int, list[int]] = {}
+    for sample in samples:
+        seen[index] = max(seen.get(index, 0), int(sample.timeStamp))
+        entry = totals.setdefault(int(sample.pid), [0, 0])
+        entry[0] += int(sample.smUtil)
+        entry[1] += 1
+    return {pid: round(total / count) for pid, (total, count) in totals.items()}
+
+
+def _reading(nvml: Any, index: int, device: Any, seen: dict[int, int]) -> GpuReading:
+    memory = nvml.nvmlDeviceGetMemoryInfo(device)
+    rates = _optional(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(device))
+    utilization = None if rates is None else int(rates.gpu)  # None: some models, MIG
+    temperature = _optional(
+        nvml, lambda: nvml.nvmlDeviceGetTemperature(device, NVML_TEMPERATURE_GPU)
+    )
+    milliwatts = _optional(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(device))
     held: dict[int, int] = {}
     for process in nvml.nvmlDeviceGetComputeRunningProcesses(device):
         used = process.usedGpuMemory  # None where the driver cannot say (NVML_VALUE_NOT_AVAILABLE)
@@ -153,6 +209,9 @@ def _reading(nvml: Any, index: int, device: Any) -> GpuReading:
         memory_used_bytes=int(memory.used),
         memory_total_bytes=int(memory.total),
         processes=tuple(ProcessMemory(pid, used) for pid, used in sorted(held.items())),
+        temperature_c=None if temperature is None else int(temperature),
+        power_watts=None if milliwatts is None else int(milliwatts) / 1000,
+        process_utilization=_process_utilization(nvml, index, device, seen),
     )
 
 
@@ -176,6 +235,57 @@ def by_workload(
     return memory, unknown
 
 
+@dataclass(frozen=True)
+class WorkloadGpu:
+    """One workload on one GPU at one sample: the memory its processes hold and how busy it
+    kept the GPU."""
+
+    memory_bytes: int
+    utilization_percent: int | None
+    """Its processes' SM percent (``utilization_of == "processes"``), or the whole GPU's
+    (``"gpu"``: NVML gives no per-process figure); None where NVML gives neither."""
+    utilization_of: str
+    """``"processes"``, ``"gpu"`` or ``"none"``: what ``utilization_percent`` measures."""
+
+
+UsageByWorkload = dict[int, dict[str, WorkloadGpu]]
+"""Workload id -> {GPU in words ("GPU 0"): its use of that GPU}."""
+
+
+def usage_by_workload(sample: GpuSample, holder_of: Callable[[int], int | None]) -> UsageByWorkload:
+    """Each workload's memory and utilization per GPU (see the module's docstring for whose
+    utilization it is)."""
+    usage: UsageByWorkload = {}
+    for gpu in sample.gpus:
+        held: dict[int, int] = {}
+        busy: dict[int, int] = {}
+        per_process = gpu.process_utilization
+        for process in gpu.processes:
+            workload = holder_of(process.pid)
+            if workload is None:
+                continue
+            held[workload] = held.get(workload, 0) + process.used_bytes
+            if per_process is not None:
+                busy[workload] = busy.get(workload, 0) + per_process.get(process.pid, 0)
+        for workload, used in held.items():
+            if per_process is not None:
+                percent: int | None = min(100, busy[workload])
+                of = "processes"
+            else:
+                percent = gpu.utilization_percent
+                of = "gpu" if percent is not None else "none"
+            usage.setdefault(workload, {})[gpu_words(gpu.index)] = WorkloadGpu(used, percent, of)
+    return usage
+
+
+def memory_of(usage: UsageByWorkload) -> MemoryByWorkload:
+    """The memory part of ``usage``: what the memory watchdog judges."""
+    return {
+        workload: {words: gpu.memory_bytes for words, gpu in per_gpu.items()}
+        for workload, per_gpu in usage.items()
+    }
+
+
 def unknown_pids(pids: list[int]) -> list[int]:
     """Of NVML's pids that no workload holds, those this process cannot see at all: a sign
     that the service runs in another pid namespace than the GPUs' processes."""
@@ -192,11 +302,35 @@ class MemoryReader:
         self.log = log
         self.last: GpuSample | None = None
         self._warned = False
+        self._owners: dict[int, int | None] = {}
+        """The last sample's pids and their workloads."""
 
     async def memory(self, holders: Holders) -> MemoryByWorkload:
+        return memory_of(await self.usage(holders))
+
+    async def usage(self, holders: Holders) -> UsageByWorkload:
+        """One sample, told to workloads: memory and utilization per GPU (``last`` keeps the
+        sample itself, per GPU)."""
         sample = await self.sampler.sample()
         self.last = sample
-        memory, unknown = by_workload(sample, lambda pid: holder_of(pid, holders))
+        owners: dict[int, int | None] = {}
+        alive = set(holders.groups.values()) | set(holders.roots.values())
+        alive |= set(holders.tokens.values())
+        known = self._owners
+
+        def owner(pid: int) -> int | None:  # a pid on several GPUs is looked up once
+            if pid not in owners:
+                before = known.get(pid)
+                # a pid NVML listed last time too is the same process (a reused pid would
+                # need the old one gone and the numbers wrapped in between), and a process
+                # never changes workload: only new pids, and pids no one held, cost /proc
+                # reads (benchmarks/gpu_sampling.py)
+                owners[pid] = before if before in alive else holder_of(pid, holders)
+            return owners[pid]
+
+        usage = usage_by_workload(sample, owner)
+        self._owners = owners
+        unknown = [pid for pid, workload in owners.items() if workload is None]
         unseen = unknown_pids(unknown) if unknown and not self._warned else []
         if unseen:
             self._warned = True
@@ -205,7 +339,7 @@ class MemoryReader:
                 "another pid namespace, so their memory counts for no workload",
                 ", ".join(map(str, unseen)),
             )
-        return memory
+        return usage
 
     def close(self) -> None:
         self.sampler.close()

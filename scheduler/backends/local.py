@@ -42,7 +42,7 @@ from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
-from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader
+from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader, UsageByWorkload
 from scheduler.backends.holders import Holders, attempt_holders
 from scheduler.backends.inventory import load_inventory, machine_resources, validate_declared
 from scheduler.backends.mps import GpuSharing
@@ -385,6 +385,13 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         ``NvmlUnavailable`` where NVML cannot answer (``gpu_usage``, ``holders``)."""
         holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
         return await self.gpu_reader.memory(holders)
+
+    async def gpu_usage(self, notebooks: Mapping[int, tuple[str, str]]) -> UsageByWorkload:
+        """Memory and utilization of each running workload per GPU, from one NVML sample
+        (``gpu_memory``'s, with utilization); ``gpu_reader.last`` then holds the per-GPU
+        readings."""
+        holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
+        return await self.gpu_reader.usage(holders)
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""

@@ -145,6 +145,8 @@ def cores(milli: int) -> str:
 def memory_words(mib: int) -> str:
     """MiB in words: 16384 -> "16 GiB", 512 -> "512 MiB"."""
     return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib} MiB"
+
+
 _TIME_LIMIT = re.compile(r"^(?:(\d{1,5})-)?(\d{1,7})(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 
 

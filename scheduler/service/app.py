@@ -57,6 +57,7 @@ from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.persistence.retention import Retention, purge
 from scheduler.service.persistence.store import Store, StoreError, open_store
 from scheduler.service.requests import resource_defaults
+from scheduler.service.runtime.gpu_watch import GpuMetrics, GpuUsageCollector, GpuWatch
 from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
@@ -185,7 +186,7 @@ class FracHubService(Application):
         "data-dir": "FracHubService.data_dir",
         "log-level": "Application.log_level",
     }
-    classes: ClassVar[list] = [LocalBackend, MemoryWatchdog, *_optional_backends()]
+    classes: ClassVar[list] = [LocalBackend, MemoryWatchdog, GpuMetrics, *_optional_backends()]
 
     config_file = Unicode(
         "",
@@ -280,6 +281,7 @@ class FracHubService(Application):
         except InvalidSpec as error:
             raise ValueError(str(error)) from None
         return proposal.value
+
     aging_per_hour = Float(
         0.0,
         help="""Aging: priority points a pending workload gains per hour it waits, when its
@@ -340,6 +342,15 @@ class FracHubService(Application):
         help="""How far into its idle limit a notebook is warned (in the panel and its events)
         before its server is stopped: 0.8 warns with a fifth of the limit left, 12 minutes
         before a one-hour limit stops it. Between 0 and 1.""",
+    ).tag(config=True)
+
+    idle_by_gpu = Bool(
+        True,
+        help="""Judge an idle notebook by its GPU when the GPU use sampler has figures for it
+        (GpuMetrics): its activity is then the last sample in which it kept its GPU at least
+        GpuMetrics.busy_percent busy, whatever the hub says of its kernels; a notebook whose
+        kernels are busy but whose GPU is idle is idle, and one whose user is away while its
+        GPU works is not. False: the hub's activity only.""",
     ).tag(config=True)
 
     @validate("idle_check_interval", "idle_warning_fraction")
@@ -723,8 +734,9 @@ class FracHubService(Application):
     async def serve(self) -> None:
         try:
             watchdog = MemoryWatchdog(parent=self)
+            gpu_metrics = GpuMetrics(parent=self)
         except (TraitError, ValueError) as error:
-            self.log.critical("MemoryWatchdog: %s", error)
+            self.log.critical("%s", error)
             self.exit(2)
         self._hold_data_dir()
         try:
@@ -807,7 +819,9 @@ class FracHubService(Application):
             idle = IdlePoller(
                 loop,
                 HubServers(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout),
-                IdleSettings(self.idle_check_interval, self.idle_warning_fraction),
+                IdleSettings(
+                    self.idle_check_interval, self.idle_warning_fraction, self.idle_by_gpu
+                ),
                 log=self.log,
             )
             idle.start()
@@ -823,6 +837,9 @@ class FracHubService(Application):
             sampler = asyncio.create_task(sample_every(loop, self.usage_sample_interval, self.log))
         watch = MemoryWatch(loop, watchdog, log=self.log)
         watch.start()
+        gpu_watch = GpuWatch(loop, gpu_metrics, log=self.log)
+        gpu_watch.start()
+        metrics.registry.register(GpuUsageCollector(loop))
         app = self.make_app(loop, metrics)
         if switch is None:
             server = self._listen(app)
@@ -846,6 +863,7 @@ class FracHubService(Application):
         if idle is not None:
             await idle.stop()
         await watch.stop()
+        await gpu_watch.stop()
         await loop.stop()
         self.store.close()
 

@@ -15,7 +15,10 @@ from scheduler.common.states import WorkloadState
 from scheduler.engine import QueueStatus
 from scheduler.fields import queue_host_dict
 from scheduler.service.persistence.orm import EventRecord, QueueRecord, WorkloadRecord
+from scheduler.service.runtime.gpu_watch import share_bytes
 from scheduler.service.scheduling.loop import SchedulingLoop
+
+GIB = 1 << 30
 
 
 def iso(seconds: float | None) -> str | None:
@@ -93,6 +96,7 @@ def workload_json(
         "restart_count": record.restart_count,
         "exit_code": record.exit_code,
         "message": record.message or None,
+        "gpu_usage": gpu_usage_json(record, loop),
     }
     if record.is_allocation:
         watched = record.state == WorkloadState.RUNNING and record.idle_timeout is not None
@@ -129,6 +133,19 @@ def workload_json(
             for event in events
         ]
     return value
+
+
+def gpu_usage_json(record: WorkloadRecord, loop: SchedulingLoop) -> dict[str, Any] | None:
+    """A running workload's GPU use at the last sample (``runtime/gpu_history.py``): its
+    utilization (what it measures: ``utilization_of``), its memory and its share's, per GPU
+    too; None while it is not running or not sampled yet."""
+    history = getattr(loop, "gpu_usage", None)
+    if history is None or record.state != WorkloadState.RUNNING:
+        return None
+    summary = history.summary(record.id, share_bytes(record, loop))
+    if summary is not None:
+        summary["at"] = iso(summary["at"])
+    return summary
 
 
 def sharing_env(loop: SchedulingLoop, record: WorkloadRecord) -> dict[str, str] | None:
@@ -194,6 +211,44 @@ def _host_standing(status: QueueStatus | None) -> dict[str, float | None]:
     return found
 
 
+def share_use(record: WorkloadRecord, replica: Any, loop: SchedulingLoop) -> dict[str, Any]:
+    """A share's memory cap and what its workload's processes use of it at the last sample
+    (null before one; summed over the workload's GPUs)."""
+    try:
+        share_gib: float | None = round(loop.inventory.share(replica).memory_bytes / GIB, 2)
+    except KeyError:  # its GPU has left the inventory (a node lost)
+        share_gib = None
+    history = getattr(loop, "gpu_usage", None)
+    point = history.latest(record.id) if history is not None else None
+    if record.state != WorkloadState.RUNNING:
+        point = None
+    return {
+        "share_memory_gib": share_gib,
+        "memory_used_gib": None if point is None else round(point.memory_bytes / GIB, 2),
+        "utilization_percent": None if point is None else point.utilization_percent,
+    }
+
+
+def gpu_reading_json(loop: SchedulingLoop, gpu: Any) -> dict[str, Any]:
+    """A GPU's newest sample (utilization, memory in use, temperature, power), each null
+    before the first sample or where nothing reads them (Kubernetes: the DCGM exporter's own
+    series in Prometheus)."""
+    history = getattr(loop, "gpu_usage", None)
+    only_node = len(loop.inventory.nodes) == 1
+    reading = history.reading_for(gpu.uuid, gpu.index, only_node) if history is not None else None
+    if reading is None:
+        return dict.fromkeys(
+            ("utilization_percent", "memory_used_gib", "temperature_c", "power_watts", "sampled_at")
+        )
+    return {
+        "utilization_percent": reading.utilization_percent,
+        "memory_used_gib": round(reading.memory_used_bytes / GIB, 2),
+        "temperature_c": reading.temperature_c,
+        "power_watts": reading.power_watts,
+        "sampled_at": iso(history.at),
+    }
+
+
 def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str, Any]]:
     """Every GPU and who holds which share of it. Other users' workloads show their project
     and share only, unless the viewer is an admin."""
@@ -213,6 +268,9 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                         "workload": record.id if visible else None,
                         "name": record.name if visible else None,
                         "user": record.user if visible else None,
+                        # running beyond its project's quota: the GPU map marks it
+                        "borrowed": record.id in loop.borrowed,
+                        **share_use(record, replica, loop),
                     }
                 )
     # how shares are enforced: the local backend's mode, or the Kubernetes backend's
@@ -232,6 +290,7 @@ def nodes_json(loop: SchedulingLoop, viewer: str, admin: bool) -> list[dict[str,
                     "memory_gib": gpu.memory_mib / 1024,
                     "used": round(sum(s["share"] for s in shares), 3),
                     "holders": shares,
+                    **gpu_reading_json(loop, gpu),
                 }
             )
         nodes.append(

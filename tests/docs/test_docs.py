@@ -64,6 +64,7 @@ def configurable_classes() -> dict[str, type]:
     from scheduler.backends.kubernetes import KubernetesBackend
     from scheduler.backends.local import LocalBackend
     from scheduler.service.app import FracHubService
+    from scheduler.service.runtime.gpu_watch import GpuMetrics
     from scheduler.service.runtime.memory_watch import MemoryWatchdog
     from spawner.local import FracLocalSpawner
 
@@ -80,6 +81,7 @@ def configurable_classes() -> dict[str, type]:
         FracHubService,
         LocalBackend,
         MemoryWatchdog,
+        GpuMetrics,
         KubernetesBackend,
     ]
     return {cls.__name__: cls for cls in classes}
@@ -137,12 +139,14 @@ def run_block(kind: str, arg: str | None, body: str, where: str, scratch: Path) 
     elif kind == "service-config":
         from scheduler.backends.local import LocalBackend
         from scheduler.service.app import FracHubService
+        from scheduler.service.runtime.gpu_watch import GpuMetrics
         from scheduler.service.runtime.memory_watch import MemoryWatchdog
 
         config = load(body, where)
         FracHubService(config=config)
         LocalBackend(config=config)
         MemoryWatchdog(config=config)
+        GpuMetrics(config=config)
         if "KubernetesBackend" in config:
             from scheduler.backends.kubernetes import KubernetesBackend
 

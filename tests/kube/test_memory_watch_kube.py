@@ -76,16 +76,22 @@ class FakePrometheus:
         result = [
             {"metric": labels, "value": [1764300000.0, str(mib)]}
             for labels, mib in ((s["labels"], s["mib"]) for s in self.series)
-            if wanted in promql and labels.get("namespace") == NAMESPACE and labels.get("pod")
+            if wanted in promql
+            and promql.startswith(labels["__name__"] + "{")
+            and labels.get("namespace") == NAMESPACE
+            and labels.get("pod")
         ]
         return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
-    def pod_uses(self, pod: str, gpu: int, gib: float, **labels: str) -> None:
-        """dcgm-exporter's series for ``pod`` on GPU ``gpu`` of node-a."""
+    def pod_uses(
+        self, pod: str, gpu: int, gib: float, metric: str = "DCGM_FI_DEV_FB_USED", **labels: str
+    ) -> None:
+        """dcgm-exporter's series for ``pod`` on GPU ``gpu`` of node-a (its memory, or with
+        ``metric="DCGM_FI_DEV_GPU_UTIL"`` its GPU's utilization, in percent)."""
         self.series.append(
             {
                 "labels": {
-                    "__name__": "DCGM_FI_DEV_FB_USED",
+                    "__name__": metric,
                     "gpu": str(gpu),
                     "UUID": f"GPU-{NODE}-{gpu}",
                     "device": f"nvidia{gpu}",
@@ -96,7 +102,7 @@ class FakePrometheus:
                     "pod": pod,
                     **labels,
                 },
-                "mib": gib * 1024,
+                "mib": gib * 1024 if metric == "DCGM_FI_DEV_FB_USED" else gib,
             }
         )
 
@@ -132,6 +138,7 @@ def service(
         "c.KubernetesBackend.reservation_timeout = 10.0\n"
         f"c.MemoryWatchdog.grace_seconds = {GRACE}\n"
         "c.MemoryWatchdog.interval = 0.2\n"
+        "c.GpuMetrics.interval = 0.2\n"
         'c.Application.log_level = "INFO"\n'
     )
     process = ServiceProcess(hub, config, workdir, env={"KUBECONFIG": kubeconfig}).start()
@@ -182,6 +189,39 @@ def test_a_pod_over_its_share_is_stopped_with_the_reason(
     assert 'DCGM_FI_DEV_FB_USED{namespace="default",pod!=""}' in prometheus.queries
     log = service.log_path.read_text()
     assert "memory watchdog: GPU memory read from Prometheus at" in log
+
+
+def test_a_pods_gpu_use_comes_from_the_dcgm_exporter(
+    alice, fake: FakeKube, prometheus: FakePrometheus, service: ServiceProcess
+) -> None:
+    """The GPU use sampler on Kubernetes (issue 27): the pod's memory and its GPU's
+    utilization (the whole GPU's: dcgm-exporter's DCGM_FI_DEV_GPU_UTIL), in the workload's
+    gpu_usage and the metrics."""
+    job = submit(alice, command="sleep 300", gpus=0.5, name="busy")
+    running = wait_state(alice, job["id"], "running", timeout=30)
+    gpu = running["placement"][0]["gpus"][0]["index"]
+    pod = running_pod(fake, job["id"])["metadata"]["name"]
+    prometheus.pod_uses(pod, gpu, 12)
+    prometheus.pod_uses(pod, gpu, 63, metric="DCGM_FI_DEV_GPU_UTIL")
+    try:
+        use = wait_for(
+            lambda: (
+                (u := alice.get(f"workloads/{job['id']}").json()["gpu_usage"])
+                and u["utilization_percent"] == 63
+                and u
+            ),
+            30,
+            "the pod's GPU use",
+        )
+    finally:
+        prometheus.series.clear()
+    assert use["utilization_of"] == "gpu" and use["memory_bytes"] == 12 << 30, use
+    assert use["share_memory_bytes"] == 40 << 30
+    assert use["gpus"] == {
+        f"GPU {gpu} on {NODE}": {"memory_bytes": 12 << 30, "utilization_percent": 63}
+    }
+    assert 'DCGM_FI_DEV_GPU_UTIL{namespace="default",pod!=""}' in prometheus.queries
+    assert "GPU use sampling: Prometheus at" in service.log_path.read_text()
 
 
 def test_copies_of_the_whole_gpus_figure_are_judged_for_no_one(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -221,7 +221,8 @@ def test_jobs_table_columns_line_up() -> None:
     text = str(jobs_table(rows, NOW)).splitlines()
     header = text[0]
     assert header.split() == [
-        *("ID", "NAME", "PROJECT", "KIND", "STATE", "GPUS", "NODE", "AGE", "RUNTIME", "INFO")
+        *("ID", "NAME", "PROJECT", "KIND", "STATE", "GPUS", "GPU%", "MEM", "NODE", "AGE"),
+        *("RUNTIME", "INFO"),
     ]
     state_at = header.index("STATE")
     assert [line[state_at:].split("  ")[0] for line in text[1:]] == [
@@ -364,3 +365,37 @@ def test_describe_marks_borrowed_work_and_reads_the_timeline_in_words() -> None:
     assert "14:06:30  restarted: attempt 2 on ws" in text
     table = str(jobs_table([running], NOW))
     assert "borrowed: may be preempted" in table
+
+
+def test_gpu_use_columns_read_as_nvidia_smi_does() -> None:
+    own = {
+        "at": "2026-11-22T14:05:03.000Z",
+        "utilization_percent": 37.4,
+        "utilization_of": "processes",
+        "memory_bytes": int(12.3 * 2**30),
+        "share_memory_bytes": 40 * 2**30,
+        "gpus": {},
+    }
+    whole = {**own, "utilization_of": "gpu", "utilization_percent": 80.0}
+    rows = [
+        workload(gpu_usage=own),
+        workload(id=2, gpu_usage=whole),
+        workload(id=3, state="pending", placement=[]),
+    ]
+    table = str(jobs_table(rows, NOW))
+    lines = table.splitlines()
+    header = lines[0]
+    at = header.index("GPU%")
+    assert [line[at:].split()[:2] for line in lines[1:4]] == [
+        ["37%", "12.3/40GiB"],
+        ["80%*", "12.3/40GiB"],
+        ["-", "-"],
+    ]
+    assert "* GPU%: the whole GPU's utilization" in table
+    assert "GPU%: the whole" not in str(jobs_table(rows[:1], NOW))
+    described = str(describe_report(workload(gpu_usage=own), NOW, UTC))
+    assert (
+        "37% busy (its own processes), 12.3 GiB of its 40 GiB share in use, at 14:05:03 UTC"
+        in described
+    )
+    assert "GPU use" not in str(describe_report(workload(), NOW, UTC))

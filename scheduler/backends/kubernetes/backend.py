@@ -38,7 +38,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
-from scheduler.backends.gpu_usage import MemoryByWorkload
+from scheduler.backends.gpu_usage import MemoryByWorkload, UsageByWorkload
 from scheduler.backends.kubernetes import credentials, logs, sharing, usage, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
@@ -664,12 +664,22 @@ class KubernetesBackend(LoggingConfigurable):
     async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
         """The GPU memory of each workload's pods per GPU, from Prometheus (``usage``); the
         pods are told apart by their labels, so ``notebooks`` is not needed here."""
+        reader, pods = self._gpu_reader()
+        return await reader.memory(pods)
+
+    async def gpu_usage(self, notebooks: Mapping[int, tuple[str, str]]) -> UsageByWorkload:
+        """``gpu_memory`` with each pod's GPU utilization (the whole GPU's: dcgm-exporter's
+        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler."""
+        reader, pods = self._gpu_reader()
+        return await reader.usage(pods)
+
+    def _gpu_reader(self) -> tuple[usage.PodMemoryReader, list[Any]]:
         _, caches = self._require()
         if self._pod_memory is None:
             self._pod_memory = usage.PodMemoryReader(
                 self.prometheus_url, self.namespace, self.request_timeout, self.log
             )
-        return await self._pod_memory.memory(caches.pods.objects.values())
+        return self._pod_memory, list(caches.pods.objects.values())
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""

@@ -29,10 +29,13 @@ from typing import Any
 
 import aiohttp
 
-from scheduler.backends.gpu_usage import MemoryByWorkload
+from scheduler.backends.gpu_usage import MemoryByWorkload, UsageByWorkload, WorkloadGpu
 from scheduler.backends.kubernetes.labels import WORKLOAD
 
 METRIC = "DCGM_FI_DEV_FB_USED"
+UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
+"""The GPU's utilization (percent) that dcgm-exporter labels with each pod using the GPU: the
+whole GPU's, whichever pod keeps it busy (``utilization_of == "gpu"``)."""
 MIB = 1 << 20
 
 
@@ -53,9 +56,9 @@ class Series:
     used_bytes: int
 
 
-def query(namespace: str) -> str:
-    """The PromQL of the memory of every pod of ``namespace``."""
-    return f'{METRIC}{{namespace="{namespace}",pod!=""}}'
+def query(namespace: str, metric: str = METRIC) -> str:
+    """The PromQL of ``metric`` (the memory) of every pod of ``namespace``."""
+    return f'{metric}{{namespace="{namespace}",pod!=""}}'
 
 
 def parse(answer: Any) -> list[Series]:
@@ -87,6 +90,11 @@ def parse(answer: Any) -> list[Series]:
             )
         )
     return series
+
+
+def gpu_words(item: Series) -> str:
+    """How a pod's GPU is named in the watchdog's words ("GPU 0 on node-a")."""
+    return f"GPU {item.gpu} on {item.node}" if item.node else f"GPU {item.gpu}"
 
 
 def copies(series: Iterable[Series]) -> set[tuple[str, str]]:
@@ -121,7 +129,7 @@ def by_workload(
         workload = owners.get((item.namespace, item.pod))
         if workload is None or (item.node, item.uuid) in skipped:
             continue
-        words = f"GPU {item.gpu} on {item.node}" if item.node else f"GPU {item.gpu}"
+        words = gpu_words(item)
         per_gpu = memory.setdefault(workload, {})
         per_gpu[words] = per_gpu.get(words, 0) + item.used_bytes
     return memory, skipped
@@ -158,6 +166,13 @@ class PodMemoryReader:
         self.log = log
         self._said: set[tuple[str, str]] = set()
 
+    async def usage(self, pods: Iterable[Mapping[str, Any]]) -> UsageByWorkload:
+        """Memory and utilization per workload and GPU: two queries per sample."""
+        listed = list(pods)
+        memory = await self.memory(listed)
+        answer = await ask(self.url, query(self.namespace, UTILIZATION), self.timeout)
+        return usage_by_workload(memory, parse(answer), workload_of_pods(listed))
+
     async def memory(self, pods: Iterable[Mapping[str, Any]]) -> MemoryByWorkload:
         series = parse(await ask(self.url, query(self.namespace), self.timeout))
         memory, skipped = by_workload(series, workload_of_pods(pods))
@@ -170,3 +185,35 @@ class PodMemoryReader:
                 ", ".join(f"{uuid} on {node}" for node, uuid in sorted(skipped)),
             )
         return memory
+
+
+def usage_by_workload(
+    memory: MemoryByWorkload,
+    utilization: Iterable[Series],
+    owners: Mapping[tuple[str, str], int],
+) -> UsageByWorkload:
+    """Each workload's memory (``by_workload``) and its GPUs' utilization per GPU, from the
+    ``DCGM_FI_DEV_GPU_UTIL`` series (``parse``'s ``used_bytes`` holds percent x MiB there:
+    ``percent_of``), which is the whole GPU's."""
+    busy: dict[int, dict[str, int]] = {}
+    for item in utilization:
+        workload = owners.get((item.namespace, item.pod))
+        if workload is not None:
+            busy.setdefault(workload, {})[gpu_words(item)] = percent_of(item)
+    usage: UsageByWorkload = {}
+    for workload in set(memory) | set(busy):
+        used, percents = memory.get(workload, {}), busy.get(workload, {})
+        usage[workload] = {
+            words: WorkloadGpu(
+                used.get(words, 0),
+                percents.get(words),
+                "gpu" if words in percents else "none",
+            )
+            for words in set(used) | set(percents)
+        }
+    return usage
+
+
+def percent_of(item: Series) -> int:
+    """A ``DCGM_FI_DEV_GPU_UTIL`` series' value (``parse`` reads every value as MiB)."""
+    return round(item.used_bytes / MIB)

@@ -14,6 +14,7 @@ from scheduler.common.limits import MAX_ID
 from scheduler.common.projects import leaf_projects, projects_of
 from scheduler.common.quantities import slurm_time
 from scheduler.common.scopes import IDEMPOTENCY_HEADER
+from scheduler.common.states import WorkloadState
 from scheduler.engine import WorkloadRequest, default_priority, feasibility
 from scheduler.engine.lifecycle import CANCELLABLE, LifecycleError
 from scheduler.fields import InvalidSpec
@@ -30,7 +31,8 @@ from scheduler.service.requests import (
     parse_count,
     parse_submission,
 )
-from scheduler.service.views import workload_json
+from scheduler.service.runtime.gpu_watch import share_bytes
+from scheduler.service.views import iso, workload_json
 
 STATES = (*ACTIVE_STATES, *FINAL_STATES)
 KINDS = ("training", "inference", "interactive")
@@ -472,6 +474,38 @@ def _open_log(path: str):
     return os.fdopen(open_own_file(path, os.O_RDONLY), "rb")
 
 
+class WorkloadGpuHandler(WorkloadAccess):
+    """``GET /api/v1/workloads/{id}/gpu``: the workload's recent GPU use, for the panel's
+    live chart: the in-memory ring of samples while it runs (``runtime/gpu_history.py``),
+    oldest first, and its share's memory to draw them against."""
+
+    async def get(self, workload_id: str) -> None:
+        self.require(READ, job=True)
+        record = self.find(workload_id)
+        history = self.loop.gpu_usage
+        running = record.state == WorkloadState.RUNNING
+        seen = history.workloads.get(record.id) if history is not None and running else None
+        self.write_json(
+            {
+                "workload_id": record.id,
+                "state": record.state,
+                "sampling": history is not None and not history.failing,
+                "source": history.source if history is not None else None,
+                "interval_seconds": history.interval if history is not None else None,
+                "utilization_of": seen.utilization_of if seen else None,
+                "share_memory_bytes": share_bytes(record, self.loop) if running else None,
+                "samples": [
+                    {
+                        "at": iso(point.at),
+                        "utilization_percent": point.utilization_percent,
+                        "memory_bytes": point.memory_bytes,
+                    }
+                    for point in (seen.ring if seen else ())
+                ],
+            }
+        )
+
+
 def sweep_json(sweep_id: int, members: list[WorkloadRecord], loop) -> dict:
     """A sweep: its id, its limit, and its members (in order), each as ``workload_json``."""
     return {
@@ -512,5 +546,6 @@ default_handlers = [
     (r"/api/v1/workloads/([0-9]+)/?", WorkloadHandler),
     (r"/api/v1/workloads/([0-9]+)/logs/?", WorkloadLogsHandler),
     (r"/api/v1/workloads/([0-9]+)/checkpoint/?", WorkloadCheckpointHandler),
+    (r"/api/v1/workloads/([0-9]+)/gpu/?", WorkloadGpuHandler),
     (r"/api/v1/sweeps/([0-9]+)/?", SweepHandler),
 ]

@@ -18,6 +18,13 @@ shape of jupyterhub-idle-culler with deciding and acting split:
    managed services before its servers at shutdown, so those servers' spawners cannot
    release their shares, and this is what gives them back.
 
+Idle by the GPU (``FracHubService.idle_by_gpu``, on by default): when the GPU use sampler
+has figures for a notebook (``loop.gpu_usage``, ``runtime/gpu_history.py``), its activity is
+the last sample in which it kept its GPU at least ``GpuMetrics.busy_percent`` busy (or, never
+busy, its first sample), not the hub's: kernels busy on the CPU with an idle GPU hold a share
+no one uses, and a user away while the notebook trains is using it. Without figures (no
+NVML, the sampler off, a notebook not sampled yet) the hub's activity decides, as before.
+
 The service's token needs ``list:users``, ``read:users``, ``read:users:activity``,
 ``read:servers`` and ``delete:servers`` (``scheduler/common/scopes.py``). A failing hub is
 logged and tried again next round; nothing is stopped on a guess.
@@ -133,6 +140,8 @@ class IdleSettings:
 
     interval: float = 60.0
     warning_fraction: float = DEFAULT_WARNING_FRACTION
+    by_gpu: bool = True
+    """Judge by the GPU's activity where the sampler has it (``idle_by_gpu``)."""
 
 
 def share_words(record: WorkloadRecord) -> str:
@@ -249,6 +258,9 @@ class IdlePoller:
         """Apply the policy to one allocation's record; True when its server is due to stop."""
         assert record.idle_timeout is not None and record.started_at is not None
         activity = server.last_activity or record.started_at
+        by_gpu = self._gpu_activity(record)
+        if by_gpu is not None:
+            activity = by_gpu
         if server.pending == "spawn":
             activity = now  # still starting: not idle yet
         activity = max(activity, record.started_at)
@@ -273,7 +285,7 @@ class IdlePoller:
             return False
         if record.idle_warning is None:
             record.idle_warning = warning_text(
-                judged.idle_since, judged.stop_at, share_words(record)
+                judged.idle_since, judged.stop_at, share_words(record), by_gpu=by_gpu is not None
             )
             self.loop.store.event(record, now, "idle-warning", record.idle_warning)
             self.log.info("idle notebooks: warned %s: %s", where, record.idle_warning)
@@ -287,6 +299,13 @@ class IdlePoller:
             )
             self.log.info("idle notebooks: stopping %s, idle longer than %s", where, limit)
         return True
+
+    def _gpu_activity(self, record: WorkloadRecord) -> float | None:
+        """The last time the notebook kept its GPU busy, where the sampler can say."""
+        history = getattr(self.loop, "gpu_usage", None)
+        if not self.settings.by_gpu or history is None:
+            return None
+        return history.gpu_active_since(record.id)
 
     async def _release(self, record: WorkloadRecord) -> None:
         """Release an allocation whose server the hub no longer has."""

@@ -82,16 +82,19 @@ def judge(
     return Judgement(Verdict.WARNED, last_activity, max(stop_at, now + notice))  # rule 3
 
 
-def warning_text(idle_since: float, stop_at: float, share: str) -> str:
+def warning_text(idle_since: float, stop_at: float, share: str, *, by_gpu: bool = False) -> str:
     """What the panel shows: "idle since 14:05 UTC; this notebook's 0.5 GPU will be released
     and the server stopped at 15:05 UTC unless it is used". ``share`` is the GPU share in
     words ("0.5 GPU", "2 GPUs"). Times show the date too when the two fall on different days.
+    ``by_gpu``: judged by its GPU's activity, which it then says ("its GPU idle since").
     """
     since, stop = _utc(idle_since), _utc(stop_at)
     layout = "%H:%M UTC" if since.date() == stop.date() else "%Y-%m-%d %H:%M UTC"
+    idle = "its GPU idle since" if by_gpu else "idle since"
+    use = "its GPU is used" if by_gpu else "it is used"
     return (
-        f"idle since {since.strftime(layout)}; this notebook's {share} will be released and "
-        f"the server stopped at {stop.strftime(layout)} unless it is used"
+        f"{idle} {since.strftime(layout)}; this notebook's {share} will be released and "
+        f"the server stopped at {stop.strftime(layout)} unless {use}"
     )
 
 

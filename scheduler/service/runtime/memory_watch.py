@@ -24,7 +24,6 @@ restarted service starts the grace periods anew.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from scheduler.common.states import WorkloadState
 from scheduler.engine.lifecycle import LifecycleError
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.policies.memory_watch import ACTIONS, Over, Verdict, Watched, judge
+from scheduler.service.runtime.periodic import Periodic
 from scheduler.service.scheduling.joblog import write_milestone
 from scheduler.service.scheduling.loop import SchedulingLoop
 
@@ -112,7 +112,13 @@ class MemoryWatch:
         self.clock = clock
         self.log = log or logging.getLogger("frachub")
         self.over: dict[int, Over] = {}
-        self._task: asyncio.Task | None = None
+        self._timer = Periodic(
+            self.check,
+            lambda: settings.interval,
+            self.log,
+            "memory watchdog: the check",
+            on_error=loop.store.rollback,
+        )
         self._said = ""
         """The last reason no sample could be taken (logged once, until it changes)."""
 
@@ -141,22 +147,10 @@ class MemoryWatch:
             settings.jobs,
             settings.notebooks,
         )
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._timer.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.check()
-            except Exception:
-                self.loop.store.rollback()
-                self.log.exception("memory watchdog: the check failed; trying again")
-            await asyncio.sleep(self.settings.interval)
+        await self._timer.stop()
 
     def _action(self, record: WorkloadRecord) -> str:
         return self.settings.notebooks if record.is_allocation else self.settings.jobs

@@ -48,6 +48,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scheduler.backends.base import Backend, Checkpoint, Exit, Inventory
 from scheduler.common.messages import event_line
@@ -142,6 +143,9 @@ class SchedulingLoop:
         self.dependencies = DependencyHolds(self._state_of)
         self.queue_status: dict[str, QueueStatus] = {}
         self.borrowed: dict[int, str] = {}
+        self.gpu_usage: Any = None
+        """The running workloads' recent GPU use (``runtime.gpu_history.GpuHistory``) while
+        the GPU use sampler runs (``runtime.gpu_watch``); None otherwise."""
         """Running work beyond its project's quota -> who may reclaim it, in words."""
         self.inventory: Inventory = backend.inventory()
         self.next_wakeup: float | None = None

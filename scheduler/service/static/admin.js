@@ -40,6 +40,40 @@ function coloursFor(labels) {
   );
 }
 
+const GIB_TEXT = (value) => (value === null || value === undefined ? "?" : `${Math.round(value * 10) / 10}`);
+
+// A share's use at the last sample: "12.3/40 GiB · 37%"; "" before one.
+function shareUse(holder) {
+  if (holder.memory_used_gib === null || holder.memory_used_gib === undefined) return "";
+  const busy = holder.utilization_percent === null ? "" : ` · ${Math.round(holder.utilization_percent)}%`;
+  return `${GIB_TEXT(holder.memory_used_gib)}/${GIB_TEXT(holder.share_memory_gib)} GiB${busy}`;
+}
+
+// The GPU's own figures at the last sample, beside its bar: a utilization meter, memory in
+// use, temperature and power ("not sampled" where nothing reads them).
+function gpuReading(gpu) {
+  if (gpu.sampled_at === null || gpu.sampled_at === undefined) {
+    return el("span", { class: "frachub-gpu-reading small text-body-secondary" }, "not sampled");
+  }
+  const percent = gpu.utilization_percent;
+  const parts = [
+    percent === null ? "util ?" : `${percent}%`,
+    `${GIB_TEXT(gpu.memory_used_gib)}/${GIB_TEXT(gpu.memory_gib)} GiB`,
+    gpu.temperature_c === null ? null : `${gpu.temperature_c}°C`,
+    gpu.power_watts === null ? null : `${Math.round(gpu.power_watts)} W`,
+  ].filter(Boolean);
+  return el(
+    "span",
+    {
+      class: "frachub-gpu-reading small text-nowrap",
+      title: `GPU ${gpu.index} at ${new Date(gpu.sampled_at).toLocaleTimeString()}: utilization, memory in use, temperature, power`,
+      dataset: { utilization: percent === null ? "" : percent },
+    },
+    el("span", { class: "frachub-util-meter", role: "img", "aria-label": `utilization ${percent ?? "?"}%` }, el("span", { style: { width: `${percent || 0}%` } })),
+    ` ${parts.join(" · ")}`,
+  );
+}
+
 function renderNodes(nodes) {
   const container = document.getElementById("frachub-nodes");
   const legend = new Map();
@@ -79,31 +113,49 @@ function renderNodes(nodes) {
                   const what = holder.workload
                     ? `#${holder.workload} ${holder.name || ""} (${holder.state})`
                     : holder.state;
+                  const use = shareUse(holder);
+                  const borrowed = holder.borrowed ? " · borrowed: beyond its project's quota, may be reclaimed" : "";
                   return el(
                     "div",
                     {
-                      class: "frachub-share",
+                      class: `frachub-share${holder.borrowed ? " frachub-borrowed" : ""}`,
                       style: { width: `${holder.share * 100}%`, background: colour(label) },
-                      title: `${label} · ${holder.project} · ${holder.kind} · ${what} · ${number(holder.share)} GPU`,
-                      dataset: { user: holder.user || "", project: holder.project, share: holder.share, workload: holder.workload || "" },
+                      title: `${label} · ${holder.project} · ${holder.kind} · ${what} · ${number(holder.share)} GPU${use ? ` · ${use}` : ""}${borrowed}`,
+                      dataset: {
+                        user: holder.user || "",
+                        project: holder.project,
+                        share: holder.share,
+                        workload: holder.workload || "",
+                        borrowed: holder.borrowed ? "true" : "false",
+                      },
                     },
-                    `${label} ${number(holder.share)}`,
+                    `${holder.borrowed ? "⇄ " : ""}${label} ${number(holder.share)}${use ? ` · ${use}` : ""}`,
                   );
                 }),
                 free > 0.0005
                   ? el("div", { class: "frachub-free", style: { width: `${free * 100}%` } }, `free ${number(free)}`)
                   : null,
               ),
+              gpuReading(gpu),
             );
           }),
         ),
       ),
     ),
   );
+  const borrowing = nodes.some((node) => node.gpus.some((gpu) => gpu.holders.some((holder) => holder.borrowed)));
   document.getElementById("frachub-legend").replaceChildren(
     ...[...legend.keys()].sort().map((label) =>
       el("span", { class: "me-3 text-nowrap" }, el("span", { class: "frachub-swatch", style: { background: colour(label) } }), ` ${label}`),
     ),
+    borrowing
+      ? el(
+          "span",
+          { class: "me-3 text-nowrap", id: "frachub-legend-borrowed" },
+          el("span", { class: "frachub-swatch frachub-borrowed", style: { background: "#475569" } }),
+          " ⇄ borrowed: beyond its project's quota, may be reclaimed",
+        )
+      : "",
   );
 }
 

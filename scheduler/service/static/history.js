@@ -4,6 +4,7 @@
 // the CLI and scripts use; Chart.js (static/chart.umd.min.js, MIT) draws it.
 
 import { api, el, number } from "./common.js";
+import { loadChart } from "./chartlib.js";
 import { DAY, momentText, spanText, tickStep, tickLabel, timeTicks } from "./timeaxis.js";
 
 let Chart = null; // loaded by loadChart()
@@ -360,28 +361,9 @@ form.addEventListener("submit", async (event) => {
   }
 });
 
-// The hub's page loads RequireJS, and a UMD file under RequireJS registers itself as an
-// anonymous AMD module instead of setting window.Chart: load it through RequireJS then.
-function loadChart() {
-  const src = document.getElementById("frachub-history").dataset.chartSrc;
-  return new Promise((resolve, reject) => {
-    if (window.Chart) {
-      resolve(window.Chart);
-    } else if (typeof window.define === "function" && window.define.amd && window.require) {
-      window.require([src], resolve, reject);
-    } else {
-      const script = el("script", { src });
-      script.addEventListener("load", () => resolve(window.Chart));
-      script.addEventListener("error", () => reject(new Error(`cannot load ${src}`)));
-      document.head.append(script);
-    }
-  });
-}
-
 loadChart().then(
   (loaded) => {
     Chart = loaded;
-    window.Chart ??= loaded; // for the browser tests and the console: Chart.getChart(canvas)
     round();
   },
   (error) => {

@@ -23,6 +23,7 @@ import {
   timeCell,
   whereCell,
 } from "./common.js";
+import { showGpuUse } from "./gpuchart.js";
 
 const POLL_MS = 1500;
 
@@ -249,6 +250,7 @@ function renderDetail() {
   const workload = workloads.find((candidate) => candidate.id === selected);
   if (!workload) {
     detail.classList.add("d-none");
+    showGpuUse(null);
     return;
   }
   detail.classList.remove("d-none");
@@ -275,6 +277,7 @@ function renderDetail() {
     ...fact("Restarts", workload.restart_count || null),
     ...fact("Message", workload.message),
   );
+  showGpuUse(workload);
   renderTimeline();
   loadTimeline(workload.id);
   const notebook = isNotebook(workload);
