@@ -19,7 +19,6 @@ import re
 import signal
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
@@ -44,7 +43,6 @@ from traitlets.config import Application
 from scheduler import __version__
 from scheduler.backends.local import LocalBackend
 from scheduler.common.scopes import CUSTOM_SCOPES
-from scheduler.engine import SCORERS, Aging, Policy, scorer_named
 from scheduler.fields import TIME_LIMIT_FIELDS, InvalidSpec, parse_queues, time_limit_fields
 from scheduler.service.handlers import allocations, dryrun, history, info, pages, queues, workloads
 from scheduler.service.handlers.base import NotFoundHandler, make_hub_auth
@@ -56,6 +54,7 @@ from scheduler.service.persistence import datalock
 from scheduler.service.persistence.orm import QueueRecord
 from scheduler.service.persistence.retention import Retention, purge
 from scheduler.service.persistence.store import Store, StoreError, open_store
+from scheduler.service.policy_settings import PolicySettings
 from scheduler.service.requests import resource_defaults
 from scheduler.service.runtime.gpu_watch import GpuMetrics, GpuUsageCollector, GpuWatch
 from scheduler.service.runtime.memory_watch import MemoryWatch, MemoryWatchdog
@@ -96,11 +95,6 @@ def check_queues(entries: object, where: str) -> list[dict]:
     except InvalidSpec as error:
         raise ValueError(str(error)) from None
     return entries
-
-
-def wall_clock(seconds: float) -> str:
-    """How pending reasons show a time: "2026-11-22 14:05:00 UTC"."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _optional_backends() -> list[type]:
@@ -175,7 +169,7 @@ def redact_logs(service_log: logging.Logger) -> None:
             handler.addFilter(REDACT_SECRETS)
 
 
-class FracHubService(Application):
+class FracHubService(PolicySettings, Application):
     name = "frachub-service"
     version = __version__
     description = "The FracHub scheduler: GPU quotas, fair share and preemption for JupyterHub."
@@ -256,61 +250,6 @@ class FracHubService(Application):
         submission says otherwise (Run:ai's min-runtime), so short jobs are not churned.""",
     ).tag(config=True)
 
-    default_cpu = Dict(
-        {},
-        help="""CPU cores each replica of a workload asks for when its request names none, per
-        kind: {"notebook": 1, "training": 4, "inference": 2}. A kind not named asks for none:
-        not counted against its node's cores and not limited (the default, so nothing changes
-        for a deployment that never counted CPUs). A request's own ``cpu`` wins.""",
-    ).tag(config=True)
-
-    default_memory_gib = Dict(
-        {},
-        help="""Memory (RAM, GiB) each replica of a workload asks for when its request names
-        none, per kind: {"notebook": 8, "training": 32}. The local backend enforces what was
-        asked as the job's memory limit (the kernel kills a job that goes past it); a kind not
-        named asks for none (not counted, not limited). A request's own ``memory_gib`` wins.""",
-    ).tag(config=True)
-
-    @validate("default_cpu", "default_memory_gib")
-    def _validate_resource_defaults(self, proposal):
-        name = proposal.trait.name
-        both = {"default_cpu": {}, "default_memory_gib": {}, name: proposal.value}
-        try:
-            resource_defaults(both["default_cpu"], both["default_memory_gib"])
-        except InvalidSpec as error:
-            raise ValueError(str(error)) from None
-        return proposal.value
-
-    aging_per_hour = Float(
-        0.0,
-        help="""Aging: priority points a pending workload gains per hour it waits, when its
-        queue ranks its pending work (docs/scheduling.md, "Aging"), so higher-priority work
-        arriving later cannot pass it forever. 0 (the default) turns aging off: priority
-        classes mean what the admin set, and the order is first come, first served within
-        one priority.""",
-    ).tag(config=True)
-
-    aging_max_priority = Float(
-        None,
-        allow_none=True,
-        help="""With aging: the most priority points a pending workload can gain by waiting;
-        None: no cap.""",
-    ).tag(config=True)
-
-    @validate("aging_per_hour", "aging_max_priority")
-    def _validate_aging(self, proposal):
-        name, value = proposal.trait.name, proposal.value
-        if value is not None and not 0 <= value < float("inf"):
-            raise ValueError(f"FracHubService.{name} must be a number >= 0, got {value}")
-        return value
-
-    def scheduling_policy(self) -> Policy:
-        """The engine's policy from the settings: the placement, wall-clock times in reasons,
-        and aging when ``aging_per_hour`` is above 0."""
-        aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
-        return Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
-
     cluster_may_grow = Bool(
         False,
         help="""Accept jobs and notebooks that fit no node of the cluster as it is now (a
@@ -362,25 +301,6 @@ class FracHubService(Application):
             raise ValueError(f"FracHubService.{name} must be between 0 and 1, got {value}")
         return value
 
-    placement = Unicode(
-        "frachub",
-        help=f"""How the engine picks GPUs: one of {", ".join(sorted(SCORERS))}. "frachub"
-        (FGD's fragmentation gradient, aimed at the shapes of the cluster's own recent
-        requests) strands the least capacity: on the openb trace it leaves 4.7% of GPUs
-        unallocated where "pack" leaves 5.6%, for a few milliseconds more per decision at
-        1,000 nodes (docs/benchmarks.md). "pack" fills partly used GPUs and nodes first and
-        is the cheapest; "spread" gives each workload the quietest GPU.""",
-    ).tag(config=True)
-
-    @validate("placement")
-    def _validate_placement(self, proposal):
-        if proposal.value not in SCORERS:
-            raise ValueError(
-                f"FracHubService.placement must be one of {', '.join(sorted(SCORERS))}, "
-                f"got {proposal.value!r}"
-            )
-        return proposal.value
-
     backend_class = Type(
         LocalBackend,
         klass=object,  # any class with the Backend protocol (scheduler/backends/base.py)
@@ -414,50 +334,6 @@ class FracHubService(Application):
         help="""Days usage samples are kept (the history charts reach back this far). 0 keeps
         them forever.""",
     ).tag(config=True)
-
-    fair_share_usage = Bool(
-        False,
-        help="""Usage-decayed fair share (docs/scheduling.md): a project's recent GPU use,
-        from the usage samples, lowers its part of the GPUs beyond the deserved quotas and its
-        place in the order of service; quotas are untouched. Needs usage_sample_interval > 0.
-        Off by default: docs/fleet.md, "Fair over time", measures why.""",
-    ).tag(config=True)
-
-    fair_share_usage_half_life_hours = Float(
-        24.0, help="Hours after which past GPU use counts half (KAI's halfLifePeriod)."
-    ).tag(config=True)
-
-    fair_share_usage_window_days = Float(
-        7.0, help="Days of usage samples counted (KAI's windowSize; keep the samples as long)."
-    ).tag(config=True)
-
-    fair_share_usage_k = Float(
-        1.0, help="How hard past use moves the over-quota share (KAI's kValue; 0: not at all)."
-    ).tag(config=True)
-
-    fair_share_usage_refresh_seconds = Float(
-        60.0, help="Seconds between recomputations of the decayed usage from the samples."
-    ).tag(config=True)
-
-    @validate(
-        "fair_share_usage_half_life_hours",
-        "fair_share_usage_window_days",
-        "fair_share_usage_refresh_seconds",
-    )
-    def _validate_usage_decay(self, proposal):
-        if proposal.value <= 0:
-            raise ValueError(
-                f"FracHubService.{proposal.trait.name} must be > 0, got {proposal.value}"
-            )
-        return proposal.value
-
-    @validate("fair_share_usage_k")
-    def _validate_usage_k(self, proposal):
-        if proposal.value < 0:
-            raise ValueError(
-                f"FracHubService.fair_share_usage_k must be >= 0, got {proposal.value}"
-            )
-        return proposal.value
 
     retention_check_interval = Float(
         3600.0, help="Seconds between retention passes (the first runs at start-up)."
@@ -732,12 +608,14 @@ class FracHubService(Application):
         return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
 
     async def serve(self) -> None:
-        try:
-            watchdog = MemoryWatchdog(parent=self)
-            gpu_metrics = GpuMetrics(parent=self)
-        except (TraitError, ValueError) as error:
-            self.log.critical("%s", error)
-            self.exit(2)
+        made: dict[type, Any] = {}
+        for settings in (MemoryWatchdog, GpuMetrics):  # a bad value stops start-up, named
+            try:
+                made[settings] = settings(parent=self)
+            except (TraitError, ValueError) as error:
+                self.log.critical("%s: %s", settings.__name__, error)
+                self.exit(2)
+        watchdog, gpu_metrics = made[MemoryWatchdog], made[GpuMetrics]
         self._hold_data_dir()
         try:
             self.store = open_store(self.db_url)
