@@ -79,6 +79,9 @@ class VictimSearch:
         self._tallied: dict[int, tuple[list[int], list[int]]] = {}
         self._unapplied: dict[int, list[Workload]] = {}
         self._applied: set[str] = set()
+        self._all_applied_below = 0
+        """Speed only: every victim before this index in ``victims`` is applied, so that
+        applying all of them (a gang claimant, each step) scans only the new ones."""
         self._could_fit: set[int] | None = set()
         """Nodes where the claimant can fit (None: anywhere): the nodes of the step that first
         made a fit and of every victim after it. Others failed once and have not changed."""
@@ -178,7 +181,9 @@ class VictimSearch:
     def _apply(self, nodes: set[int] | None) -> None:
         """Give back on the ledger every tallied victim on ``nodes`` (None: all of them)."""
         if nodes is None:
-            due = [v for v in self.victims if v.name not in self._applied]
+            start = self._all_applied_below
+            due = [v for v in self.victims[start:] if v.name not in self._applied]
+            self._all_applied_below = len(self.victims)
         else:
             due = [v for n in sorted(nodes) for v in self._unapplied.pop(n, ())]
         ledger = self.session.ledger
@@ -270,6 +275,7 @@ class VictimSearch:
             self._account(victim, +1)
             kept_at.append(i)
         self.victims = [victims[i] for i in sorted(kept_at)]
+        self._all_applied_below = 0
         return placement
 
     def abandon(self) -> None:
