@@ -81,7 +81,7 @@ def decide(session: Session, *, report_borrowed: bool = False) -> CycleResult:
             started, suffix = _make_room(session, workload, outcome, candidates)
             if started:
                 if len(session.decisions) > before + 1:
-                    failures.shapes.clear()  # capacity came back: earlier misses may fit now
+                    failures.clear()  # capacity came back: earlier misses may fit now
                     order.touch({w.queue for w in session.requeued[evicted:]})
                 continue
             outcome.reason += suffix

@@ -446,8 +446,10 @@ class Session:
 
     def size(self, workload: Workload) -> int:
         """Milli-GPUs the workload holds, or would hold on the largest GPUs if pending."""
-        if workload.state is not State.PENDING and workload.name in self._placed_size:
-            return self._placed_size[workload.name]
+        if workload.state is not State.PENDING:
+            placed = self._placed_size.get(workload.name)
+            if placed is not None:
+                return placed
         return self.request_size(workload)
 
     def request_size(self, workload: Workload) -> int:

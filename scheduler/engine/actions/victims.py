@@ -4,6 +4,7 @@ trial eviction that finds the fewest victims that make room."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 
 from scheduler.common.limits import MILLI
@@ -79,6 +80,9 @@ class VictimSearch:
         self._tallied: dict[int, tuple[list[int], list[int]]] = {}
         self._unapplied: dict[int, list[Workload]] = {}
         self._applied: set[str] = set()
+        self._all_applied_below = 0
+        """Speed only: every victim before this index in ``victims`` is applied, so that
+        applying all of them (a gang claimant, each step) scans only the new ones."""
         self._could_fit: set[int] | None = set()
         """Nodes where the claimant can fit (None: anywhere): the nodes of the step that first
         made a fit and of every victim after it. Others failed once and have not changed."""
@@ -178,7 +182,9 @@ class VictimSearch:
     def _apply(self, nodes: set[int] | None) -> None:
         """Give back on the ledger every tallied victim on ``nodes`` (None: all of them)."""
         if nodes is None:
-            due = [v for v in self.victims if v.name not in self._applied]
+            start = self._all_applied_below
+            due = [v for v in self.victims[start:] if v.name not in self._applied]
+            self._all_applied_below = len(self.victims)
         else:
             due = [v for n in sorted(nodes) for v in self._unapplied.pop(n, ())]
         ledger = self.session.ledger
@@ -270,6 +276,7 @@ class VictimSearch:
             self._account(victim, +1)
             kept_at.append(i)
         self.victims = [victims[i] for i in sorted(kept_at)]
+        self._all_applied_below = 0
         return placement
 
     def abandon(self) -> None:
@@ -329,6 +336,10 @@ class Candidates:
         self._alive_from: dict[tuple[str, float | None], int] = {}
         self._risks: dict[str, list[float]] = {}
         """Per queue: the work at risk of each unprotected candidate, in list order."""
+        self._ranked_risks: dict[str, list[float]] = {}
+        self._within_count: dict[tuple[str, int], list[Workload]] = {}
+        """Speed only (``_within``): per queue, its risks sorted; per queue and count of risks
+        within a bound, the candidates within it."""
         self._sides: dict[str, dict[str, tuple[str, str]]] = {}
         self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = {}
         self.ordered_by_priority = session.policy.victim_key in (
@@ -399,11 +410,28 @@ class Candidates:
                 if risks is None:  # once per queue, not once per queue and bound
                     at_risk = self.session.at_risk
                     risks = self._risks[queue] = [at_risk(w) for w in everything]
-                usable = [w for w, risk in zip(everything, risks, strict=True) if risk <= bound]
+                usable = self._within(queue, everything, risks, bound)
                 self._over_bound[key] = len(usable) < len(everything)
             self._usable[key] = usable
             self._alive_from[key] = 0
         return self._usable[key]
+
+    def _within(
+        self, queue: str, everything: list[Workload], risks: list[float], bound: float
+    ) -> list[Workload]:
+        """The candidates whose work at risk is within ``bound``, in list order. A training
+        claimant's second bound is its own wait, so nearly every claimant brings a new bound;
+        but two bounds that pass the same number of (sorted) risks pass the same candidates,
+        so the list is filtered once per such count, not once per bound (read-only, shared)."""
+        ranked = self._ranked_risks.get(queue)
+        if ranked is None:
+            ranked = self._ranked_risks[queue] = sorted(risks)
+        count = bisect.bisect_right(ranked, bound)
+        usable = self._within_count.get((queue, count))
+        if usable is None:
+            usable = [w for w, risk in zip(everything, risks, strict=True) if risk <= bound]
+            self._within_count[(queue, count)] = usable
+        return usable
 
     def walk(
         self, queue: str, search: VictimSearch, below_priority: int | None = None
