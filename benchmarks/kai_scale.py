@@ -110,15 +110,26 @@ def topology_nodes(nodes: int) -> list[tuple[str, dict[str, str]]]:
 
 def running(fake: FakeKube, workload_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
     """FracHub's training pods the fake API server shows Running (not being deleted), of
-    ``workload_ids`` when given."""
+    ``workload_ids`` when given: their metadata and spec only, read on the fake's own loop
+    without copying every pod (a poll must not load the server it measures)."""
     wanted = None if workload_ids is None else {str(i) for i in workload_ids}
-    return [
-        pod
-        for pod in fake.objects("pods", NAMESPACE, f"{COMPONENT}={TRAINING}")
-        if pod_phase(pod) == "Running"
-        and not pod["metadata"].get("deletionTimestamp")
-        and (wanted is None or pod["metadata"]["labels"].get(WORKLOAD) in wanted)
-    ]
+
+    def read() -> list[dict[str, Any]]:
+        found = []
+        for (plural, namespace, _), pod in list(fake._objects.of("pods").items()):
+            labels = pod["metadata"].get("labels") or {}
+            if (
+                plural == "pods"
+                and namespace == NAMESPACE
+                and labels.get(COMPONENT) == TRAINING
+                and (wanted is None or labels.get(WORKLOAD) in wanted)
+                and pod_phase(pod) == "Running"
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
+                found.append({"metadata": pod["metadata"], "spec": pod["spec"]})
+        return found
+
+    return fake.call(read)
 
 
 async def until(
