@@ -74,7 +74,7 @@ ZONE, BLOCK, RACK = (
 """KAI's three topology levels (zone, block, rack) on the three node labels FracHub reads."""
 
 
-def service_config(kubeconfig: str, capacity: int) -> str:
+def service_config(kubeconfig: str, capacity: int, job_tokens: bool = True) -> str:
     """The service as tests/kube runs it, with KAI's two queues: ``sanity`` deserves nothing
     and may borrow the whole cluster (KAI: quota 0, over-quota weight 0, no limit), ``reclaim``
     deserves it all (KAI: quota -1, its whole parent)."""
@@ -90,6 +90,7 @@ c.FracHubService.grace_period = 1
 c.FracHubService.page_max_limit = 1000
 c.KubernetesBackend.unschedulable_timeout = 600.0
 c.Application.log_level = "WARN"
+c.FracHubService.job_tokens = {job_tokens!r}
 """
     )
 
@@ -184,7 +185,13 @@ async def fill_cluster(
 
 
 async def one_test(
-    test: str, nodes: int, hub: Hub, users: dict[str, str], work: Path, timeout: float
+    test: str,
+    nodes: int,
+    hub: Hub,
+    users: dict[str, str],
+    work: Path,
+    timeout: float,
+    job_tokens: bool = True,
 ) -> dict[str, Any]:
     """One run of ``test`` on a fresh fake cluster and a fresh service: its figures."""
     with started_fake() as fake:
@@ -197,7 +204,7 @@ async def one_test(
         capacity = len(layout) * GPUS_PER_NODE
         work.mkdir(parents=True, exist_ok=True)
         kubeconfig = fake.kubeconfig(str(work / "kubeconfig"), NAMESPACE)
-        config = service_config(kubeconfig, capacity)
+        config = service_config(kubeconfig, capacity, job_tokens)
         with ServiceProcess(
             hub, config, work / "service", env={"KUBECONFIG": kubeconfig}, start_timeout=120
         ):
@@ -214,18 +221,32 @@ async def one_test(
                 return await TESTS_RUN[test](fake, sanity, reclaim, capacity, timeout)
 
 
-async def run_fill(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any]:  # noqa: ANN001
+async def run_fill(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
     seconds, posted = await fill_cluster(fake, sanity, capacity, 1, timeout)
     return {"seconds": seconds, "jobs": capacity, "post_seconds": posted}
 
 
-async def run_reclaim(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any]:  # noqa: ANN001
+async def run_reclaim(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
     await fill_cluster(fake, sanity, capacity, 1, timeout)
     samples = []
     for i in range(10):
         began = time.monotonic()
         [wid] = await submit_many(reclaim, jobs(1, 1, f"reclaim-{i}"), 1)
-        done = await until(lambda: bool(running(fake, [wid])), timeout, f"reclaim {i}", 0.02)
+        done = await until(
+            lambda wid=wid: bool(running(fake, [wid])), timeout, f"reclaim {i}", 0.02
+        )
         samples.append(done - began)
     return {
         "seconds": statistics.mean(samples),
@@ -234,7 +255,13 @@ async def run_reclaim(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any
     }
 
 
-async def run_large(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any]:  # noqa: ANN001
+async def run_large(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
     replicas = capacity // GPUS_PER_NODE
     await fill_cluster(fake, sanity, replicas, GPUS_PER_NODE, timeout)
     began = time.monotonic()
@@ -245,7 +272,13 @@ async def run_large(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any]:
     return {"seconds": done - began, "replicas": replicas, "gpus": replicas * GPUS_PER_NODE}
 
 
-async def run_topology(fake, sanity, reclaim, capacity, timeout) -> dict[str, Any]:  # noqa: ANN001
+async def run_topology(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
     replicas = capacity // GPUS_PER_NODE
     began = time.monotonic()
     [wid] = await submit_many(sanity, jobs(1, 2, "topo", replicas), 1)
@@ -277,12 +310,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=500, help="KWOK-like nodes of 8 GPUs")
     parser.add_argument("--runs", type=int, default=3, help="runs of each test (median)")
     parser.add_argument("--timeout", type=float, default=1800, help="s per wait")
+    parser.add_argument(
+        "--no-job-tokens",
+        action="store_true",
+        help="jobs get no hub token of their own (FracHubService.job_tokens = False)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     tests = TESTS if args.test == "all" else (args.test,)
     work = Path(tempfile.mkdtemp(prefix="frachub-kai-"))
     print(f"starting JupyterHub in {work}; load {load()}", file=sys.stderr)
-    results: dict[str, Any] = {"nodes": args.nodes, "load_before": load()}
+    results: dict[str, Any] = {
+        "nodes": args.nodes,
+        "job_tokens": not args.no_job_tokens,
+        "load_before": load(),
+    }
     with Hub(work / "hub") as hub:
         users = {}
         for user, group in (("kai-sanity", "sanity"), ("kai-reclaim", "reclaim")):
@@ -292,7 +334,15 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for run in range(args.runs):
                 result = asyncio.run(
-                    one_test(test, args.nodes, hub, users, work / f"{test}-{run}", args.timeout)
+                    one_test(
+                        test,
+                        args.nodes,
+                        hub,
+                        users,
+                        work / f"{test}-{run}",
+                        args.timeout,
+                        not args.no_job_tokens,
+                    )
                 )
                 print(f"{test} run {run + 1}: {json.dumps(result)}", file=sys.stderr, flush=True)
                 runs.append(result)
