@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import itertools
 import json
 import re
@@ -153,8 +154,10 @@ class ApiError(Exception):
 _SET_RE = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 
 
-def _split_selector(text: str) -> list[str]:
-    """Split on commas outside parentheses."""
+@functools.lru_cache(maxsize=1024)
+def _split_selector(text: str) -> tuple[str, ...]:
+    """Split on commas outside parentheses (memoised: a list matches one selector against
+    every object, and benchmarks/kai_scale.py lists among thousands)."""
     parts, depth, current = [], 0, ""
     for char in text:
         if char == "(":
@@ -167,7 +170,7 @@ def _split_selector(text: str) -> list[str]:
         else:
             current += char
     parts.append(current)
-    return [part.strip() for part in parts if part.strip()]
+    return tuple(part.strip() for part in parts if part.strip())
 
 
 def label_match(selector: str | None, labels: dict[str, str]) -> bool:
@@ -637,6 +640,55 @@ def _next_bookmark(now: float, deadline: float, interval: float) -> float | None
     return at if at > now else None
 
 
+class _Objects(dict):
+    """The fake's objects by (plural, namespace, name), with the indexes a large simulated
+    cluster needs (benchmarks/kai_scale.py: 500 nodes, 4,000 pods): by plural, and pods by
+    uid, owner uid and node. Every write goes through ``__setitem__``/``pop``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_plural: dict[str, dict[tuple[str, str, str], Obj]] = {}
+        self.pod_by_uid: dict[str, tuple[str, str, str]] = {}
+        self.pods_by_owner: dict[str, set[tuple[str, str, str]]] = {}
+        self.pods_by_node: dict[str, set[tuple[str, str, str]]] = {}
+
+    def of(self, plural: str) -> dict[tuple[str, str, str], Obj]:
+        return self.by_plural.get(plural, {})
+
+    def _unindex(self, key: tuple[str, str, str], obj: Obj) -> None:
+        self.by_plural.get(key[0], {}).pop(key, None)
+        if key[0] == "pods":
+            meta = obj["metadata"]
+            if self.pod_by_uid.get(meta.get("uid", "")) == key:
+                del self.pod_by_uid[meta["uid"]]
+            for ref in meta.get("ownerReferences") or []:
+                self.pods_by_owner.get(ref.get("uid", ""), set()).discard(key)
+            self.pods_by_node.get(obj["spec"].get("nodeName") or "", set()).discard(key)
+
+    def __setitem__(self, key: tuple[str, str, str], obj: Obj) -> None:
+        old = self.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        super().__setitem__(key, obj)
+        self.by_plural.setdefault(key[0], {})[key] = obj
+        if key[0] == "pods":
+            meta = obj["metadata"]
+            self.pod_by_uid[meta.get("uid", "")] = key
+            for ref in meta.get("ownerReferences") or []:
+                self.pods_by_owner.setdefault(ref.get("uid", ""), set()).add(key)
+            node = obj["spec"].get("nodeName")
+            if node:
+                self.pods_by_node.setdefault(node, set()).add(key)
+
+    def pop(self, key: tuple[str, str, str], *default: Any) -> Any:  # type: ignore[override]
+        if key in self:
+            self._unindex(key, self[key])
+        return super().pop(key, *default)
+
+    def __delitem__(self, key: tuple[str, str, str]) -> None:
+        self.pop(key)
+
+
 class FakeKube:
     """The fake cluster; see the module docstring. Test-facing methods are thread-safe."""
 
@@ -659,7 +711,7 @@ class FakeKube:
         """Called with (fake, pod, gpu uuids) when a pod starts: simulated programs."""
         self.requests: list[tuple[str, str]] = []
         """(method, path) of every request, for assertions."""
-        self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._objects = _Objects()
         self._rv = itertools.count(1)
         self._last_rv = 0
         self._history: list[tuple[int, str, str, Obj]] = []
@@ -1388,7 +1440,7 @@ class FakeKube:
         if scheduler not in ("default-scheduler", self.hami_scheduler_name):
             return  # no such scheduler here: the pod waits, unscheduled, without a word
         hami = scheduler == self.hami_scheduler_name
-        for (plural, _, name), node in sorted(self._objects.items()):
+        for (plural, _, name), node in sorted(self._objects.of("nodes").items()):
             if plural != "nodes" or volume_problem:
                 continue
             labels = node["metadata"].get("labels") or {}
@@ -1410,7 +1462,10 @@ class FakeKube:
                 continue
             used = sum(
                 self._gpu_request(other)
-                for (p, _, _), other in self._objects.items()
+                for (p, _, _), other in (
+                    (key, self._objects[key])
+                    for key in sorted(self._objects.pods_by_node.get(name, ()))
+                )
                 if p == "pods"
                 and other["spec"].get("nodeName") == name
                 and other["status"].get("phase") not in TERMINAL
@@ -1565,12 +1620,8 @@ class FakeKube:
 
     def _owned_pods(self, job: Obj) -> list[Obj]:
         uid = job["metadata"]["uid"]
-        return [
-            pod
-            for (plural, _, _), pod in list(self._objects.items())
-            if plural == "pods"
-            and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences", []))
-        ]
+        keys = sorted(self._objects.pods_by_owner.get(uid, ()))
+        return [self._objects[key] for key in keys if key in self._objects]
 
     def _job_pod(self, job: Obj, index: int | None) -> None:
         meta = job["metadata"]
@@ -1773,14 +1824,14 @@ class FakeKube:
 
     def _reconcile(self) -> None:
         self._reconcile_pending = False
-        for (plural, _, _), obj in list(self._objects.items()):
+        for (plural, _, _), obj in list(self._objects.of("jobs").items()):
             if plural == "jobs":
                 current = self._objects.get(
                     ("jobs", obj["metadata"]["namespace"], obj["metadata"]["name"])
                 )
                 if current is not None:
                     self._reconcile_job(current)
-        for (plural, _, _), pod in list(self._objects.items()):
+        for (plural, _, _), pod in list(self._objects.of("pods").items()):
             if (
                 plural == "pods"
                 and pod["status"].get("phase") == "Pending"
@@ -1801,10 +1852,9 @@ class FakeKube:
             del self._devices[uid]
 
     def _pod_alive(self, uid: str) -> bool:
-        return any(
-            p == "pods" and o["metadata"]["uid"] == uid and o["status"].get("phase") not in TERMINAL
-            for (p, _, _), o in self._objects.items()
-        )
+        key = self._objects.pod_by_uid.get(uid)
+        pod = self._objects.get(key) if key is not None else None
+        return pod is not None and pod["status"].get("phase") not in TERMINAL
 
 
 class _Handler(web.RequestHandler):
@@ -1924,13 +1974,17 @@ class _Handler(web.RequestHandler):
         if query.get("watch", "").lower() in ("true", "1"):
             await self._watch(plural, namespace or None, labels, fields, query)
             return
+        # filter, then sort only what matched (thousands of objects of other kinds)
         items = [
             obj
-            for (p, ns, _), obj in sorted(fake._objects.items())
-            if p == plural
-            and (not namespace or ns == namespace)
-            and label_match(labels, obj["metadata"].get("labels") or {})
-            and field_match(fields, obj)
+            for _, obj in sorted(
+                (key, obj)
+                for key, obj in fake._objects.of(plural).items()
+                if key[0] == plural
+                and (not namespace or key[1] == namespace)
+                and label_match(labels, obj["metadata"].get("labels") or {})
+                and field_match(fields, obj)
+            )
         ]
         kind, api_version, _ = RESOURCES[plural]
         self._send(

@@ -1,0 +1,371 @@
+"""KAI's nightly scale tests, end to end through FracHub (docs/benchmarks.md, "KAI's scale tests").
+
+KAI publishes its scale tests' results (kai-scheduler/KAI-Scheduler, ``docs/scale-tests/``,
+``test/e2e/scale/kwok_test.go``): 500 KWOK nodes of 8 GPUs, the pods of each test created
+through the Kubernetes API, timed until they are scheduled. This runs the same shapes through
+the real ``frachub service`` (Kubernetes backend) behind a real JupyterHub, against the
+in-process fake Kubernetes API server of the tests (tests/kube/fakeapi.py), which runs no
+containers: a pod bound to a node becomes Running at once, as KWOK's pods do. Every
+submission is a ``POST workloads`` through the hub's proxy with a user's token; the clock
+stops when the fake API server shows every pod of the test Running.
+
+    fill      4,000 single-GPU jobs in one project; from the first POST until all run
+              (KAI: 6 m 37.8 s, timed from enabling its scheduler after the pods exist)
+    reclaim   the cluster full of 4,000 single-GPU jobs of a project that deserves nothing
+              and borrows everything; a project deserving the whole cluster submits one
+              1-GPU job, ten times in turn; mean time from POST until it runs (KAI: 13.9 s)
+    large     the cluster full of 500 whole-node (8-GPU) jobs of that borrowing project;
+              the other submits one 500-replica gang of 8 GPUs each; from POST until all
+              500 replicas run (KAI: 85 s)
+    topology  512 nodes in 4 zones x 8 blocks x 8 racks x 2 nodes; one 512-replica gang of
+              2 GPUs each, preferring a rack; from POST until all run (KAI: 48.7 s)
+
+    python benchmarks/kai_scale.py                      # all four, 500 nodes, 3 runs each
+    python benchmarks/kai_scale.py --test fill --runs 5
+    python benchmarks/kai_scale.py --nodes 4 --runs 1 --json    # the CI-sized run
+
+At ``--nodes N`` the shapes scale as KAI's do with its NODE_COUNT: fill and reclaim use
+N x 8 single-GPU jobs, large an N-replica gang; topology keeps its 4 x 8 x 8 x 2 tree unless
+``--nodes`` is below 512, when it shrinks to N/2 racks of 2 nodes (one zone, one block).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
+from kube.conftest import SERVICE_CONFIG, started_fake  # noqa: E402
+from kube.fakeapi import FakeKube  # noqa: E402
+
+from scheduler.backends.kubernetes.labels import COMPONENT, TRAINING, WORKLOAD  # noqa: E402
+from scheduler.backends.kubernetes.pods import pod_phase  # noqa: E402
+
+NAMESPACE = "default"
+GPUS_PER_NODE = 8
+KAI = {
+    "fill": 397.77,  # "Fill Cluster with single GPU Jobs", 6m37.770565662s
+    "reclaim": 13.93,  # "Measuring reclaim time for single GPU", mean of 10
+    "large": 85.0,  # "Reclaim time for one very large job", 500 pods x 8 GPUs
+    "topology": 48.72,  # "Allocate with preferred topology", 512 pods
+}
+"""KAI's figures (seconds), docs/scale-tests/example-results.json, run of 2026-07-03."""
+TESTS = tuple(KAI)
+ZONE, BLOCK, RACK = (
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "nvidia.com/gpu.clique",
+)
+"""KAI's three topology levels (zone, block, rack) on the three node labels FracHub reads."""
+
+
+def service_config(kubeconfig: str, capacity: int, job_tokens: bool = True) -> str:
+    """The service as tests/kube runs it, with KAI's two queues: ``sanity`` deserves nothing
+    and may borrow the whole cluster (KAI: quota 0, over-quota weight 0, no limit), ``reclaim``
+    deserves it all (KAI: quota -1, its whole parent)."""
+    queues = [
+        {"name": "sanity", "deserved_gpus": 0},
+        {"name": "reclaim", "deserved_gpus": capacity},
+    ]
+    return (
+        SERVICE_CONFIG.format(kubeconfig=kubeconfig, namespace=NAMESPACE)
+        + f"""
+c.FracHubService.queues = {queues!r}
+c.FracHubService.grace_period = 1
+c.FracHubService.page_max_limit = 1000
+c.KubernetesBackend.unschedulable_timeout = 600.0
+c.Application.log_level = "WARN"
+c.FracHubService.job_tokens = {job_tokens!r}
+"""
+    )
+
+
+def topology_nodes(nodes: int) -> list[tuple[str, dict[str, str]]]:
+    """KAI's topology tree (4 zones x 8 blocks x 8 racks x 2 nodes), or a single zone and
+    block of nodes/2 racks when fewer nodes are asked for."""
+    zones, blocks, racks = (4, 8, 8) if nodes >= 512 else (1, 1, max(1, nodes // 2))
+    made = []
+    for z in range(zones):
+        for b in range(blocks):
+            for r in range(racks):
+                for n in range(2):
+                    labels = {ZONE: f"zone-{z}", BLOCK: f"block-{z}-{b}", RACK: f"rack-{z}-{b}-{r}"}
+                    made.append((f"kwok-{z}-{b}-{r}-{n}", labels))
+    return made
+
+
+def running(fake: FakeKube, workload_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """FracHub's training pods the fake API server shows Running (not being deleted), of
+    ``workload_ids`` when given: their metadata and spec only, read on the fake's own loop
+    without copying every pod (a poll must not load the server it measures)."""
+    wanted = None if workload_ids is None else {str(i) for i in workload_ids}
+
+    def read() -> list[dict[str, Any]]:
+        found = []
+        for (plural, namespace, _), pod in list(fake._objects.of("pods").items()):
+            labels = pod["metadata"].get("labels") or {}
+            if (
+                plural == "pods"
+                and namespace == NAMESPACE
+                and labels.get(COMPONENT) == TRAINING
+                and (wanted is None or labels.get(WORKLOAD) in wanted)
+                and pod_phase(pod) == "Running"
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
+                found.append({"metadata": pod["metadata"], "spec": pod["spec"]})
+        return found
+
+    return fake.call(read)
+
+
+async def until(
+    check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2
+) -> float:
+    """Poll ``check`` (in a thread: the fake's reads block) until true; the monotonic time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await asyncio.to_thread(check):
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        await asyncio.sleep(interval)
+
+
+async def submit_many(
+    client: httpx.AsyncClient, bodies: list[dict[str, Any]], concurrency: int = 16
+) -> list[int]:
+    """POST every body (``concurrency`` in flight); the workload ids, in order."""
+    ids: list[int] = [0] * len(bodies)
+    todo = list(enumerate(bodies))
+
+    async def worker() -> None:
+        while todo:
+            index, body = todo.pop()
+            response = await client.post("workloads", json=body)
+            if response.status_code != 201:
+                raise RuntimeError(f"POST workloads {body}: {response.status_code} {response.text}")
+            ids[index] = response.json()["id"]
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return ids
+
+
+def jobs(count: int, gpus: int, name: str, replicas: int = 1) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {"command": "sleep infinity", "gpus": gpus}
+    if replicas > 1:
+        body["replicas"] = replicas
+    return [{**body, "name": f"{name}-{i}"} for i in range(count)]
+
+
+async def fill_cluster(
+    fake: FakeKube, sanity: httpx.AsyncClient, count: int, gpus: int, timeout: float
+) -> tuple[float, float]:
+    """Submit ``count`` jobs of ``gpus`` GPUs as the sanity project and wait until all run:
+    (seconds from the first POST until all run, seconds the POSTs took)."""
+    began = time.monotonic()
+    await submit_many(sanity, jobs(count, gpus, f"fill{gpus}"))
+    posted = time.monotonic() - began
+    done = await until(lambda: len(running(fake)) >= count, timeout, f"{count} jobs running")
+    return done - began, posted
+
+
+async def one_test(
+    test: str,
+    nodes: int,
+    hub: Hub,
+    users: dict[str, str],
+    work: Path,
+    timeout: float,
+    job_tokens: bool = True,
+) -> dict[str, Any]:
+    """One run of ``test`` on a fresh fake cluster and a fresh service: its figures."""
+    with started_fake() as fake:
+        if test == "topology":
+            layout = topology_nodes(nodes)
+        else:
+            layout = [(f"kwok-{n:04d}", {}) for n in range(nodes)]
+        for name, labels in layout:
+            fake.add_node(name, gpus=GPUS_PER_NODE, memory_mib=81920, labels=labels)
+        capacity = len(layout) * GPUS_PER_NODE
+        work.mkdir(parents=True, exist_ok=True)
+        kubeconfig = fake.kubeconfig(str(work / "kubeconfig"), NAMESPACE)
+        config = service_config(kubeconfig, capacity, job_tokens)
+        with ServiceProcess(
+            hub, config, work / "service", env={"KUBECONFIG": kubeconfig}, start_timeout=120
+        ):
+
+            def client(user: str) -> httpx.AsyncClient:
+                return httpx.AsyncClient(
+                    base_url=hub.service_url(API_PATH),
+                    headers={"Authorization": f"token {users[user]}"},
+                    timeout=timeout,
+                    limits=httpx.Limits(max_connections=16),
+                )
+
+            async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
+                return await TESTS_RUN[test](fake, sanity, reclaim, capacity, timeout)
+
+
+async def run_fill(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
+    seconds, posted = await fill_cluster(fake, sanity, capacity, 1, timeout)
+    return {"seconds": seconds, "jobs": capacity, "post_seconds": posted}
+
+
+async def run_reclaim(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
+    await fill_cluster(fake, sanity, capacity, 1, timeout)
+    samples = []
+    for i in range(10):
+        began = time.monotonic()
+        [wid] = await submit_many(reclaim, jobs(1, 1, f"reclaim-{i}"), 1)
+        done = await until(
+            lambda wid=wid: bool(running(fake, [wid])), timeout, f"reclaim {i}", 0.02
+        )
+        samples.append(done - began)
+    return {
+        "seconds": statistics.mean(samples),
+        "samples": [round(s, 3) for s in samples],
+        "running_jobs": capacity,
+    }
+
+
+async def run_large(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
+    replicas = capacity // GPUS_PER_NODE
+    await fill_cluster(fake, sanity, replicas, GPUS_PER_NODE, timeout)
+    began = time.monotonic()
+    [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
+    done = await until(
+        lambda: len(running(fake, [wid])) >= replicas, timeout, f"{replicas} replicas running"
+    )
+    return {"seconds": done - began, "replicas": replicas, "gpus": replicas * GPUS_PER_NODE}
+
+
+async def run_topology(
+    fake: FakeKube,
+    sanity: httpx.AsyncClient,
+    reclaim: httpx.AsyncClient,
+    capacity: int,
+    timeout: float,
+) -> dict[str, Any]:
+    replicas = capacity // GPUS_PER_NODE
+    began = time.monotonic()
+    [wid] = await submit_many(sanity, jobs(1, 2, "topo", replicas), 1)
+    done = await until(
+        lambda: len(running(fake, [wid])) >= replicas, timeout, f"{replicas} replicas running"
+    )
+    pods = running(fake, [wid])
+    nodes = {n["metadata"]["name"]: n for n in fake.objects("nodes", "")}
+    racks = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][RACK] for p in pods}
+    return {
+        "seconds": done - began,
+        "replicas": replicas,
+        "racks_used": len(racks),
+        "racks_needed": -(-replicas * 2 // (2 * GPUS_PER_NODE)),
+    }
+
+
+TESTS_RUN = {"fill": run_fill, "reclaim": run_reclaim, "large": run_large, "topology": run_topology}
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} CPUs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--test", choices=(*TESTS, "all"), default="all")
+    parser.add_argument("--nodes", type=int, default=500, help="KWOK-like nodes of 8 GPUs")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each test (median)")
+    parser.add_argument("--timeout", type=float, default=1800, help="s per wait")
+    parser.add_argument(
+        "--no-job-tokens",
+        action="store_true",
+        help="jobs get no hub token of their own (FracHubService.job_tokens = False)",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    tests = TESTS if args.test == "all" else (args.test,)
+    work = Path(tempfile.mkdtemp(prefix="frachub-kai-"))
+    print(f"starting JupyterHub in {work}; load {load()}", file=sys.stderr)
+    results: dict[str, Any] = {
+        "nodes": args.nodes,
+        "job_tokens": not args.no_job_tokens,
+        "load_before": load(),
+    }
+    with Hub(work / "hub") as hub:
+        users = {}
+        for user, group in (("kai-sanity", "sanity"), ("kai-reclaim", "reclaim")):
+            hub.create_user(user, groups=[group])
+            users[user] = hub.token_for(user)
+        for test in tests:
+            runs = []
+            for run in range(args.runs):
+                result = asyncio.run(
+                    one_test(
+                        test,
+                        args.nodes,
+                        hub,
+                        users,
+                        work / f"{test}-{run}",
+                        args.timeout,
+                        not args.no_job_tokens,
+                    )
+                )
+                print(f"{test} run {run + 1}: {json.dumps(result)}", file=sys.stderr, flush=True)
+                runs.append(result)
+            median = statistics.median(r["seconds"] for r in runs)
+            results[test] = {
+                "median_seconds": round(median, 3),
+                "kai_seconds": KAI[test],
+                "times_faster": round(KAI[test] / median, 1),
+                "runs": runs,
+            }
+    results["load_after"] = load()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for test in tests:
+            r = results[test]
+            print(
+                f"{test:<9} median {r['median_seconds']:8.2f} s over {args.runs} run(s)   "
+                f"KAI {r['kai_seconds']:7.2f} s   {r['times_faster']}x"
+            )
+        print(f"load before {results['load_before']}; after {results['load_after']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
