@@ -55,6 +55,13 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.recent_use = Gauge(
+            "frachub_queue_recent_use",
+            "A project's decayed GPU use as a share of the cluster's (usage-decayed fair share "
+            "on only)",
+            ["queue"],
+            registry=r,
+        )
         self.time_to_start = Histogram(
             "frachub_time_to_start_seconds",
             "From submission (or requeue) to holding GPUs, by workload kind",
@@ -157,6 +164,8 @@ class Metrics:
             self.allocated.labels(name).set(status.allocated_gpus)
             self.deserved.labels(name).set(status.deserved_gpus)
             self.fair_share.labels(name).set(status.fair_share_gpus)
+            if status.usage is not None:
+                self.recent_use.labels(name).set(status.usage)
         for state in ACTIVE_STATES:
             self.workloads.labels(state.value).set(counts.get(state.value, 0))
 
