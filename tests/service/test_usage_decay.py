@@ -89,6 +89,10 @@ def test_a_project_that_used_the_cluster_yesterday_waits_and_is_told_why(
             "fair share of 0 GPUs (lowered from 1 GPU by its recent use)" in (job["pending_reason"])
         ), job["pending_reason"]
 
+        metrics = alice.get("../../metrics").text
+        recent = re.search(r'frachub_queue_recent_use\{queue="vision"\} ([0-9.]+)', metrics)
+        assert recent and float(recent.group(1)) > 0.9, metrics
+
         env = {
             key: value
             for key, value in os.environ.items()

@@ -246,6 +246,12 @@ BAD = [
         id="description",
     ),
     pytest.param(["--description", "{tmp}/absent.yaml"], "cannot read the file", id="no-file"),
+    pytest.param(
+        ["--usage-half-life", "0"], "--usage-half-life: must be > 0 hours, got 0", id="half-life"
+    ),
+    pytest.param(
+        ["--usage-half-life", "12", "--usage-k", "-1"], "--usage-k: must be >= 0", id="usage-k"
+    ),
 ]
 
 

@@ -79,6 +79,13 @@ class Metrics:
             ["node"],
             registry=r,
         )
+        self.recent_use = Gauge(
+            "frachub_queue_recent_use",
+            "A project's decayed GPU use as a share of the cluster's (usage-decayed fair share "
+            "on only)",
+            ["queue"],
+            registry=r,
+        )
         self.time_to_start = Histogram(
             "frachub_time_to_start_seconds",
             "From submission (or requeue) to holding GPUs, by workload kind",
@@ -195,6 +202,8 @@ class Metrics:
             cores, gib = held.get(name, (0.0, 0.0))
             self.allocated_cpu.labels(name).set(cores)
             self.allocated_memory.labels(name).set(gib)
+            if status.usage is not None:
+                self.recent_use.labels(name).set(status.usage)
         for node in nodes:
             if node.cpu_milli is not None:
                 self.node_cpu.labels(node.name).set(node.cpu_milli / 1000)
