@@ -44,7 +44,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -493,9 +493,7 @@ class GpuSharing(HasTraits):
     run_as_user: bool
     env_keep: list[str]
     log: logging.Logger | logging.LoggerAdapter
-
-    def inventory(self) -> Inventory:
-        raise NotImplementedError
+    inventory: Callable[[], Inventory]
 
     def gpu_sharing_inventory(self, inventory: Inventory) -> Inventory:
         """The inventory with what the sharing mode imposes on placement: under MPS, with
