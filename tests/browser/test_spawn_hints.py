@@ -3,13 +3,16 @@ then happens when the user clicks Start: a share free now starts at once; one th
 another project borrowed says so and starts after the reclaim (the borrowing job goes back to
 pending); one beyond what the quota allows now says it would wait and why, and the spawn page
 then shows the same reason. The admin, who is in no project, sees CPU only pre-selected and
-words for an admin. Screenshots of each are kept in docs/images/spawn-*.png (docs/hub.md).
+words for an admin. Screenshots of each go to artifacts/screenshots/; with
+``FRACHUB_REFRESH_DOC_IMAGES=1`` they also replace docs/images/spawn-*.png (docs/hub.md), so
+an ordinary run leaves the tracked images alone.
 
 Demo: alice and bob in vision, carol in nlp (1 GPU deserved each), two GPUs, 2 s grace.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -52,9 +55,11 @@ def choice(form, label: str):
 
 
 def keep(shot, name: str, page) -> None:
-    """A screenshot for the run's artifacts and for the docs."""
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot(name, page), DOCS_IMAGES / f"{name}.png")
+    """A screenshot for the run's artifacts; for the docs too when asked to refresh them."""
+    taken = shot(name, page)
+    if os.environ.get("FRACHUB_REFRESH_DOC_IMAGES") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(taken, DOCS_IMAGES / f"{name}.png")
 
 
 def service_as(up: Up, user: str) -> httpx.Client:
