@@ -308,11 +308,16 @@ class MemoryReader:
     async def memory(self, holders: Holders) -> MemoryByWorkload:
         return memory_of(await self.usage(holders))
 
-    async def usage(self, holders: Holders) -> UsageByWorkload:
+    async def usage(self, holders: Holders, *, max_age: float = 0.0) -> UsageByWorkload:
         """One sample, told to workloads: memory and utilization per GPU (``last`` keeps the
-        sample itself, per GPU)."""
-        sample = await self.sampler.sample()
-        self.last = sample
+        sample itself, per GPU). With ``max_age``, a sample that recent is told again
+        instead of reading NVML: the GPU use sampler (every 5 s) takes the memory
+        watchdog's (every 2 s), so one NVML read feeds both."""
+        last = self.last
+        if last is not None and max_age > 0 and time.time() - last.at < max_age:
+            sample = last
+        else:
+            sample = self.last = await self.sampler.sample()
         owners: dict[int, int | None] = {}
         alive = set(holders.groups.values()) | set(holders.roots.values())
         alive |= set(holders.tokens.values())

@@ -386,12 +386,14 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
         return await self.gpu_reader.memory(holders)
 
-    async def gpu_usage(self, notebooks: Mapping[int, tuple[str, str]]) -> UsageByWorkload:
+    async def gpu_usage(
+        self, notebooks: Mapping[int, tuple[str, str]], *, max_age: float = 0.0
+    ) -> UsageByWorkload:
         """Memory and utilization of each running workload per GPU, from one NVML sample
-        (``gpu_memory``'s, with utilization); ``gpu_reader.last`` then holds the per-GPU
-        readings."""
+        (``gpu_memory``'s, with utilization; one at most ``max_age`` seconds old is reused);
+        ``gpu_reader.last`` then holds the per-GPU readings."""
         holders = attempt_holders(self._attempts.values()).merged(Holders.of_notebooks(notebooks))
-        return await self.gpu_reader.usage(holders)
+        return await self.gpu_reader.usage(holders, max_age=max_age)
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """The replica's log file, or None before anything was written."""

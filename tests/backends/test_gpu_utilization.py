@@ -121,3 +121,30 @@ def test_a_pid_is_looked_up_again_once_its_workload_is_gone() -> None:
         process.wait()
     assert list(first) == list(again) == [1]
     assert list(moved) == [2]
+
+
+def test_a_recent_sample_is_reused_so_one_nvml_read_feeds_both_timers() -> None:
+    """The GPU use sampler asks with ``max_age``: a sample the memory watchdog took that
+    recently is told again; an older one is not, and neither is anything without it."""
+
+    class Counting(FakeNvml):
+        reads = 0
+
+        def nvmlDeviceGetCount(self) -> int:
+            Counting.reads += 1
+            return super().nvmlDeviceGetCount()
+
+    nvml = Counting(gpus=1)
+    reader = MemoryReader(NvmlSampler(nvml), log=logging.getLogger("test"))
+
+    async def scenario():
+        await reader.memory(Holders())  # the watchdog's read
+        await reader.usage(Holders(), max_age=60)  # the sampler's: reused
+        reused = Counting.reads
+        await reader.usage(Holders())  # no max_age: read
+        await reader.usage(Holders(), max_age=1e-9)  # too old: read
+        reader.close()
+        return reused
+
+    assert run(scenario) == 1
+    assert Counting.reads == 3

@@ -59,7 +59,7 @@ def test_a_two_gpu_job_is_the_mean_of_its_gpus_and_one_without_processes_idle() 
 
 
 def test_a_machine_without_nvml_is_not_sampled_and_says_so(caplog) -> None:
-    async def unreadable(notebooks):
+    async def unreadable(notebooks, *, max_age=0.0):
         raise NvmlUnavailable("NVML could not read the GPUs: Driver Not Loaded")
 
     record = SimpleNamespace(

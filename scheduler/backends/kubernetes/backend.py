@@ -667,9 +667,12 @@ class KubernetesBackend(LoggingConfigurable):
         reader, pods = self._gpu_reader()
         return await reader.memory(pods)
 
-    async def gpu_usage(self, notebooks: Mapping[int, tuple[str, str]]) -> UsageByWorkload:
+    async def gpu_usage(
+        self, notebooks: Mapping[int, tuple[str, str]], *, max_age: float = 0.0
+    ) -> UsageByWorkload:
         """``gpu_memory`` with each pod's GPU utilization (the whole GPU's: dcgm-exporter's
-        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler."""
+        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler; always asked anew (``max_age``
+        is the local reader's: Prometheus keeps its own scrape interval)."""
         reader, pods = self._gpu_reader()
         return await reader.usage(pods)
 

@@ -6,7 +6,9 @@ It reads through the backend, with the memory watchdog's sampler (``gpu_usage.Nv
 on the local backend: ``LocalBackend.gpu_usage``); a backend that only knows memory
 (``gpu_memory``: Kubernetes through the DCGM exporter) gives memory without utilization.
 Every ``GpuMetrics.interval`` seconds while any workload holds a GPU it samples, whether or
-not any is over its share, and keeps the recent samples in memory (``gpu_history``).
+not any is over its share, and keeps the recent samples in memory (``gpu_history``). When
+the watchdog read the GPUs within the last 0.9 of an interval (it reads every 2 s), that
+sample is used again: NVML is read once for both.
 
 Cost: one NVML read of every GPU plus one ``/proc`` lookup per GPU process per sample; with
 8 GPUs and 200 jobs it takes a few milliseconds (``benchmarks/gpu_sampling.py``,
@@ -138,7 +140,7 @@ class GpuWatch:
         backend = self.loop.backend
         began = time.monotonic()
         try:
-            usage = await self._read(backend, notebooks)
+            usage = await self._read(backend, notebooks, self.settings.interval * 0.9)
         except Exception as error:  # no NVML, Prometheus down: said once, tried again
             self.history.failing = str(error) or type(error).__name__
             if str(error) != self._said:
@@ -157,9 +159,13 @@ class GpuWatch:
         )
 
     @staticmethod
-    async def _read(backend: Any, notebooks: dict[int, tuple[str, str]]) -> UsageByWorkload:
+    async def _read(
+        backend: Any, notebooks: dict[int, tuple[str, str]], max_age: float
+    ) -> UsageByWorkload:
+        """``max_age``: a sample younger than most of an interval (the memory watchdog's,
+        which reads more often) is reused rather than NVML read twice."""
         if hasattr(backend, "gpu_usage"):
-            return await backend.gpu_usage(notebooks)
+            return await backend.gpu_usage(notebooks, max_age=max_age)
         memory = await backend.gpu_memory(notebooks)
         return {
             workload: {words: WorkloadGpu(used, None, "none") for words, used in per_gpu.items()}
