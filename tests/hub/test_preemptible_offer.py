@@ -158,8 +158,19 @@ def test_the_form_offers_it_and_the_user_who_takes_it_starts_now(
 
         page.get_by_role("button", name="Start").click()
         page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
-    (allocation,) = up.allocations("alice", ["running"])
-    assert (allocation["gpus"], allocation["preemptible"]) == (0.5, True)
+        (allocation,) = up.allocations("alice", ["running"])
+        assert (allocation["gpus"], allocation["preemptible"]) == (0.5, True)
+
+        # the Training panel: the notebook is preemptible and borrowed, each said in words
+        page.goto(f"{up.url}/services/frachub/")
+        row = page.locator(f".frachub-workload[data-id='{allocation['id']}']")
+        row.wait_for(timeout=30_000)
+        badge = row.locator(".frachub-preemptible")
+        assert badge.inner_text() == "preemptible"
+        assert "stopped when others need their quota" in badge.get_attribute("title")
+        assert "files are kept" in badge.get_attribute("title")
+        assert row.locator(".frachub-borrowed").get_attribute("title") == allocation["borrowed"]
+        shot("panel-preemptible-notebook", page)
 
 
 @pytest.mark.browser
