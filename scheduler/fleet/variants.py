@@ -18,7 +18,8 @@ reclaim     the projects' quotas with borrowing of idle GPUs and reclaim/preempt
 frachub     FracHub as it ships: fractions, borrowing, fair share, reclaim, preemption
             and consolidation, with the grace period. The engine knows each job's
             checkpoint interval, chooses victims and movers by the work they would lose
-            and keeps ``Policy.loss_bound``.
+            and keeps ``Policy.loss_bound``. A notebook that would wait at its project's
+            quota is offered to start now as a preemptible one (``offers_preemptible``).
 ==========  ===========================================================================
 
 The baselines are blind to checkpoints, as Kueue and KAI are: victims go lowest priority
