@@ -241,13 +241,7 @@ class FleetRunner(Runner):
         """The spawn form's offer: the notebook as asked would wait, and a preemptible one
         would start now, each decided by the engine's dry run on the state the last instant
         settled in (as the service decides the form's hints)."""
-        session = self.lifecycle.session(
-            tuple(self.nodes),
-            self.scenario.queues,
-            now,
-            self.policy,
-            usage=self.usage.current(now) if self.usage is not None else None,
-        )
+        session = self.session(now)
         decide(session)
         grace = self.scenario.grace_seconds
         seq = self.admitted

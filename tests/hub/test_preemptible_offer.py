@@ -11,11 +11,12 @@ Screenshots go to artifacts/screenshots/."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from browser.browserharness import browser_page
+from service_client import wait_for
 
 from hub.upharness import Up, open_spawn_form
 
@@ -45,20 +46,18 @@ def idle(offer_up: Up) -> Iterator[None]:
             offer_up.stop_server(user, name)
 
 
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def bob_fills_vision(up: Up) -> None:
     up.start_server("bob", {"profile": "gpu", "gpus": 1})
     up.wait_ready("bob")
+
+
+@pytest.fixture
+def alices_form(offer_up: Up, browser, request) -> Iterator[tuple[Any, Any]]:
+    """Bob's notebook holds vision's whole quota; alice signs in and opens the spawn form:
+    (the page, its FracHub form)."""
+    bob_fills_vision(offer_up)
+    with browser_page(browser, offer_up.url, request) as page:
+        yield page, open_spawn_form(page, offer_up, "alice")
 
 
 def test_taken_offer_starts_at_once_says_why_and_is_stopped_for_the_owner(offer_up: Up) -> None:
@@ -138,65 +137,58 @@ def test_refused_at_once_naming_the_option(
 
 @pytest.mark.browser
 def test_the_form_offers_it_and_the_user_who_takes_it_starts_now(
-    offer_up: Up, browser, request, shot
+    offer_up: Up, alices_form, shot
 ) -> None:
     up = offer_up
-    bob_fills_vision(up)
-    with browser_page(browser, up.url, request) as page:
-        form = open_spawn_form(page, up, "alice")
-        half = form.locator(".frachub-profile[data-profile='gpu'] .form-check", has_text="0.5 GPU")
-        assert "would wait: " + QUOTA_WORDS in half.first.inner_text()
-        offer = form.locator(".frachub-preemptible-offer[data-gpu='0.5']")
-        assert "Start now as a preemptible notebook" in offer.inner_text()
-        assert "starts now on" in offer.inner_text()  # where the preemptible one would go
-        assert "may be stopped when others need their quota" in offer.inner_text()
-        assert "files are kept" in offer.inner_text()
-        assert form.locator(".frachub-preemptible-offer[data-gpu='2']").count() == 0  # never
-        offer.locator("input").check()
-        assert form.locator("input[name='gpu-gpu'][value='0.5']").is_checked()
-        shot("offer-on-the-form", page)
+    page, form = alices_form
+    half = form.locator(".frachub-profile[data-profile='gpu'] .form-check", has_text="0.5 GPU")
+    assert "would wait: " + QUOTA_WORDS in half.first.inner_text()
+    offer = form.locator(".frachub-preemptible-offer[data-gpu='0.5']")
+    assert "Start now as a preemptible notebook" in offer.inner_text()
+    assert "starts now on" in offer.inner_text()  # where the preemptible one would go
+    assert "may be stopped when others need their quota" in offer.inner_text()
+    assert "files are kept" in offer.inner_text()
+    assert form.locator(".frachub-preemptible-offer[data-gpu='2']").count() == 0  # never
+    offer.locator("input").check()
+    assert form.locator("input[name='gpu-gpu'][value='0.5']").is_checked()
+    shot("offer-on-the-form", page)
 
-        page.get_by_role("button", name="Start").click()
-        page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
-        (allocation,) = up.allocations("alice", ["running"])
-        assert (allocation["gpus"], allocation["preemptible"]) == (0.5, True)
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
+    (allocation,) = up.allocations("alice", ["running"])
+    assert (allocation["gpus"], allocation["preemptible"]) == (0.5, True)
 
-        # the Training panel: the notebook is preemptible and borrowed, each said in words
-        page.goto(f"{up.url}/services/frachub/")
-        row = page.locator(f".frachub-workload[data-id='{allocation['id']}']")
-        row.wait_for(timeout=30_000)
-        badge = row.locator(".frachub-preemptible")
-        assert badge.inner_text() == "preemptible"
-        assert "stopped when others need their quota" in badge.get_attribute("title")
-        assert "files are kept" in badge.get_attribute("title")
-        assert row.locator(".frachub-borrowed").get_attribute("title") == allocation["borrowed"]
-        shot("panel-preemptible-notebook", page)
+    # the Training panel: the notebook is preemptible and borrowed, each said in words
+    page.goto(f"{up.url}/services/frachub/")
+    row = page.locator(f".frachub-workload[data-id='{allocation['id']}']")
+    row.wait_for(timeout=30_000)
+    badge = row.locator(".frachub-preemptible")
+    assert badge.inner_text() == "preemptible"
+    assert "stopped when others need their quota" in badge.get_attribute("title")
+    assert "files are kept" in badge.get_attribute("title")
+    assert row.locator(".frachub-borrowed").get_attribute("title") == allocation["borrowed"]
+    shot("panel-preemptible-notebook", page)
 
 
 @pytest.mark.browser
-def test_the_spawn_page_offers_it_while_the_notebook_waits(
-    offer_up: Up, browser, request, shot
-) -> None:
-    up = offer_up
-    bob_fills_vision(up)
-    with browser_page(browser, up.url, request) as page:
-        open_spawn_form(page, up, "alice")
-        page.locator(".frachub-profile[data-profile='gpu'] label", has_text="0.5 GPU").click()
-        page.get_by_role("button", name="Start").click()
-        page.wait_for_url(re.compile(r"/hub/spawn-pending/alice"))
-        button = page.get_by_role("button", name="Start now as a preemptible notebook")
-        button.wait_for(timeout=60_000)
-        assert "position 1 in vision's queue" in page.locator("#progress-message").inner_text()
-        assert (
-            "may be stopped when others need their quota"
-            in page.locator("#progress-message").inner_text()
-        )
-        shot("offer-on-the-spawn-page", page)
-        button.click()
-        page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
-    (allocation,) = up.allocations("alice", ["running"])
+def test_the_spawn_page_offers_it_while_the_notebook_waits(alices_form, offer_up: Up, shot) -> None:
+    page, _ = alices_form
+    page.locator(".frachub-profile[data-profile='gpu'] label", has_text="0.5 GPU").click()
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_url(re.compile(r"/hub/spawn-pending/alice"))
+    button = page.get_by_role("button", name="Start now as a preemptible notebook")
+    button.wait_for(timeout=60_000)
+    assert "position 1 in vision's queue" in page.locator("#progress-message").inner_text()
+    assert (
+        "may be stopped when others need their quota"
+        in page.locator("#progress-message").inner_text()
+    )
+    shot("offer-on-the-spawn-page", page)
+    button.click()
+    page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=90_000)
+    (allocation,) = offer_up.allocations("alice", ["running"])
     assert (allocation["gpus"], allocation["preemptible"]) == (0.5, True)
-    assert up.server("bob")["ready"]
+    assert offer_up.server("bob")["ready"]
 
 
 @pytest.mark.browser
