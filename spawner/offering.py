@@ -59,13 +59,7 @@ class PreemptibleOffer(Configurable):
         """A preemptible start asked for: say why in words (the spawn page, the hub's log),
         from the scheduler's dry run of the notebook as a normal one. If the quota has room
         again it starts as a normal notebook instead, which nobody may stop."""
-        keys = ("gpus", "gpu_memory_gib", "gpu_model", "cpu", "memory_gib")
-        asked = {key: body[key] for key in keys if key in body}
-        request = {
-            "user": body["user"],
-            "requests": [{**asked, "preemptible": False}],
-            **({"project": body["project"]} if "project" in body else {}),
-        }
+        request = one_request(body, body.get("project"), preemptible=False)
         try:
             answer = await self.frachub_client.dry_run(request)
         except FracHubError as error:  # the allocation will say what is wrong, if anything
@@ -76,8 +70,9 @@ class PreemptibleOffer(Configurable):
         if verdict.get("outcome") == "now":
             self._frachub_note(preemptible.normal_words(project, verdict), 5)
             return False
-        words = preemptible.start_words(project, preemptible.wait_reason(verdict))
-        self._frachub_note(words, 5)
+        waits = verdict.get("outcome") == "wait"
+        reason = preemptible.wait_reason(verdict) if waits else None
+        self._frachub_note(preemptible.start_words(project, reason), 5)
         return True
 
     def frachub_offer_allowed(self, profiles: list[Profile], groups: list[str]) -> bool:
@@ -95,12 +90,7 @@ class PreemptibleOffer(Configurable):
         run says the notebook made preemptible would start now; else None."""
         if body.get("preemptible") or not getattr(self, "_frachub_may_offer", False):
             return None
-        keys = ("gpus", "gpu_memory_gib", "gpu_model", "cpu", "memory_gib")
-        request = {
-            "user": body["user"],
-            "project": allocation["project"],
-            "requests": [{**{k: body[k] for k in keys if k in body}, "preemptible": True}],
-        }
+        request = one_request(body, allocation["project"], preemptible=True)
         try:
             answer = await self.frachub_client.dry_run(request)  # type: ignore[attr-defined]
         except FracHubError:
@@ -122,3 +112,16 @@ class PreemptibleOffer(Configurable):
             f"{html.escape(hint)}</div></div>"
         )
         return {"message": waiting, "html_message": offer}
+
+
+def one_request(body: dict[str, Any], project: str | None, *, preemptible: bool) -> dict[str, Any]:
+    """A dry run of the notebook an allocation ``body`` asks for, preemptible or not."""
+    keys = ("gpus", "gpu_memory_gib", "gpu_model", "cpu", "memory_gib")
+    asked = {key: body[key] for key in keys if key in body}
+    request: dict[str, Any] = {
+        "user": body["user"],
+        "requests": [{**asked, "preemptible": preemptible}],
+    }
+    if project:
+        request["project"] = project
+    return request

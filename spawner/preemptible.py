@@ -73,13 +73,17 @@ def wait_reason(verdict: Mapping[str, Any]) -> str:
     return str(verdict.get("message") or "").removeprefix("would wait: ")
 
 
-def start_words(project: str, reason: str) -> str:
-    """The spawn page's and the log's line for a notebook started preemptible on request."""
-    because = f"{project} is at its quota" + (f" ({reason})" if reason else "")
+def start_words(project: str, reason: str | None) -> str:
+    """The spawn page's and the log's line for a notebook started preemptible on request;
+    ``reason`` the scheduler's for the wait, None when the dry run did not say it waits."""
+    why = (
+        f"because {project} is at its quota" + (f" ({reason})" if reason else "")
+        if reason is not None
+        else f"in {project}, as asked"
+    )
     return (
-        f"Starting as a preemptible notebook because {because}. It may be stopped when others "
-        "need their quota: its GPU share is then revoked and the notebook stopped; your files "
-        "are kept."
+        f"Starting as a preemptible notebook {why}. It may be stopped when others need their "
+        "quota: its GPU share is then revoked and the notebook stopped; your files are kept."
     )
 
 

@@ -101,6 +101,10 @@ def test_the_start_words_say_why_and_what_may_happen():
         "already use its deserved 1 GPU; ...). It may be stopped when others need their quota: "
         "its GPU share is then revoked and the notebook stopped; your files are kept."
     )
+    # the dry run could not say it waits (unreachable, or "never"): no reason is made up
+    assert preemptible.start_words("vision", None).startswith(
+        "Starting as a preemptible notebook in vision, as asked. It may be stopped"
+    )
 
 
 def test_user_options_preemptible(profiles):
