@@ -22,6 +22,7 @@ from scheduler.fleet.description import HOUR, parse_description_text
 from scheduler.fleet.driver import simulate
 from scheduler.fleet.metrics import summarize, time_average
 from scheduler.fleet.presets import PRESETS
+from scheduler.fleet.report import tables
 from scheduler.fleet.variants import VARIANTS
 from scheduler.fleet.workload import Job, generate
 
@@ -309,6 +310,9 @@ def test_a_user_who_takes_the_offer_starts_preemptible_and_is_stopped_for_in_quo
     assert (summary.notebooks_abandoned, summary.notebooks_preemptible) == (0, 1)
     assert summary.notebooks_stopped == 1
     assert summary.notebook_hours_cut == pytest.approx(2.0)  # a 3-hour session cut after 1
+    # a fifth table says it, only when some user took the offer
+    assert "| FracHub | 0 | 1 | 1 | 2.0 |" in tables([summary])
+    assert "started preemptible" not in tables([summarize(run(two_gpus(1, 1), jobs, "reclaim"))])
 
     # a variant without the offer (Kueue-like reclaim) leaves the user waiting, who gives up
     assert records(run(two_gpus(1, 1), jobs, "reclaim"))["nb2"].abandoned
