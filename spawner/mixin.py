@@ -42,6 +42,8 @@ from scheduler.common.placement import describe_placement, placement_from_api
 from scheduler.common.scopes import ADMIN_GROUP, SERVER_TOKEN_SCOPES
 from scheduler.common.share import Share, share_of
 from scheduler.common.states import FINAL_STATES, WorkloadState
+from spawner import preemptible
+from spawner.offering import PreemptibleOffer
 from spawner.offers import (
     FormView,
     dry_run_body,
@@ -70,7 +72,7 @@ RETRIES: set[asyncio.Future] = set()  # background releases, kept referenced unt
 WAIT_STEP = 30.0  # seconds per long-poll; the hub's start_timeout bounds the whole wait
 
 
-class FracSpawnerMixin(Configurable):
+class FracSpawnerMixin(PreemptibleOffer, Configurable):
     """Mixed in before a JupyterHub spawner class (``class S(FracSpawnerMixin, Base)``)."""
 
     frachub_api_url = Unicode(
@@ -285,15 +287,19 @@ class FracSpawnerMixin(Configurable):
         wanted = user_options.get("project")
         project = next((p for p in projects if p.name == wanted), projects[0] if projects else None)
         verdicts = None
+        others = None
         if project is not None and unreachable is None:
             body, keys = dry_run_body(profiles, groups, user, project.name)
             if keys:
                 try:
                     verdicts = verdicts_by_choice(keys, await client.dry_run(body))
+                    others = await self._frachub_preemptible_verdicts(
+                        profiles, groups, project.name, verdicts
+                    )
                 except FracHubError as error:
                     unreachable = error.message
         view = FormView(
-            offers=offers(profiles, groups, project, verdicts),
+            offers=offers(profiles, groups, project, verdicts, others),
             projects=projects,
             project=project,
             selection=selection,
@@ -336,7 +342,11 @@ class FracSpawnerMixin(Configurable):
         posted as ``profile-option-{slug}--{name}``, an unlisted value as
         ``...--{name}--unlisted-choice``), plus FracHub's fields: ``gpu-{slug}`` (the
         chosen GPU's key) and ``project``."""
-        ours = {key for key in formdata if key in ("gpu", "project") or key.startswith("gpu-")}
+        ours = {
+            key
+            for key in formdata
+            if key in ("gpu", "project") or key.startswith(("gpu-", "preemptible-"))
+        }
         kube = KubeProfiles(log=self.log)  # type: ignore[attr-defined]
         options = kube.options_from_form({k: v for k, v in formdata.items() if k not in ours})
         slug = options.get("profile")
@@ -344,6 +354,9 @@ class FracSpawnerMixin(Configurable):
             gpu = (formdata.get(f"gpu-{slug}") or formdata.get("gpu") or [""])[0]
             if gpu:
                 options["gpu"] = gpu
+            # the offer's box, ticked under the GPU choice it was made for
+            if gpu and gpu in formdata.get(f"preemptible-{slug}", []):
+                options["preemptible"] = True
         project = (formdata.get("project") or [""])[0]
         if project:
             options["project"] = project
@@ -352,9 +365,21 @@ class FracSpawnerMixin(Configurable):
     # -- start, wait, stop ---------------------------------------------------------------
 
     async def frachub_resolve(self) -> Selection:
-        """What this start asks for, from the profile list evaluated now (once per start)."""
-        self.frachub_selected = self.frachub_selection(await self.frachub_profiles())
-        return self.frachub_selected
+        """What this start asks for, from the profile list evaluated now (once per start).
+        A preemptible start on request is refused (403) to a user it is not offered to."""
+        profiles = await self.frachub_profiles()
+        selection = self.frachub_selection(profiles)
+        allowed = self.frachub_offer_allowed(profiles, self.user_groups())
+        by_profile = selection.profile is not None and selection.profile.preemptible
+        if selection.start_preemptible and not by_profile and not allowed:
+            raise refusal(
+                f"user_options.preemptible: {preemptible.refused(self.frachub_preemptible_offer)}",
+                reason="frachub-option",
+                status=403,
+                kind=InvalidUserOptions,
+            )
+        self.frachub_selected = selection
+        return selection
 
     async def start(self) -> Any:
         selection = await self.frachub_resolve()
@@ -408,12 +433,14 @@ class FracSpawnerMixin(Configurable):
         body: dict[str, Any] = {
             "user": self.user.name,  # type: ignore[attr-defined]
             "server_name": self.name,  # type: ignore[attr-defined]
-            "preemptible": selection.profile.preemptible,
+            "preemptible": selection.preemptible,
             **selection.gpu.request,
             **self.frachub_resources(selection).request,
         }
         if selection.project:
             body["project"] = selection.project
+        if selection.start_preemptible and not selection.profile.preemptible:
+            body["preemptible"] = await self._frachub_still_waits(body)
         if selection.profile.idle_timeout_seconds is not None:
             body["idle_timeout_seconds"] = selection.profile.idle_timeout_seconds
         allocation = await self._frachub_adopt(body)
@@ -425,7 +452,7 @@ class FracSpawnerMixin(Configurable):
                 raise self._refusal(error) from None
         self.allocation_id = int(allocation["id"])
         self.allocation = allocation
-        allocation = await self._frachub_wait(allocation)
+        allocation = await self._frachub_wait(allocation, body)
         self.allocation = allocation
         where = describe_placement(placement_from_api(allocation.get("placement"))) or "no GPU"
         self._frachub_note(f"GPU share granted: {where} in project {allocation['project']}", 40)
@@ -455,28 +482,39 @@ class FracSpawnerMixin(Configurable):
             await self._release_id(int(allocation["id"]))
         return None
 
-    async def _frachub_wait(self, allocation: dict[str, Any]) -> dict[str, Any]:
+    async def _frachub_wait(
+        self, allocation: dict[str, Any], body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         last_key = None
+        offered = False
         while allocation["state"] == WorkloadState.PENDING:
             key = (allocation.get("queue_position"), allocation.get("pending_reason"))
-            if key != last_key:
-                last_key = key
-                # kept as the scheduler wrote it: it may start with a project's name, which
-                # capitalising would misspell ("Vision's")
-                reason = allocation.get("pending_reason") or "waiting for the scheduler"
-                if "can never start" in reason:
-                    raise refusal(
-                        f"This GPU request can never be met: {reason}",
-                        reason="frachub-never",
-                        status=503,
-                    )
-                position = allocation.get("queue_position")
-                where = (
-                    f"position {position} in {allocation['project']}'s queue"
-                    if position
-                    else f"queued in {allocation['project']}"
+            # kept as the scheduler wrote it: it may start with a project's name, which
+            # capitalising would misspell ("Vision's")
+            reason = allocation.get("pending_reason") or "waiting for the scheduler"
+            if key != last_key and "can never start" in reason:
+                raise refusal(
+                    f"This GPU request can never be met: {reason}",
+                    reason="frachub-never",
+                    status=503,
                 )
-                self._frachub_note(f"Waiting for a GPU share: {where}; {reason}", 10)
+            position = allocation.get("queue_position")
+            where = (
+                f"position {position} in {allocation['project']}'s queue"
+                if position
+                else f"queued in {allocation['project']}"
+            )
+            waiting = f"Waiting for a GPU share: {where}; {reason}"
+            # the offer to start preemptible is asked again each poll until it is made
+            offer = None
+            if key != last_key or not offered:
+                offer = await self.frachub_pending_offer(allocation, body or {}, waiting)
+                offered = offered or offer is not None
+            if offer is not None:
+                self._frachub_note(waiting, 10, html_message=offer["html_message"])
+            elif key != last_key:
+                self._frachub_note(waiting, 10)
+            last_key = key
             try:
                 allocation = await self.frachub_client.allocation(
                     int(allocation["id"]), wait=WAIT_STEP, version=allocation.get("version")
@@ -610,9 +648,13 @@ class FracSpawnerMixin(Configurable):
 
     # -- progress ------------------------------------------------------------------------
 
-    def _frachub_note(self, message: str, progress: int | None = None) -> None:
+    def _frachub_note(
+        self, message: str, progress: int | None = None, html_message: str = ""
+    ) -> None:
         self.log.info("%s: %s", self._log_name, message)  # type: ignore[attr-defined]
         event: dict[str, Any] = {"message": message}
+        if html_message:
+            event["html_message"] = html_message
         if progress is not None:
             event["progress"] = progress
         events = getattr(self, "_frachub_progress", None)

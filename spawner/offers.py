@@ -10,13 +10,14 @@ can never start, any GPU when they are in no project.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from scheduler.common.projects import projects_of
 from scheduler.common.quantities import gpus
+from spawner.preemptible import OFFER_HINT, OFFER_LABEL, offered
 from spawner.profiles import GpuChoice, Profile, Selection
 
 EPSILON = 1e-9
@@ -49,6 +50,9 @@ class ChoiceOffer:
     disabled: bool
     status: str  # the scheduler's answer in words: "starts now on ...", "would wait: ..."
     outcome: str = ""  # the dry run's: now, reclaim, preempt, wait, never; "" when unknown
+    preemptible_now: str = ""
+    """When it would wait and the admin allows it: the preemptible dry run's "starts now on
+    ...", and the form offers to start it so (``spawner/preemptible.py``); else ""."""
 
     @property
     def rank(self) -> int:
@@ -89,10 +93,17 @@ def user_projects(
 
 
 def dry_run_body(
-    profiles: Sequence[Profile], groups: Iterable[str], user: str, project: str
+    profiles: Sequence[Profile],
+    groups: Iterable[str],
+    user: str,
+    project: str,
+    *,
+    preemptible_for: Collection[tuple[str, str]] | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The dry-run request for every GPU choice of the profiles open to ``groups``, and the
-    (profile slug, choice key) each entry of its ``requests`` stands for."""
+    (profile slug, choice key) each entry of its ``requests`` stands for. With
+    ``preemptible_for``: only those choices, each asked as a preemptible notebook (the
+    offer to start now rather than wait)."""
     groups = set(groups)
     keys: list[tuple[str, str]] = []
     requests: list[dict[str, Any]] = []
@@ -100,15 +111,31 @@ def dry_run_body(
         if not profile.allows(groups):
             continue
         for choice in profile.gpu_choices:
-            keys.append((profile.slug, choice.key))
+            key = (profile.slug, choice.key)
+            if preemptible_for is not None and key not in preemptible_for:
+                continue
+            keys.append(key)
             requests.append(
                 {
                     **choice.request,
                     **profile.resources.request,
-                    "preemptible": profile.preemptible,
+                    "preemptible": profile.preemptible or preemptible_for is not None,
                 }
             )
     return {"user": user, "project": project, "requests": requests}, keys
+
+
+def waiting_choices(
+    profiles: Sequence[Profile], verdicts: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> list[tuple[str, str]]:
+    """The choices of non-preemptible profiles the dry run says would wait: the ones a
+    preemptible start might help."""
+    plain = {profile.slug for profile in profiles if not profile.preemptible}
+    return [
+        key
+        for key, verdict in verdicts.items()
+        if key[0] in plain and verdict.get("outcome") == "wait"
+    ]
 
 
 def verdicts_by_choice(
@@ -122,9 +149,13 @@ def offers(
     groups: Iterable[str],
     project: ProjectUse | None,
     verdicts: Mapping[tuple[str, str], Mapping[str, Any]] | None,
+    preemptible: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> list[ProfileOffer]:
     """``verdicts``: the dry run's answer per (slug, key); None when it could not be asked
-    (the service is unreachable: every choice may be tried, the hint says it is unknown)."""
+    (the service is unreachable: every choice may be tried, the hint says it is unknown).
+    ``preemptible``: the answers for choices that would wait, asked preemptible (only when
+    the admin allows the offer)."""
+    preemptible = preemptible or {}
     groups = set(groups)
     result = []
     for profile in profiles:
@@ -151,9 +182,15 @@ def offers(
                     choices.append(ChoiceOffer(choice, False, "availability unknown"))
                     continue
                 outcome = str(verdict.get("outcome") or "")
+                other = preemptible.get((profile.slug, choice.key))
+                now = hint(other.get("message") or "") if offered(verdict, other) else ""
                 choices.append(
                     ChoiceOffer(
-                        choice, outcome == "never", hint(verdict.get("message") or ""), outcome
+                        choice,
+                        outcome == "never",
+                        hint(verdict.get("message") or ""),
+                        outcome,
+                        preemptible_now=now,
                     )
                 )
         disabled = bool(choices) and all(offer.disabled for offer in choices)
@@ -200,6 +237,8 @@ class FormView:
     selection: Selection | None  # what the user asked for last (or the profiles' default)
     unreachable: str | None  # why GPU availability is unknown, if it is
     no_project: str = ""  # why GPU choices are greyed out for someone in no project
+    offer_label: str = OFFER_LABEL
+    offer_hint: str = OFFER_HINT
 
     @property
     def picked(self) -> tuple[str, str | None] | None:

@@ -41,7 +41,7 @@ from typing import Any
 from jupyterhub.utils import maybe_future
 from kubespawner.spawner import KubeSpawner
 
-from scheduler.common.limits import MAX_CPU, MAX_MEMORY_GIB, gpu_count_problem
+from scheduler.common.limits import MAX_CPU, MAX_MEMORY_GIB, gpu_count_problem, shown
 from scheduler.common.quantities import byte_spec_mib, cores, gpus, memory_gib, memory_words
 
 PROFILE_KEYS = frozenset(
@@ -59,7 +59,7 @@ FRACHUB_KEYS = frozenset(
     {"gpu_choices", "default_gpu", "allowed_groups", "preemptible", "idle_timeout_seconds"}
 )
 # user_options FracHub reads itself; a profile's options (KubeSpawner's) are the others
-OPTION_KEYS = ("profile", "gpu", "gpus", "gpu_memory_gib", "project")
+OPTION_KEYS = ("profile", "gpu", "gpus", "gpu_memory_gib", "project", "preemptible")
 GPU_KEYS = ("gpu", "gpus", "gpu_memory_gib")
 UNLISTED = "--unlisted-choice"  # KubeSpawner's suffix for an option's free-text value
 ProfileList = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
@@ -249,6 +249,15 @@ class Selection:
     options: Mapping[str, str]  # the profile's own options (KubeSpawner's profile_options)
     overrides: tuple[Mapping[str, Any], ...] = ()
     ignored: tuple[str, ...] = ()  # user_options keys nobody reads (KubeSpawner ignores them)
+    start_preemptible: bool = False
+    """The user took the offer to start this GPU notebook now as a preemptible one rather
+    than wait at the project's quota (``user_options.preemptible``; the spawner checks the
+    admin allows it, ``spawner/preemptible.py``)."""
+
+    @property
+    def preemptible(self) -> bool:
+        """Whether the notebook's allocation is preemptible: its profile's rule, or the offer."""
+        return self.start_preemptible or bool(self.profile and self.profile.preemptible)
 
 
 class KubeProfiles:
@@ -515,6 +524,7 @@ def resolve(
             )
     options = _options_of(profile, user_options)
     gpu = _gpu_of(profile, user_options)
+    start_preemptible = _preemptible_of(profile, gpu, user_options)
     kube = KubeProfiles({**user_options, "profile": profile.slug})
     try:
         kube._validate_user_options([profile.raw])  # KubeSpawner's own word, after ours
@@ -530,7 +540,25 @@ def resolve(
         options=options,
         overrides=overrides,
         ignored=ignored,
+        start_preemptible=start_preemptible,
     )
+
+
+def _preemptible_of(profile: Profile, gpu: GpuChoice | None, user_options: Mapping) -> bool:
+    """``user_options.preemptible``: true asks to start this GPU notebook preemptible."""
+    value = user_options.get("preemptible", False)
+    if value is None or value is False:
+        return False
+    if value is not True:
+        raise InvalidOption(
+            "user_options.preemptible", f"must be true or false, got {shown(value)}"
+        )
+    if gpu is None:
+        raise InvalidOption(
+            "user_options.preemptible",
+            f"applies to a GPU notebook; profile {profile.slug!r} gives no GPU",
+        )
+    return True
 
 
 def _options_of(profile: Profile, user_options: Mapping[str, Any]) -> dict[str, str]:

@@ -110,6 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="usage-decayed fair share's weight, KAI's kValue (default: 1)",
     )
+    parser.add_argument(
+        "--take-offer",
+        type=float,
+        metavar="SHARE",
+        help="the share of users (0 to 1) who, when their notebook would wait at its "
+        "project's quota, take the offer to start it now as a preemptible notebook "
+        "(FracHub's variants; overrides each project's notebooks.take_offer, default 0)",
+    )
     parser.add_argument("--plots", metavar="DIR", help="write PNG plots to DIR")
     parser.add_argument(
         "--jobs",
@@ -140,6 +148,19 @@ def _with_usage(description: Description, args: argparse.Namespace) -> Descripti
     half_life = args.usage_half_life * HOUR
     spec = UsageSpec(half_life, WEEK, args.usage_k, min(half_life / 10, WEEK / 20))
     return replace(description, usage=spec)
+
+
+def _with_offer(description: Description, share: float | None) -> Description:
+    """The description with every project's users taking the offer at ``share``, if given."""
+    if share is None:
+        return description
+    if not 0 <= share <= 1:
+        raise UsageError(f"--take-offer: must be a share from 0 to 1, got {share:g}")
+    projects = tuple(
+        replace(p, notebooks=replace(p.notebooks, take_offer=share)) if p.notebooks else p
+        for p in description.projects
+    )
+    return replace(description, projects=projects)
 
 
 def _variants(text: str) -> list[str]:
@@ -192,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         if args.plots:
             _need_matplotlib()
         runtimes = load_runtimes(Path(args.philly))
-        description = _with_usage(description, args)
+        description = _with_offer(_with_usage(description, args), args.take_offer)
     except (UsageError, InvalidSpec, TraceMissing) as error:
         print(f"frachub simulate fleet: {error}", file=sys.stderr)
         return 2
@@ -235,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         "days": days,
         "warmup_days": warmup,
         "seed": args.seed,
+        "take_offer": {p.name: p.notebooks.take_offer for p in description.projects if p.notebooks},
         "grace_seconds": description.grace_seconds,
         "notebooks": sum(job.kind is Kind.INTERACTIVE for job in jobs),
         "training_jobs": sum(job.kind is Kind.TRAINING for job in jobs),

@@ -54,6 +54,9 @@ class Notebooks:
     patience_minutes: float | None
     """A user whose notebook has no GPU after this long gives up; None waits for ever."""
     shapes: tuple[Shape, ...]
+    take_offer: float = 0.0
+    """The share of users who, when their notebook would wait at the project's quota and a
+    preemptible one would start now, take the spawn form's offer to start it preemptible."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ _NOTEBOOK_FIELDS = (
     "session_hours",
     "patience_minutes",
     "shapes",
+    "take_offer",
 )
 _TRAINING_FIELDS = (
     "per_day",
@@ -246,6 +250,7 @@ def _notebooks(raw: Any, where: str, largest: int) -> Notebooks | None:
             entry, "patience_minutes", where, 60, optional=True, strictly_positive=True
         ),
         shapes=shapes,
+        take_offer=float(number_field(entry, "take_offer", where, 0.0, maximum=1)),
     )
 
 

@@ -10,6 +10,12 @@ what a fleet needs, through the runner's public hooks:
 * a training job's run is its *remaining* work, so a preempted job that checkpointed
   resumes from its last checkpoint (without checkpointing it starts over);
 * a notebook whose user gave up waiting (``patience_minutes``) is cancelled;
+* under a variant that offers it, a notebook that would wait at its project's quota while a
+  preemptible one would start now (the spawn form's two dry runs, on the state the last
+  instant settled in) is started preemptible if its user takes the offer
+  (``Job.takes_offer``): an allocation, as the spawner asks for one, so a reclaim revokes
+  its share and the notebook stops, as the spawner's poll stops it; its user does not come
+  back for the rest of the session;
 * after each settled instant the allocation, demand and fair shares are sampled. The state
   only changes at instants, so the samples are an exact step function of time.
 """
@@ -23,9 +29,10 @@ from dataclasses import dataclass, field
 
 from scheduler.common.limits import MILLI
 from scheduler.common.states import WorkloadState
-from scheduler.engine import Kind
+from scheduler.engine import Kind, decide
+from scheduler.engine.dryrun import NOW, WAIT, dry_run
 from scheduler.engine.fairshare import deserved_quotas, fair_shares
-from scheduler.engine.lifecycle import Effect, Ended, Evicted, Started
+from scheduler.engine.lifecycle import Effect, Ended, Evicted, Life, Started
 from scheduler.fleet.description import DAY, Description
 from scheduler.fleet.variants import (
     Variant,
@@ -59,6 +66,10 @@ class JobRecord:
     progress: float = 0.0
     """Training work (seconds) kept by checkpoints across evictions."""
     run_started: float | None = None
+    preemptible: bool = False
+    """Notebooks: started preemptible, its user having taken the spawn form's offer."""
+    stopped: bool = False
+    """Notebooks: stopped while preemptible (its share revoked for others' quota)."""
 
 
 @dataclass
@@ -182,6 +193,13 @@ class FleetRunner(Runner):
             if record.first_start is None:
                 record.first_start = now
             record.run_started = now
+            if record.preemptible:  # an allocation has no process: its session ends it
+                self.ends_at[effect.name] = now + record.job.duration
+        elif isinstance(effect, Evicted) and record.preemptible:
+            # its share revoked: the notebook stops (files kept), no work to resume
+            record.stopped = True
+            record.evictions.append((now, effect.reason.value, 0.0))
+            record.run_started = None
         elif isinstance(effect, Evicted):
             ran = now - (record.run_started if record.run_started is not None else now)
             every = record.job.checkpoint_seconds if self.checkpointing else None
@@ -207,8 +225,31 @@ class FleetRunner(Runner):
                 self.notebook_units[job.project] = units
                 if job.patience_seconds is not None:
                     heapq.heappush(self.deadlines, (job.at + job.patience_seconds, job.name))
+                if job.takes_offer and self.variant.offers_preemptible and self._offered(job, now):
+                    record.preemptible = True
+                    spec = variant_spec(self.variant, job, preemptible_notebook=True)
+                    life = Life(spec.ask.workload(job.name, self.admitted, job.at), allocation=True)
+                    life.title = job.name
+                    self.specs[job.name] = spec
+                    self._carry_out(self.lifecycle.submit(life, now), now)
+                    self.admitted += 1
+                    continue
             self.submit(self.admitted, variant_spec(self.variant, job, self.checkpointing), now)
             self.admitted += 1
+
+    def _offered(self, job: Job, now: float) -> bool:
+        """The spawn form's offer: the notebook as asked would wait, and a preemptible one
+        would start now, each decided by the engine's dry run on the state the last instant
+        settled in (as the service decides the form's hints)."""
+        session = self.session(now)
+        decide(session)
+        grace = self.scenario.grace_seconds
+        seq = self.admitted
+        asked = variant_spec(self.variant, job).ask.workload(job.name, seq, now)
+        if dry_run(session, asked, now, grace).outcome != WAIT:
+            return False
+        spec = variant_spec(self.variant, job, preemptible_notebook=True)
+        return dry_run(session, spec.ask.workload(job.name, seq, now), now, grace).outcome == NOW
 
     def _give_up(self, now: float) -> None:
         while self.deadlines and self.deadlines[0][0] <= now:

@@ -67,6 +67,13 @@ class Summary:
     project_deviation: dict[str, float]
     project_gpu_hours: dict[str, float]
     """Each project's cumulative GPU-hours held over the whole run (warm-up included)."""
+    notebooks_preemptible: int = 0
+    """Notebooks started preemptible: their users took the offer rather than wait."""
+    notebooks_stopped: int = 0
+    """Of those, notebooks stopped while preemptible (their share revoked)."""
+    notebook_hours_cut: float = 0.0
+    """GPU-hours of the stopped notebooks' sessions they did not get (their users do not
+    come back). Not counted as lost work: nothing done is thrown away."""
 
 
 Intervals = Sequence[tuple[float, float]]
@@ -151,6 +158,13 @@ def _notebook_wait(record: JobRecord, end: float) -> tuple[float, bool]:
     return end - job.at, True
 
 
+def _cut(record: JobRecord) -> float:
+    """GPU-seconds of a stopped notebook's session it did not get."""
+    if not record.stopped or record.first_start is None or record.ended is None:
+        return 0.0
+    return max(0.0, record.first_start + record.job.duration - record.ended) * record.held
+
+
 def _training_wait(record: JobRecord, end: float) -> tuple[float, bool]:
     if record.first_start is not None:
         return record.first_start - record.job.at, False
@@ -201,6 +215,9 @@ def summarize(
         notebook_wait=_waits([_notebook_wait(r, end) for r in notebooks]),
         in_quota_wait=_waits([_notebook_wait(r, end) for r in notebooks if r.in_quota]),
         notebooks_abandoned=sum(r.abandoned for r in notebooks),
+        notebooks_preemptible=sum(r.preemptible for r in notebooks),
+        notebooks_stopped=sum(r.stopped for r in notebooks),
+        notebook_hours_cut=sum(_cut(r) for r in notebooks) / 3600,
         training_wait=_waits([_training_wait(r, end) for r in training]),
         training_completion=_waits([_completion(r, end) for r in training]),
         training_done=sum(r.ended is not None for r in training),

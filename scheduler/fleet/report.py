@@ -124,7 +124,34 @@ def tables(summaries: Sequence[Summary]) -> str:
             for s in summaries
         ],
     )
-    return "\n".join([*first, "", *second, "", *third, "", *fourth])
+    blocks = [first, second, third, fourth]
+    if any(s.notebooks_preemptible for s in summaries):
+        blocks.append(offers_table(summaries))
+    return "\n\n".join("\n".join(block) for block in blocks)
+
+
+def offers_table(summaries: Sequence[Summary]) -> list[str]:
+    """What the offer to start preemptible did: shown only when some user took it, so the
+    tables of a run without it stay as they were."""
+    return _table(
+        (
+            "notebooks started preemptible (offer taken)",
+            "gave up",
+            "started preemptible",
+            "stopped while preemptible",
+            "session GPU-h cut short",
+        ),
+        [
+            (
+                VARIANTS[s.variant].title,
+                s.notebooks_abandoned,
+                s.notebooks_preemptible,
+                s.notebooks_stopped,
+                f"{s.notebook_hours_cut:.1f}",
+            )
+            for s in summaries
+        ],
+    )
 
 
 def _hours(hours: dict[str, float], project: str) -> str:

@@ -18,7 +18,8 @@ reclaim     the projects' quotas with borrowing of idle GPUs and reclaim/preempt
 frachub     FracHub as it ships: fractions, borrowing, fair share, reclaim, preemption
             and consolidation, with the grace period. The engine knows each job's
             checkpoint interval, chooses victims and movers by the work they would lose
-            and keeps ``Policy.loss_bound``.
+            and keeps ``Policy.loss_bound``. A notebook that would wait at its project's
+            quota is offered to start now as a preemptible one (``offers_preemptible``).
 ==========  ===========================================================================
 
 The baselines are blind to checkpoints, as Kueue and KAI are: victims go lowest priority
@@ -62,6 +63,10 @@ class Variant:
     """Every workload has the same priority, so the queue serves them in submission order."""
     checkpoint_aware: bool = False
     """The engine is told each job's checkpoint interval and keeps its loss bound."""
+    offers_preemptible: bool = False
+    """A notebook that would wait at its project's quota is offered to start now as a
+    preemptible notebook, as FracHub's spawn form offers it (``Job.takes_offer`` says who
+    takes it)."""
 
 
 VARIANTS = {
@@ -71,7 +76,16 @@ VARIANTS = {
         Variant("pool", "shared pool, FCFS", True, True, False, False, False, True),
         Variant("reclaim", "quotas + reclaim, whole GPUs", True, False, False, True, False, False),
         Variant(
-            "frachub", "FracHub", False, False, False, True, True, False, checkpoint_aware=True
+            "frachub",
+            "FracHub",
+            False,
+            False,
+            False,
+            True,
+            True,
+            False,
+            checkpoint_aware=True,
+            offers_preemptible=True,
         ),
         Variant(
             "frachub-no-consolidation",
@@ -83,6 +97,7 @@ VARIANTS = {
             False,
             False,
             checkpoint_aware=True,
+            offers_preemptible=True,
         ),
     )
 }
@@ -121,10 +136,13 @@ def variant_gpus(variant: Variant, gpus: float) -> float:
     return float(math.ceil(gpus)) if variant.whole_gpus else gpus
 
 
-def variant_spec(variant: Variant, job: Job, checkpointing: bool = True) -> WorkloadSpec:
+def variant_spec(
+    variant: Variant, job: Job, checkpointing: bool = True, *, preemptible_notebook: bool = False
+) -> WorkloadSpec:
     """The engine's view of one arrival under this variant (duration set by the driver).
-    ``checkpointing`` False is the run where no job saves its work."""
-    preemptible = variant.preemption and job.kind is Kind.TRAINING
+    ``checkpointing`` False is the run where no job saves its work; ``preemptible_notebook``
+    a notebook started preemptible (its priority then the preemptible notebooks', 75)."""
+    preemptible = (variant.preemption and job.kind is Kind.TRAINING) or preemptible_notebook
     return WorkloadSpec(
         name=job.name,
         ask=WorkloadRequest.of(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.engine import Kind
 from scheduler.fleet.description import DAY, HOUR, Description, Notebooks, Shape, Training
@@ -42,6 +42,9 @@ class Job:
     """Seconds: a notebook's session from its start, a training job's work."""
     checkpoint_seconds: float | None = None
     patience_seconds: float | None = None
+    takes_offer: bool = False
+    """A notebook whose user, offered to start it preemptible now rather than wait at the
+    project's quota, takes the offer (drawn with ``Notebooks.take_offer``)."""
 
     @property
     def size(self) -> float:
@@ -57,7 +60,8 @@ def generate(
     for project in description.projects:
         if project.notebooks is not None:
             rng = random.Random(f"{seed}:{project.name}:notebooks")
-            jobs += _notebooks(project.name, project.notebooks, description, days, rng)
+            notebooks = _notebooks(project.name, project.notebooks, description, days, rng)
+            jobs += _offers(notebooks, project.notebooks.take_offer, seed, project.name)
         if project.training is not None:
             rng = random.Random(f"{seed}:{project.name}:training")
             jobs += _training(project.name, project.training, description, days, rng, runtimes)
@@ -110,6 +114,14 @@ def _notebooks(
                 )
             )
     return jobs
+
+
+def _offers(notebooks: list[Job], share: float, seed: int, project: str) -> list[Job]:
+    """Which users take the offer to start preemptible: a stream of its own, so the share
+    changes who takes it and nothing else (the arrivals are those of any other share), and
+    a larger share keeps every user a smaller one had."""
+    rng = random.Random(f"{seed}:{project}:offer")
+    return [replace(job, takes_offer=rng.random() < share) for job in notebooks]
 
 
 def _training(

@@ -19,7 +19,7 @@ from typing import Any
 
 from scheduler.common.placement import placement_to_api
 from scheduler.common.states import WorkloadState
-from scheduler.engine import CycleResult, Node, Policy, Snapshot, decide, scorer_named
+from scheduler.engine import CycleResult, Node, Policy, Session, Snapshot, decide, scorer_named
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.lifecycle import (
     Effect,
@@ -173,14 +173,7 @@ class Runner:
         observed = type(self).after_cycle is not Runner.after_cycle
         for _ in range(MAX_CYCLES_PER_INSTANT):
             snapshot = self.snapshot() if observed else None
-            # the service's path: the lifecycle's standing state, brought up to date
-            session = self.lifecycle.session(
-                tuple(self.nodes),
-                self.scenario.queues,
-                now,
-                self.policy,
-                usage=self.usage.current(now) if self.usage is not None else None,
-            )
+            session = self.session(now)
             self.policy = session.policy  # target: the requests so far
             self.result = decide(session)
             if not self.result.decisions:
@@ -193,6 +186,17 @@ class Runner:
         if self.usage is not None:
             self.usage.settled(now, self.lives, self.nodes)
         self.after_instant(now)
+
+    def session(self, now: float) -> Session:
+        """The next cycle's session: the service's path, the lifecycle's standing state
+        brought up to date (a subclass may also fork it for a dry run)."""
+        return self.lifecycle.session(
+            tuple(self.nodes),
+            self.scenario.queues,
+            now,
+            self.policy,
+            usage=self.usage.current(now) if self.usage is not None else None,
+        )
 
     def _due(self, times: dict[str, float], now: float) -> list[str]:
         """Names whose time has come (taken out of ``times``), in submission order."""

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import termios
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from scheduler.fleet.description import HOUR, parse_description_text
 from scheduler.fleet.driver import simulate
 from scheduler.fleet.metrics import summarize, time_average
 from scheduler.fleet.presets import PRESETS
+from scheduler.fleet.report import tables
 from scheduler.fleet.variants import VARIANTS
 from scheduler.fleet.workload import Job, generate
 
@@ -252,6 +254,9 @@ BAD = [
     pytest.param(
         ["--usage-half-life", "12", "--usage-k", "-1"], "--usage-k: must be >= 0", id="usage-k"
     ),
+    pytest.param(
+        ["--take-offer", "1.5"], "--take-offer: must be a share from 0 to 1, got 1.5", id="offer"
+    ),
 ]
 
 
@@ -281,3 +286,47 @@ def test_the_command_line_exits_2_without_a_traceback():
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_user_who_takes_the_offer_starts_preemptible_and_is_stopped_for_in_quota_work():
+    """a deserves 1 of 2 GPUs and has a notebook on it; at 1 h a second notebook of a would
+    wait at a's quota, so the form offers to start it preemptible on b's idle GPU. At 2 h b
+    trains inside its own quota: the notebook's share is revoked, it stops at once."""
+    first = notebook("nb1", "a", 0, 1, 5)
+    second = Job("nb2", "a", Kind.INTERACTIVE, 1.0, 1, HOUR, 3 * HOUR, patience_seconds=600)
+    jobs = [first, second, training("b1", "b", 2 * HOUR, 1)]
+
+    declined = records(run(two_gpus(1, 1), jobs, "frachub"))["nb2"]
+    assert (declined.first_start, declined.abandoned, declined.preemptible) == (None, True, False)
+
+    jobs[1] = replace(second, takes_offer=True)
+    fleet = run(two_gpus(1, 1), jobs, "frachub")
+    taken = records(fleet)["nb2"]
+    assert (taken.first_start, taken.preemptible, taken.abandoned) == (HOUR, True, False)
+    assert (taken.stopped, taken.ended) == (True, 2 * HOUR)
+    assert [(t, reason, lost) for t, reason, lost in taken.evictions] == [(2 * HOUR, "reclaim", 0)]
+    assert records(fleet)["b1"].first_start == 2 * HOUR  # a revoked share is free at once
+    summary = summarize(fleet)
+    assert (summary.notebooks_abandoned, summary.notebooks_preemptible) == (0, 1)
+    assert summary.notebooks_stopped == 1
+    assert summary.notebook_hours_cut == pytest.approx(2.0)  # a 3-hour session cut after 1
+    # a fifth table says it, only when some user took the offer
+    assert "| FracHub | 0 | 1 | 1 | 2.0 |" in tables([summary])
+    assert "started preemptible" not in tables([summarize(run(two_gpus(1, 1), jobs, "reclaim"))])
+
+    # a variant without the offer (Kueue-like reclaim) leaves the user waiting, who gives up
+    assert records(run(two_gpus(1, 1), jobs, "reclaim"))["nb2"].abandoned
+
+
+def test_the_share_who_take_the_offer_changes_nothing_else_in_the_arrivals():
+    description = parse_description_text(PRESETS["startup"])
+    runtimes = [60.0, 600.0, 3600.0]
+    none = generate(description, 3, 2, runtimes)
+    research = next(p for p in description.projects if p.name == "research")
+    most = replace(research, notebooks=replace(research.notebooks, take_offer=0.8))
+    projects = tuple(most if p.name == "research" else p for p in description.projects)
+    taken = generate(replace(description, projects=projects), 3, 2, runtimes)
+    assert [replace(job, takes_offer=False) for job in taken] == list(none)
+    offered = [job for job in taken if job.project == "research" and job.kind is Kind.INTERACTIVE]
+    assert 0.6 < sum(job.takes_offer for job in offered) / len(offered) < 0.95
+    assert not any(job.takes_offer for job in taken if job.project != "research")

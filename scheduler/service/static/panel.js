@@ -112,6 +112,7 @@ function renderWorkloads() {
           {},
           el("a", { href: `#workload-${workload.id}`, class: "frachub-name" }, workload.name || `job ${workload.id}`),
           notebook ? el("span", { class: "badge text-bg-info ms-1" }, "notebook") : null,
+          preemptibleBadge(workload, notebook),
           workload.kind === "inference" ? el("span", { class: "badge text-bg-info ms-1" }, "inference") : null,
           workload.idle_warning ? el("span", { class: "ms-1", title: workload.idle_warning }, "⚠") : null,
           borrowedBadge(workload),
@@ -168,6 +169,20 @@ document.getElementById("frachub-detail-close").addEventListener("click", () => 
   renderWorkloads();
   renderDetail();
 });
+
+// A preemptible notebook (its profile's rule, or started so rather than wait at its project's
+// quota): the title says what may happen to it.
+function preemptibleBadge(workload, notebook) {
+  if (!notebook || !workload.preemptible) return null;
+  return el(
+    "span",
+    {
+      class: "badge text-bg-secondary ms-1 frachub-preemptible",
+      title: "Preemptible: it may be stopped when others need their quota (its GPU share revoked, the notebook stopped; your files are kept).",
+    },
+    "preemptible",
+  );
+}
 
 // A running workload beyond its project's quota: it may be preempted; the title says by whom.
 function borrowedBadge(workload) {
