@@ -5,8 +5,7 @@ trial eviction that finds the fewest victims that make room."""
 from __future__ import annotations
 
 import bisect
-import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement
@@ -406,15 +405,12 @@ class Candidates:
         filtered = self._filtered.get(queue)
         if filtered is None:
             session = self.session
-            candidates = self.sorted_lists.get(queue, ())
-            running = session.running
-            seen = [running.get(candidate.name) for candidate in candidates]
             shared = getattr(self.sorted_lists, "filtered", None)
             kept = None if shared is None else shared.get(queue)
-            if kept is not None and kept.still(session.now, seen):
+            if kept is not None and kept.still(session.now, session.running):
                 filtered = kept
             else:
-                filtered = Filtered(session, seen)
+                filtered = Filtered(session, self.sorted_lists.get(queue, ()))
                 if shared is not None:
                     shared[queue] = filtered
             self._filtered[queue] = filtered
@@ -456,13 +452,14 @@ class Filtered:
     the candidates' names, their placed sizes (fixed per object) and ``now``, so it serves
     any session that sees the same objects at the same ``now`` (``Candidates._filter``)."""
 
-    def __init__(self, session: Session, seen: list[Workload | None]) -> None:
+    def __init__(self, session: Session, candidates: Sequence[Workload]) -> None:
         self.now = session.now
-        self.seen = seen
+        self.names = [candidate.name for candidate in candidates]
+        self.seen = list(map(session.running.get, self.names))
         """The workload running under each candidate's name (None: none) when it was made."""
         self.usable: list[Workload] = []
         self.earliest: float | None = None
-        for workload in seen:
+        for workload in self.seen:
             if workload is None:
                 continue
             until = session.protected_until(workload)
@@ -477,13 +474,12 @@ class Filtered:
         """Speed only (``within``): the risks sorted; per count of risks within a bound, the
         candidates within it."""
 
-    def still(self, now: float, seen: list[Workload | None]) -> bool:
-        """Whether this filter holds for a session that sees ``seen`` at ``now``."""
-        return (
-            now == self.now
-            and len(seen) == len(self.seen)
-            and all(map(operator.is_, seen, self.seen))
-        )
+    def still(self, now: float, running: Mapping[str, Workload]) -> bool:
+        """Whether this filter holds at ``now`` for a session running ``running``: the same
+        workloads (the same objects, or equal ones, which filter the same) under every
+        candidate's name. (In C, map and list equality: a notebook's decision checks
+        thousands of candidates.)"""
+        return now == self.now and list(map(running.get, self.names)) == self.seen
 
     def within(self, session: Session, bound: float) -> list[Workload]:
         """The candidates whose work at risk is within ``bound``, in list order. A training
