@@ -335,8 +335,12 @@ class Candidates:
         """Per queue: its unprotected candidates and their work at risk (``Filtered``)."""
         self._over_bound: dict[tuple[str, float | None], bool] = {}
         self._alive_from: dict[tuple[str, float | None], int] = {}
-        self._sides: dict[str, dict[str, tuple[str, str]]] = {}
-        self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = {}
+        # static while the lists are (same queues, same queues with victims): kept with the
+        # lists, so the forks sharing them share these too (read-only)
+        self._sides: dict[str, dict[str, tuple[str, str]]] = getattr(self.sorted_lists, "sides", {})
+        self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = getattr(
+            self.sorted_lists, "groups", {}
+        )
         self.ordered_by_priority = session.policy.victim_key in (
             default_victim_key,
             recent_first_victim_key,
