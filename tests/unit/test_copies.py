@@ -5,6 +5,8 @@ node's lists until one side changes them; these tests change both sides after co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.common.placement import GpuShare, ReplicaPlacement
@@ -52,21 +54,29 @@ def test_a_ledger_copy_and_its_original_change_independently():
         assert list(each.by_memory[NODES[0].gpu_memory_mib]) == expected
 
 
-def _releasing(name: str, node: str) -> Workload:
+def _training(
+    name: str, queue: str = "q", state: State = State.RUNNING, node: str = "a", **fields
+) -> Workload:
+    """A preemptible 1-GPU training job on GPU 0 of ``node``, started at t=0."""
     return Workload(
         name=name,
-        queue="q",
+        queue=queue,
         kind=Kind.TRAINING,
         request=Request(gpus=1),
         priority=50,
         preemptible=True,
         submitted_at=0.0,
         seq=1,
-        state=State.RELEASING,
-        placement=(ReplicaPlacement(node, (GpuShare(0, 1000),)),),
+        state=state,
+        placement=_on(node, 0, 1000),
         started_at=0.0,
         start_seq=1,
+        **fields,
     )
+
+
+def _releasing(name: str, node: str) -> Workload:
+    return _training(name, state=State.RELEASING, node=node)
 
 
 def test_held_capacity_of_a_fork_and_its_session_change_independently():
@@ -83,20 +93,7 @@ def test_held_capacity_of_a_fork_and_its_session_change_independently():
 def test_a_standing_fork_never_sees_a_later_change():
     policy = Policy(scorer=scorer_named("frachub"))
     queue = Queue("q", deserved_gpus=4.0)
-    running = Workload(
-        name="w",
-        queue="q",
-        kind=Kind.TRAINING,
-        request=Request(gpus=1),
-        priority=50,
-        preemptible=True,
-        submitted_at=0.0,
-        seq=1,
-        state=State.RUNNING,
-        placement=_on("a", 0, 1000),
-        started_at=0.0,
-        start_seq=1,
-    )
+    running = _training("w")
     standing = Standing(Snapshot(NODES, (queue,), (running,)), 0.0, policy)
     fork = standing.fork(5.0, policy)
     standing.put("w", None)
@@ -109,33 +106,14 @@ def test_a_standing_fork_never_sees_a_later_change():
 
 
 def _borrower(name: str, **fields) -> Workload:
-    return Workload(
-        name=name,
-        queue="batch",
-        kind=Kind.TRAINING,
-        request=Request(gpus=1),
-        priority=50,
-        preemptible=True,
-        submitted_at=0.0,
-        seq=1,
-        state=State.RUNNING,
-        placement=_on("a", 0, 1000),
-        started_at=0.0,
-        start_seq=1,
-        **fields,
-    )
+    return _training(name, queue="batch", **fields)
 
 
 def _notebook() -> Workload:
-    return Workload(
-        name="nb",
-        queue="lab",
-        kind=Kind.INTERACTIVE,
-        request=Request(gpus=1),
-        priority=50,
-        preemptible=False,
-        submitted_at=0.0,
-        seq=2,
+    """A 1-GPU notebook of the lab project, just submitted."""
+    pending = {"state": State.PENDING, "placement": (), "started_at": None, "start_seq": 0}
+    return replace(
+        _training("nb", queue="lab"), kind=Kind.INTERACTIVE, preemptible=False, seq=2, **pending
     )
 
 
