@@ -78,6 +78,10 @@ class Ledger:
         )
         self.domains: dict[tuple[tuple[str, str], ...], list[int]] | None = None
         """Nodes grouped by identical labels (topology domains), filled in by placement."""
+        self.domain_sets: dict[tuple[tuple[str, str], ...], frozenset[int]] | None = None
+        """The same as sets, filled in with ``domains`` (speed only: a gang's placement tries
+        each domain by membership, and building a set of thousands of nodes per gang was 1%
+        of a 4,000-node cycle)."""
         self.one_account = frozenset(
             n for n, node in enumerate(self.nodes) if node.one_account_per_gpu
         )
@@ -107,7 +111,7 @@ class Ledger:
         twin = object.__new__(Ledger)
         twin.nodes, twin.index, twin.shapes = self.nodes, self.index, self.shapes
         twin.models, twin.model_shapes = self.models, self.model_shapes
-        twin.domains = self.domains
+        twin.domains, twin.domain_sets = self.domains, self.domain_sets
         twin.one_account = self.one_account
         twin.accounts = (
             None if self.accounts is None else {k: dict(v) for k, v in self.accounts.items()}

@@ -435,10 +435,13 @@ class _Columns:
             self._owned.add(key)
         ranked = self.ranked[key]
         cache = self._score_cache
+        rows, state, row_lists = self.rows, self.state, self.table.row_lists
         for n in todo:
-            row_delta, row_pick = row(n, k)
-            value, was = row_delta[k], float(delta[n])
-            pick[n] = row_pick[k]
+            cached = rows[n]  # ``_row``, inlined: this loop runs for every change and key
+            if cached is None or len(cached[0]) <= k:
+                cached = rows[n] = row_lists(*state[n])
+            value, was = cached[0][k], float(delta[n])
+            pick[n] = cached[1][k]
             if value == was:
                 continue  # a trial change rolled back: the same growth, the same rank
             delta[n] = value
@@ -457,8 +460,7 @@ class _Columns:
         """Node ``n``'s row (at least ``k + 1`` keys long), from the table once per state."""
         cached = self.rows[n]
         if cached is None or len(cached[0]) <= k:
-            delta, pick = self.table.row(*self.state[n])
-            cached = self.rows[n] = (delta.tolist(), pick.tolist())
+            cached = self.rows[n] = self.table.row_lists(*self.state[n])
         return cached
 
     def best(
@@ -470,21 +472,23 @@ class _Columns:
     ) -> int | None:
         """The node with the best score for ``shape`` (the first listed among equals) that
         passes the host checks and is among ``nodes``; None if there is none."""
-        self.growth(shape, request)
         key = self.table.normal((request.cpu_milli, request.memory_mib, *shape))
+        self.column(key)
         cpu_need, mem_need, models = request.cpu_milli, request.memory_mib, request.gpu_models
-        cpu, mem = self.cpu, self.mem
+        state = self.state  # (free, cpu, mem, model): the same CPU and memory as the arrays
 
         def fits(n: int) -> bool:
+            _, cpu, mem, _ = state[n]
             return (
-                cpu[n] >= cpu_need
-                and mem[n] >= mem_need
+                cpu >= cpu_need
+                and mem >= mem_need
                 and (not models or ledger.nodes[n].gpu_model in models)
             )
 
         if nodes is not None and len(nodes) < _SCAN_BELOW:
             delta, score = self.columns[key][0], self.scores[key]
-            found = [(score[n], n) for n in nodes if np.isfinite(delta[n]) and fits(n)]
+            isfinite = math.isfinite
+            found = [(score[n], n) for n in nodes if isfinite(delta[n]) and fits(n)]
             return min(found)[1] if found else None
         for _, n in self.ranked[key]:
             if (nodes is None or n in nodes) and fits(n):
@@ -578,7 +582,11 @@ def place(
     domains = _domains(ledger, nodes)
     first_domain = _domain_of(ledger, ledger.index[first.node])
     order = [first_domain] + [d for d in domains if d != first_domain]
-    attempts: list[Collection[int] | None] = [set(domains[d]) for d in order]
+    if nodes is None and ledger.domain_sets is not None:
+        sets = ledger.domain_sets  # filled by ``_domains``; read-only, shared
+        attempts: list[Collection[int] | None] = [sets[d] for d in order]
+    else:
+        attempts = [set(domains[d]) for d in order]
     if len(domains) > 1:
         attempts.append(nodes)
     for attempt in attempts:
@@ -648,6 +656,7 @@ def _domains(
             ledger.domains = {}
             for n in range(len(ledger.nodes)):
                 ledger.domains.setdefault(_domain_of(ledger, n), []).append(n)
+            ledger.domain_sets = {d: frozenset(ns) for d, ns in ledger.domains.items()}
         return ledger.domains
     domains: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for n in sorted(nodes):

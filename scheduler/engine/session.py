@@ -20,7 +20,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement
@@ -199,6 +199,14 @@ class VictimLists(Mapping[str, list[Workload]]):
         self.key = key
         self.now = now
         self.sorted: dict[str, list[Workload]] = {}
+        self.filtered: dict[str, Any] = {}
+        """Queue -> the victim search's filter of its list (``actions.victims.Filtered``),
+        kept here so that the forks sharing these lists share it too (it checks itself)."""
+        self.sides: dict[str, Any] = {}
+        self.groups: dict[str, Any] = {}
+        """The victim search's ``Candidates.sides_for`` and ``groups_for`` per claiming queue:
+        they depend only on the queue tree and which queues have victims, fixed for these
+        lists."""
 
     def __getitem__(self, queue: str) -> list[Workload]:
         found = self.sorted.get(queue)

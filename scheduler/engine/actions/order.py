@@ -23,8 +23,13 @@ class ServiceOrder:
         self.session = session
         self.by_queue: dict[str, list[Workload]] = {}
         self.workload_key = session.order_key()
-        for workload in sorted(pending, key=self.workload_key):
+        self.keys: dict[str, list[tuple]] = {}
+        """Per queue: ``workload_key`` of each of ``by_queue``'s workloads (computed once)."""
+        keys = [self.workload_key(workload) for workload in pending]
+        for i in sorted(range(len(pending)), key=keys.__getitem__):  # stable, as by workload
+            workload = pending[i]
             self.by_queue.setdefault(workload.queue, []).append(workload)
+            self.keys.setdefault(workload.queue, []).append(keys[i])
         self.heads = dict.fromkeys(self.by_queue, 0)
         self.version = dict.fromkeys(self.by_queue, 0)
         self.heap = [(self._key(name), 0, name) for name in self.by_queue]
@@ -51,7 +56,7 @@ class ServiceOrder:
             )
         return (
             *session.policy.queue_key(standing),
-            *self.workload_key(head),
+            *self.keys[name][self.heads[name]],
             session.queue_order[name],
         )
 

@@ -5,7 +5,7 @@ trial eviction that finds the fewest victims that make room."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from scheduler.common.limits import MILLI
 from scheduler.common.placement import Placement
@@ -331,17 +331,16 @@ class Candidates:
         self.session = session
         self.sorted_lists = session.victim_lists()
         self._usable: dict[tuple[str, float | None], list[Workload]] = {}
-        self._protected: dict[str, float | None] = {}
+        self._filtered: dict[str, Filtered] = {}
+        """Per queue: its unprotected candidates and their work at risk (``Filtered``)."""
         self._over_bound: dict[tuple[str, float | None], bool] = {}
         self._alive_from: dict[tuple[str, float | None], int] = {}
-        self._risks: dict[str, list[float]] = {}
-        """Per queue: the work at risk of each unprotected candidate, in list order."""
-        self._ranked_risks: dict[str, list[float]] = {}
-        self._within_count: dict[tuple[str, int], list[Workload]] = {}
-        """Speed only (``_within``): per queue, its risks sorted; per queue and count of risks
-        within a bound, the candidates within it."""
-        self._sides: dict[str, dict[str, tuple[str, str]]] = {}
-        self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = {}
+        # static while the lists are (same queues, same queues with victims): kept with the
+        # lists, so the forks sharing them share these too (read-only)
+        self._sides: dict[str, dict[str, tuple[str, str]]] = getattr(self.sorted_lists, "sides", {})
+        self._groups: dict[str, tuple[dict[str, list[str]], list[tuple]]] = getattr(
+            self.sorted_lists, "groups", {}
+        )
         self.ordered_by_priority = session.policy.victim_key in (
             default_victim_key,
             recent_first_victim_key,
@@ -392,46 +391,34 @@ class Candidates:
         the cycle is never a victim)."""
         key = (queue, bound)
         if key not in self._usable:
+            filtered = self._filter(queue)
             if bound is None:
-                usable, earliest = [], None
-                for candidate in self.sorted_lists.get(queue, ()):
-                    workload = self.session.running.get(candidate.name)
-                    if workload is None:
-                        continue
-                    until = self.session.protected_until(workload)
-                    if until is None:
-                        usable.append(workload)
-                    elif earliest is None or until < earliest:
-                        earliest = until
-                self._protected[queue] = earliest
+                usable = filtered.usable
             else:
-                everything = self._usable_in(queue, None)
-                risks = self._risks.get(queue)
-                if risks is None:  # once per queue, not once per queue and bound
-                    at_risk = self.session.at_risk
-                    risks = self._risks[queue] = [at_risk(w) for w in everything]
-                usable = self._within(queue, everything, risks, bound)
-                self._over_bound[key] = len(usable) < len(everything)
+                usable = filtered.within(self.session, bound)
+                self._over_bound[key] = len(usable) < len(filtered.usable)
             self._usable[key] = usable
             self._alive_from[key] = 0
         return self._usable[key]
 
-    def _within(
-        self, queue: str, everything: list[Workload], risks: list[float], bound: float
-    ) -> list[Workload]:
-        """The candidates whose work at risk is within ``bound``, in list order. A training
-        claimant's second bound is its own wait, so nearly every claimant brings a new bound;
-        but two bounds that pass the same number of (sorted) risks pass the same candidates,
-        so the list is filtered once per such count, not once per bound (read-only, shared)."""
-        ranked = self._ranked_risks.get(queue)
-        if ranked is None:
-            ranked = self._ranked_risks[queue] = sorted(risks)
-        count = bisect.bisect_right(ranked, bound)
-        usable = self._within_count.get((queue, count))
-        if usable is None:
-            usable = [w for w, risk in zip(everything, risks, strict=True) if risk <= bound]
-            self._within_count[(queue, count)] = usable
-        return usable
+    def _filter(self, queue: str) -> Filtered:
+        """The queue's ``Filtered`` for this cycle: the one its victim lists keep (shared
+        by the forks of a settled session, so a notebook's decision does not filter the
+        same candidates again) when every candidate's running workload and ``now`` are
+        still those it was made from, else a new one."""
+        filtered = self._filtered.get(queue)
+        if filtered is None:
+            session = self.session
+            shared = getattr(self.sorted_lists, "filtered", None)
+            kept = None if shared is None else shared.get(queue)
+            if kept is not None and kept.still(session.now, session.running):
+                filtered = kept
+            else:
+                filtered = Filtered(session, self.sorted_lists.get(queue, ()))
+                if shared is not None:
+                    shared[queue] = filtered
+            self._filtered[queue] = filtered
+        return filtered
 
     def walk(
         self, queue: str, search: VictimSearch, below_priority: int | None = None
@@ -440,8 +427,9 @@ class Candidates:
         (optionally) lower priority."""
         key = (queue, search.bound)
         candidates = self._usable_in(queue, search.bound)
-        if self._protected[queue] is not None:
-            search.note_protected(self._protected[queue])
+        protected = self._filtered[queue].earliest
+        if protected is not None:
+            search.note_protected(protected)
         if search.bound is not None and self._over_bound[key]:
             search.over_bound = True
         running = self.session.running
@@ -459,6 +447,60 @@ class Candidates:
                     return  # lowest priority first: nothing lower follows
                 continue
             yield workload
+
+
+class Filtered:
+    """One queue's candidates filtered at one ``now``: those running and unprotected, in
+    victim order, the earliest end of a protection among the others, and (once a loss bound
+    asks) the work at risk of each. Each depends only on the workload objects running under
+    the candidates' names, their placed sizes (fixed per object) and ``now``, so it serves
+    any session that sees the same objects at the same ``now`` (``Candidates._filter``)."""
+
+    def __init__(self, session: Session, candidates: Sequence[Workload]) -> None:
+        self.now = session.now
+        self.names = [candidate.name for candidate in candidates]
+        self.seen = list(map(session.running.get, self.names))
+        """The workload running under each candidate's name (None: none) when it was made."""
+        self.usable: list[Workload] = []
+        self.earliest: float | None = None
+        for workload in self.seen:
+            if workload is None:
+                continue
+            until = session.protected_until(workload)
+            if until is None:
+                self.usable.append(workload)
+            elif self.earliest is None or until < self.earliest:
+                self.earliest = until
+        self.risks: list[float] | None = None
+        """The work at risk of each of ``usable``, in list order."""
+        self._ranked: list[float] = []
+        self._within_count: dict[int, list[Workload]] = {}
+        """Speed only (``within``): the risks sorted; per count of risks within a bound, the
+        candidates within it."""
+
+    def still(self, now: float, running: Mapping[str, Workload]) -> bool:
+        """Whether this filter holds at ``now`` for a session running ``running``: the same
+        workloads (the same objects, or equal ones, which filter the same) under every
+        candidate's name. (In C, map and list equality: a notebook's decision checks
+        thousands of candidates.)"""
+        return now == self.now and list(map(running.get, self.names)) == self.seen
+
+    def within(self, session: Session, bound: float) -> list[Workload]:
+        """The candidates whose work at risk is within ``bound``, in list order. A training
+        claimant's second bound is its own wait, so nearly every claimant brings a new bound;
+        but two bounds that pass the same number of (sorted) risks pass the same candidates,
+        so the list is filtered once per such count, not once per bound (read-only, shared)."""
+        risks = self.risks
+        if risks is None:  # once per queue, not once per queue and bound
+            at_risk = session.at_risk
+            risks = self.risks = [at_risk(w) for w in self.usable]
+            self._ranked = sorted(risks)
+        count = bisect.bisect_right(self._ranked, bound)
+        usable = self._within_count.get(count)
+        if usable is None:
+            usable = [w for w, risk in zip(self.usable, risks, strict=True) if risk <= bound]
+            self._within_count[count] = usable
+        return usable
 
 
 def shape_key(session: Session, workload: Workload) -> tuple:
