@@ -134,6 +134,9 @@ class Policy:
     aging: Aging | None = None
     """A pending workload's rank inside its queue rises with its wait (``engine/aging.py``);
     None: the plain order, ``workload_key``."""
+    interactive_reserve: int = 0
+    """Milli-GPUs of idle capacity kept from work that would lend it beyond its project's
+    quota, for in-quota notebooks (``engine/reserve.py``); 0: off."""
     reclaim_groups: bool = True
     """Reclaim skips whole groups of queues no claimant of the queue may take from (its own
     branch above its fair share, or their branch not above theirs) instead of weighing every
