@@ -4,8 +4,10 @@ while some project has deserved quota its non-preemptible work does not use."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.engine import (
@@ -20,9 +22,14 @@ from scheduler.engine import (
 )
 from scheduler.engine.ledger import Ledger
 from scheduler.engine.reserve import kept
+from scheduler.fields import InvalidSpec
+from scheduler.scenario import load_scenario, run_scenario
+from scheduler.scenario.spec import parse_scenario
 from tests.unit.test_cycle import running, workload
 
 pytestmark = pytest.mark.unit
+
+SCENARIOS = Path(__file__).parents[1] / "scenarios"
 
 NODES = (Node("a", 4, 80 * 1024), Node("b", 4, 80 * 1024))
 QUEUES = (Queue("batch", deserved_gpus=2), Queue("notebooks", deserved_gpus=2))
@@ -97,3 +104,24 @@ def test_slivers_spread_over_gpus_do_not_count_as_a_whole_gpu() -> None:
     assert ledger.total_free == 1000
     assert not kept(ledger, 1000) and not kept(ledger, 500)
     assert kept(ledger, 250)
+
+
+RESERVE = SCENARIOS / "41_interactive_reserve.yaml"
+
+
+def test_the_scenario_without_the_reserve_makes_the_notebook_wait_out_a_grace_period() -> None:
+    scenario = load_scenario(str(RESERVE))
+    kept_idle = run_scenario(scenario).to_json()
+    lent = run_scenario(replace(scenario, interactive_reserve_gpus=0.0, run_until=50)).to_json()
+    notebook = [e for e in kept_idle["events"] if e["workload"] == "nb"]
+    assert [(e["type"], e["time"]) for e in notebook] == [("started", 10)]
+    assert sum(w["preemptions"] for w in kept_idle["workloads"].values()) == 0
+    assert lent["workloads"]["nb"]["started_at"] == 40  # 10 + the victim's 30 s grace
+    assert sum(w["preemptions"] for w in lent["workloads"].values()) == 1
+
+
+def test_a_negative_reserve_in_a_scenario_file_is_refused_with_the_field_named() -> None:
+    document = yaml.safe_load(RESERVE.read_text())
+    document["interactive_reserve_gpus"] = -1
+    with pytest.raises(InvalidSpec, match="interactive_reserve_gpus: must be >= 0, got -1"):
+        parse_scenario(document)

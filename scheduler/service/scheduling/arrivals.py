@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from scheduler.common.placement import Placement
-from scheduler.engine import CycleResult, QueueStatus, Session, Start, Workload, decide
+from scheduler.engine import CycleResult, Kind, QueueStatus, Session, Start, Workload, decide
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.runtime.metrics import Metrics
 
@@ -42,6 +42,10 @@ class FastPath:
         self.late: list[WorkloadRecord] = []
         """Submitted since the running cycle's snapshot (the loop offers them again on the
         cycle's session)."""
+        self.urgent = False
+        """A notebook did not start at once (it needs room made, or waits behind its
+        project's queue): the next cycle should not wait out the spacing that shares the
+        process with a burst of submissions (the loop clears it)."""
 
     def unsettle(self) -> None:
         """Nothing guarantees ``settled`` holds every share held any more."""
@@ -92,6 +96,7 @@ class FastPath:
                 offered.append(arrival)
                 continue
             self.waiting.add(arrival.queue)
+            self.urgent = self.urgent or arrival.kind is Kind.INTERACTIVE
         if not offered or self.settled is None:
             return None
         names = {arrival.name for arrival in offered}
@@ -113,6 +118,7 @@ class FastPath:
         )
         if not clean:  # it needs room made: the next cycle decides that, with evictions
             self.settled = self.settled.fork(offered, now)
+            self.urgent = self.urgent or any(a.kind is Kind.INTERACTIVE for a in offered)
             count("waited", len(offered))
             self.waiting.update(arrival.queue for arrival in offered)
             return None
@@ -124,6 +130,21 @@ class FastPath:
             self.settled = fork
             return None
         return result, fork, offered
+
+    def released(self, name: str, now: float) -> None:
+        """A notebook's share was released: ``settled`` gives it back (on a fork, since the
+        running cycle may share its parts), so the next arrival can start on it at once
+        rather than wait for a cycle. Only non-preemptible work: the victim lists a fork
+        shares never hold it."""
+        settled = self.settled
+        if settled is None:
+            return
+        workload = settled.running.get(name)
+        if workload is None or workload.preemptible:
+            return
+        fork = settled.fork((), now)
+        fork.finish(name)
+        self.settled = fork
 
     def took(self, fork: Session, result: CycleResult, offered: list[Workload]) -> None:
         """The starts ``decide`` returned are written: the fork is ``settled`` now, and the

@@ -332,6 +332,8 @@ class SchedulingLoop:
             return  # it ended or is already stopping meanwhile; the handlers said so
         stops, _ = self.effects.record(effects, now)
         self.store.commit()
+        if record.is_allocation:  # its GPUs are free now, not after a grace period
+            self.fast.released(str(record.id), now)
         await self.effects.stop(stops)
         self._notify()
         self.request_cycle()
@@ -443,14 +445,17 @@ class SchedulingLoop:
         """Run a cycle soon; bursts of requests share one. Cycles decide off the event loop
         but share the interpreter with it, and arrivals no longer wait for them: the next
         one waits twice as long as the last one took (at most a second), so cycles take at
-        most a third of the process under a burst."""
+        most a third of the process under a burst; but not when a notebook needs room made
+        (``FastPath.urgent``): its user waits at the spawn page, and it is one cycle."""
         self._cycle_requested = True
         if self._cycle_task is None or self._cycle_task.done():
             self._cycle_task = asyncio.get_running_loop().create_task(self._cycle_soon())
 
     async def _cycle_soon(self) -> None:
         while self._cycle_requested:
-            await asyncio.sleep(min(2 * self._last_cycle_seconds, 1.0))
+            if not self.fast.urgent:
+                await asyncio.sleep(min(2 * self._last_cycle_seconds, 1.0))
+            self.fast.urgent = False
             self._cycle_requested = False
             try:
                 await self.run_cycles()
