@@ -110,6 +110,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="usage-decayed fair share's weight, KAI's kValue (default: 1)",
     )
+    parser.add_argument(
+        "--interactive-reserve",
+        type=float,
+        default=0.0,
+        metavar="GPUS",
+        help="idle GPUs borrowing work may not take while a project has unused deserved "
+        "quota, for in-quota notebooks (FracHubService.interactive_reserve_gpus; default 0: "
+        "off)",
+    )
     parser.add_argument("--plots", metavar="DIR", help="write PNG plots to DIR")
     parser.add_argument(
         "--jobs",
@@ -193,6 +202,12 @@ def run(args: argparse.Namespace) -> int:
             _need_matplotlib()
         runtimes = load_runtimes(Path(args.philly))
         description = _with_usage(description, args)
+        if not 0 <= args.interactive_reserve < float("inf"):
+            raise UsageError(
+                f"--interactive-reserve: must be a number of GPUs >= 0, "
+                f"got {args.interactive_reserve:g}"
+            )
+        description = replace(description, interactive_reserve_gpus=args.interactive_reserve)
     except (UsageError, InvalidSpec, TraceMissing) as error:
         print(f"frachub simulate fleet: {error}", file=sys.stderr)
         return 2
@@ -242,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
         "busy_share": sum(hi - lo for lo, hi in busy) / (end - warmup * DAY),
         "seconds": round(seconds, 1),
     }
+    if description.interactive_reserve_gpus:
+        meta["interactive_reserve_gpus"] = description.interactive_reserve_gpus
     if args.json:
         print(json.dumps(to_json(summaries, meta)))
         return 0

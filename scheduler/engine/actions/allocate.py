@@ -95,7 +95,9 @@ def try_start(
     refusal = quota_refusal(session, workload, size)
     if refusal is not None:
         return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
-    keep = 0 if claimed else reserve.floor(session, workload, size)
+    keep = 0
+    if session.policy.interactive_reserve and not claimed:  # off: not even a call
+        keep = reserve.floor(session, workload, size)
     if keep and session.ledger.total_free - size < keep:
         return Outcome(reserve.held_back(session, workload, keep), capacity=False)
     shape = Failures.shape(workload)
