@@ -252,6 +252,11 @@ BAD = [
     pytest.param(
         ["--usage-half-life", "12", "--usage-k", "-1"], "--usage-k: must be >= 0", id="usage-k"
     ),
+    pytest.param(
+        ["--interactive-reserve", "-1"],
+        "--interactive-reserve: must be a number of GPUs >= 0, got -1",
+        id="reserve",
+    ),
 ]
 
 
