@@ -675,6 +675,9 @@ class SchedulingLoop:
             life = self.lifecycle.get(str(exit_.workload_id))
             if life is None or not life.state.holding:
                 continue  # an attempt already accounted for (requeued at once, or cancelled)
+            claimant = self.records.get(int(life.claimant)) if life.claimant else None
+            if claimant is not None and claimant.is_allocation:
+                self.fast.urgent = True  # a notebook waits for these GPUs: no spacing
             at = ended_at(exit_, life.started_at, now)
             effects = self.lifecycle.exited(life.name, at, exit_.exit_code, exit_.message)
             self.effects.record(effects, at)
