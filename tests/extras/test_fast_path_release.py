@@ -12,7 +12,6 @@ from scheduler.engine import (
     Node,
     Policy,
     Queue,
-    Request,
     Session,
     Snapshot,
     Start,
@@ -22,21 +21,13 @@ from scheduler.engine import (
 )
 from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.scheduling.arrivals import FastPath
+from tests.unit.test_cycle import workload
 
 QUEUES = (Queue("lab", deserved_gpus=2),)
 
 
 def notebook(name: str, seq: int) -> Workload:
-    return Workload(
-        name=name,
-        queue="lab",
-        kind=Kind.INTERACTIVE,
-        request=Request(gpus=1),
-        priority=100,
-        preemptible=False,
-        submitted_at=0.0,
-        seq=seq,
-    )
+    return workload(name, kind=Kind.INTERACTIVE, seq=seq)
 
 
 def settled_with(fast: FastPath, *arrivals: Workload) -> Session:
