@@ -69,7 +69,10 @@ NOTEBOOK_USER = "bench-notebook"
 
 def service_config(args: argparse.Namespace) -> str:
     capacity = args.nodes * args.gpus_per_node
-    queues = [{"name": "batch", "limit_gpus": capacity - args.notebook_gpus}]
+    batch: dict = {"name": "batch"}
+    if not args.no_batch_cap:
+        batch["limit_gpus"] = capacity - args.notebook_gpus
+    queues = [batch]
     queues += [
         {"name": f"p{i:02d}", "parent": "batch", "deserved_gpus": args.deserved}
         for i in range(args.projects)
@@ -89,6 +92,7 @@ def service_config(args: argparse.Namespace) -> str:
             f"c.LocalBackend.declared_inventory = {nodes!r}",
             "c.LocalBackend.run_as_user = False",
             "c.FracHubService.grace_period = 1",
+            f"c.FracHubService.interactive_reserve_gpus = {args.reserve!r}",
             'c.Application.log_level = "WARN"',
         ]
     )
@@ -200,6 +204,81 @@ async def spawn_notebooks(
         recorded.append(times["allocated"] - times["submitted"])
         await asyncio.sleep(max(0.0, every - (time.perf_counter() - began)))
     return grants, recorded
+
+
+FAST_PATH_SECONDS = 0.05
+"""A grant recorded this soon after the submission, with no eviction for it, was the fast
+path's: a cycle's grant comes after the cycle's spacing (twice the last cycle's length) and
+its decision, never this soon under this load."""
+
+
+def notebook_timelines(database: Path) -> list[dict]:
+    """Each notebook's way to its grant, from the store's events (read after the service
+    stopped): how it was granted, and, when work was evicted for it, the three parts of its
+    wait: until the cycle that evicted (``decide``), the victims' grace period and the
+    backend noticing them gone (``grace_exit``: the last victim's ``preempting`` to its
+    ``requeued``), and until the notebook started on what they freed (``claim``)."""
+    import sqlite3
+
+    with sqlite3.connect(database) as db:
+        notebooks = db.execute(
+            "SELECT w.id, e.type, e.time FROM workloads w JOIN events e ON e.workload_id = w.id"
+            " WHERE w.kind = 'interactive' AND e.type IN ('submitted', 'allocated')"
+        ).fetchall()
+        victims = db.execute(
+            "SELECT p.workload_id, p.time, (SELECT MIN(r.time) FROM events r WHERE"
+            " r.workload_id = p.workload_id AND r.time >= p.time AND r.type = 'requeued')"
+            " FROM events p WHERE p.type = 'preempting' AND p.message LIKE '%for notebooks/%'"
+        ).fetchall()
+    times: dict[int, dict[str, float]] = {}
+    for workload_id, kind, at in notebooks:
+        times.setdefault(workload_id, {})[kind] = at
+    rows = []
+    for workload_id, seen in sorted(times.items()):
+        if "allocated" not in seen:
+            continue
+        submitted, granted = seen["submitted"], seen["allocated"]
+        # notebooks come one at a time, so the evictions between its request and its grant
+        # were for it
+        mine = [(p, r) for _, p, r in victims if submitted <= p <= granted]
+        row: dict = {"id": workload_id, "recorded_ms": ms(granted - submitted)}
+        if mine:
+            first = min(p for p, _ in mine)
+            gone = max((r for _, r in mine if r is not None), default=granted)
+            row.update(
+                path="evicted",
+                victims=len(mine),
+                decide_ms=ms(first - submitted),
+                grace_exit_ms=ms(gone - first),
+                claim_ms=ms(granted - gone),
+            )
+        elif granted - submitted < FAST_PATH_SECONDS:
+            row["path"] = "fast path"
+        else:
+            row["path"] = "cycle, idle GPUs"
+        rows.append(row)
+    return rows
+
+
+def breakdown(rows: list[dict]) -> dict:
+    """The notebooks' breakdown as the report's fields: how many took each path, and the
+    median of each part of the evicted ones' wait."""
+    found: dict = {}
+    for path in ("fast path", "cycle, idle GPUs", "evicted"):
+        mine = [row for row in rows if row["path"] == path]
+        key = path.split(",")[0].replace(" ", "_")
+        found[f"notebooks_{key}"] = len(mine)
+        if mine:
+            found[f"notebooks_{key}_recorded_p50_ms"] = statistics.median(
+                row["recorded_ms"] for row in mine
+            )
+    evicted = [row for row in rows if row["path"] == "evicted"]
+    for part in ("decide_ms", "grace_exit_ms", "claim_ms"):
+        if evicted:
+            found[f"notebooks_evicted_{part[:-3]}_p50_ms"] = statistics.median(
+                row[part] for row in evicted
+            )
+    return found
 
 
 def ms(seconds: float) -> float:
@@ -342,6 +421,24 @@ def main() -> int:
     parser.add_argument(
         "--notebook-gpus", type=float, default=4, help="GPUs the notebooks project deserves"
     )
+    parser.add_argument(
+        "--no-batch-cap",
+        action="store_true",
+        help="no department limit on the job projects: batch may borrow every GPU, so a "
+        "notebook needs an eviction or the interactive reserve",
+    )
+    parser.add_argument(
+        "--reserve",
+        type=float,
+        default=0.0,
+        metavar="GPUS",
+        help="FracHubService.interactive_reserve_gpus (default 0: off)",
+    )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print each notebook's breakdown (from the store's events) on stderr",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frachub-bench-"))
@@ -351,6 +448,11 @@ def main() -> int:
         ServiceProcess(hub, service_config(args), work / "service") as service,
     ):
         result = asyncio.run(measure(hub, service, args))
+    rows = notebook_timelines(work / "service" / "frachub-data" / "frachub.sqlite")
+    result.update(breakdown(rows))
+    if args.timeline:
+        for row in rows:
+            print("  " + json.dumps(row), file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -65,7 +65,7 @@ def decide(session: Session, *, report_borrowed: bool = False) -> CycleResult:
         if claim:
             # work was evicted for this one: it takes that capacity or waits for it, and never
             # makes room a second time
-            outcome = try_start(session, workload)
+            outcome = try_start(session, workload, claimed=True)
             if outcome is not None or workload.name not in session.reserved:
                 session.close_claim(claim)
             if outcome is not None:

@@ -134,6 +134,9 @@ class Policy:
     aging: Aging | None = None
     """A pending workload's rank inside its queue rises with its wait (``engine/aging.py``);
     None: the plain order, ``workload_key``."""
+    interactive_reserve: int = 0
+    """Milli-GPUs of idle capacity kept from work that would lend it beyond its project's
+    quota, for in-quota notebooks (``engine/reserve.py``); 0: off."""
     reclaim_groups: bool = True
     """Reclaim skips whole groups of queues no claimant of the queue may take from (its own
     branch above its fair share, or their branch not above theirs) instead of weighing every
@@ -606,6 +609,28 @@ class Session:
         if not self.policy.immediate_evictions:
             self._hold(workload.placement)
         self._record(Evict(workload.name, reason, claimant, **self.loss(workload)))
+
+    def finish(self, name: str) -> None:
+        """A running workload ended: give its capacity back and drop its demand. For a fork
+        a driver keeps between cycles (the service's fast path), so an arrival sees GPUs a
+        released notebook freed without waiting for the next cycle."""
+        workload = self.running.pop(name)
+        self.running_count[workload.queue] -= 1
+        size = self._placed_size.pop(name)
+        self._count(workload, -1, size)
+        self.demand = {**self.demand, workload.queue: self.demand[workload.queue] - size}
+        self.ledger.give_back(
+            workload.placement,
+            workload.request.cpu_milli,
+            workload.request.memory_mib,
+            workload.user,
+        )
+        queues = tuple(self.queues.values())
+        self.fair = fair_shares(queues, self.deserved, self.demand, self.capacity, self.usage)
+        self._fair_without_usage = None
+        for resource in self.host:
+            resource.demand[workload.queue] -= resource.amount(workload.request)
+            resource.compute_fair(queues)
 
     def move(self, workload: Workload, placement: Placement, claimant: str) -> None:
         """A consolidation move; the caller has already taken the new spot on the ledger."""

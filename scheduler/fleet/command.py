@@ -118,6 +118,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "project's quota, take the offer to start it now as a preemptible notebook "
         "(FracHub's variants; overrides each project's notebooks.take_offer, default 0)",
     )
+    parser.add_argument(
+        "--interactive-reserve",
+        type=float,
+        default=0.0,
+        metavar="GPUS",
+        help="idle GPUs borrowing work may not take while a project has unused deserved "
+        "quota, for in-quota notebooks (FracHubService.interactive_reserve_gpus; default 0: "
+        "off)",
+    )
     parser.add_argument("--plots", metavar="DIR", help="write PNG plots to DIR")
     parser.add_argument(
         "--jobs",
@@ -213,7 +222,14 @@ def run(args: argparse.Namespace) -> int:
         if args.plots:
             _need_matplotlib()
         runtimes = load_runtimes(Path(args.philly))
-        description = _with_offer(_with_usage(description, args), args.take_offer)
+        description = _with_usage(description, args)
+        if not 0 <= args.interactive_reserve < float("inf"):
+            raise UsageError(
+                f"--interactive-reserve: must be a number of GPUs >= 0, "
+                f"got {args.interactive_reserve:g}"
+            )
+        description = replace(description, interactive_reserve_gpus=args.interactive_reserve)
+        description = _with_offer(description, args.take_offer)
     except (UsageError, InvalidSpec, TraceMissing) as error:
         print(f"frachub simulate fleet: {error}", file=sys.stderr)
         return 2
@@ -264,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
         "busy_share": sum(hi - lo for lo, hi in busy) / (end - warmup * DAY),
         "seconds": round(seconds, 1),
     }
+    if description.interactive_reserve_gpus:
+        meta["interactive_reserve_gpus"] = description.interactive_reserve_gpus
     if args.json:
         print(json.dumps(to_json(summaries, meta)))
         return 0

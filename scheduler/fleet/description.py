@@ -95,6 +95,8 @@ class Description:
     """Start and end of the working day, in hours since midnight."""
     usage: UsageSpec | None = None
     """Usage-decayed fair share (a scenario's ``usage:`` section, without ``past``)."""
+    interactive_reserve_gpus: float = 0.0
+    """The interactive reserve (``simulate fleet --interactive-reserve``); 0: off."""
 
     @property
     def capacity(self) -> int:

@@ -119,6 +119,7 @@ class FleetRunner(Runner):
                 placement=description.placement,
                 grace_seconds=description.grace_seconds,
                 usage=description.usage,
+                interactive_reserve_gpus=description.interactive_reserve_gpus,
             )
         )
         self.policy = variant_policy(variant, self.policy)

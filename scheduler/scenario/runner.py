@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.common.limits import MILLI
 from scheduler.common.placement import placement_to_api
 from scheduler.common.states import WorkloadState
 from scheduler.engine import CycleResult, Node, Policy, Session, Snapshot, decide, scorer_named
@@ -103,6 +104,7 @@ class Runner:
             scorer=scorer_named(scenario.placement),
             immediate_evictions=immediate,
             aging=scenario.aging,
+            interactive_reserve=round(scenario.interactive_reserve_gpus * MILLI),
         )
         self.nodes: list[Node] = list(scenario.nodes)
         self.lifecycle = Lifecycle(grace_seconds=scenario.grace_seconds, immediate=immediate)

@@ -82,6 +82,9 @@ class Scenario:
     """``aging: {per_hour: 10, most: 100}``: pending work's rank rises with its wait
     (``scheduler/engine/aging.py``); absent, the plain order."""
     usage: UsageSpec | None = None
+    interactive_reserve_gpus: float = 0.0
+    """``interactive_reserve_gpus: 1``: idle GPUs lending work may not take while some
+    project has unused deserved quota (``scheduler/engine/reserve.py``); 0: off."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Top-level keys the runner ignores (``expect``, ``description``), for tools and tests."""
 
@@ -113,6 +116,7 @@ _TOP = (
     "placement",
     "grace_seconds",
     "usage",
+    "interactive_reserve_gpus",
 )
 _AGING_FIELDS = ("per_hour", "most")
 
@@ -145,6 +149,9 @@ def parse_scenario(document: Any) -> Scenario:
         grace_seconds=number_field(document, "grace_seconds", "", 0.0, minimum=0),
         aging=_aging(document.get("aging")),
         usage=_usage(document.get("usage"), queues),
+        interactive_reserve_gpus=number_field(
+            document, "interactive_reserve_gpus", "", 0.0, minimum=0
+        ),
         extra={k: v for k, v in document.items() if k not in (*_TOP, "aging")},
     )
 

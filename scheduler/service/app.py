@@ -431,7 +431,11 @@ class FracHubService(PolicySettings, Application):
     # -- start-up -------------------------------------------------------------------------
 
     def initialize(self, argv=None) -> None:
-        super().initialize(argv)
+        try:
+            super().initialize(argv)
+        except (TraitError, ValueError) as error:  # a setting on the command line
+            self.log.critical("%s", error)
+            self.exit(2)
         if self.config_file:
             if not os.path.exists(self.config_file):
                 self.log.critical("config file %s does not exist", self.config_file)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from traitlets import Bool, Dict, Float, HasTraits, Unicode, validate
 
+from scheduler.common.limits import MILLI
 from scheduler.engine import SCORERS, Aging, Policy, scorer_named
 from scheduler.fields import InvalidSpec
 from scheduler.service.requests import resource_defaults
@@ -71,11 +72,36 @@ class PolicySettings(HasTraits):
             raise ValueError(f"FracHubService.{name} must be a number >= 0, got {value}")
         return value
 
+    interactive_reserve_gpus = Float(
+        0.0,
+        help="""The interactive reserve: GPUs (fractions allowed, e.g. 0.5) of idle capacity
+        that preemptible work going beyond its project's quota may not borrow while some
+        project has deserved quota its notebooks do not use, so a notebook inside its quota
+        starts on idle GPUs at once instead of waiting out a reclaim's grace period
+        (docs/scheduling.md, "The interactive reserve"; what it costs: docs/fleet.md).
+        0 (the default) turns it off.""",
+    ).tag(config=True)
+
+    @validate("interactive_reserve_gpus")
+    def _validate_interactive_reserve(self, proposal):
+        value = proposal.value
+        if not 0 <= value < float("inf"):
+            raise ValueError(
+                f"FracHubService.interactive_reserve_gpus must be a number of GPUs >= 0, "
+                f"got {value}"
+            )
+        return value
+
     def scheduling_policy(self) -> Policy:
         """The engine's policy from the settings: the placement, wall-clock times in reasons,
-        and aging when ``aging_per_hour`` is above 0."""
+        aging when ``aging_per_hour`` is above 0, and the interactive reserve."""
         aging = Aging(self.aging_per_hour, self.aging_max_priority) if self.aging_per_hour else None
-        return Policy(scorer=scorer_named(self.placement), format_time=wall_clock, aging=aging)
+        return Policy(
+            scorer=scorer_named(self.placement),
+            format_time=wall_clock,
+            aging=aging,
+            interactive_reserve=round(self.interactive_reserve_gpus * MILLI),
+        )
 
     placement = Unicode(
         "frachub",

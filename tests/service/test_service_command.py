@@ -54,8 +54,12 @@ def test_help_all_lists_every_setting() -> None:
         ),
         ('c.MemoryWatchdog.notebooks = "stop"', "MemoryWatchdog: The 'notebooks' trait"),
         ("c.MemoryWatchdog.grace_seconds = -1", "MemoryWatchdog.grace_seconds must be >= 0"),
+        (
+            "c.FracHubService.interactive_reserve_gpus = -0.5",
+            "FracHubService.interactive_reserve_gpus must be a number of GPUs >= 0, got -0.5",
+        ),
     ],
-    ids=["queue-parent", "placement", "inventory", "watchdog-action", "watchdog-grace"],
+    ids=["queue-parent", "placement", "inventory", "watchdog-action", "watchdog-grace", "reserve"],
 )
 def test_bad_settings_stop_start_up_with_the_field_named(tmp_path, config, words) -> None:
     path = tmp_path / "frachub_config.py"
@@ -63,6 +67,15 @@ def test_bad_settings_stop_start_up_with_the_field_named(tmp_path, config, words
     result = frachub_service("--config", str(path), env={"JUPYTERHUB_API_TOKEN": "x"}, cwd=tmp_path)
     assert result.returncode != 0
     assert words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_setting_on_the_command_line_stops_start_up_in_one_line(tmp_path) -> None:
+    result = frachub_service(
+        "--FracHubService.interactive_reserve_gpus=-1", env={"JUPYTERHUB_API_TOKEN": "x"}
+    )
+    assert result.returncode == 2
+    assert "interactive_reserve_gpus must be a number of GPUs >= 0, got -1.0" in result.stderr
     assert "Traceback" not in result.stderr
 
 

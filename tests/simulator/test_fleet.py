@@ -257,6 +257,11 @@ BAD = [
     pytest.param(
         ["--take-offer", "1.5"], "--take-offer: must be a share from 0 to 1, got 1.5", id="offer"
     ),
+    pytest.param(
+        ["--interactive-reserve", "-1"],
+        "--interactive-reserve: must be a number of GPUs >= 0, got -1",
+        id="reserve",
+    ),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.common.limits import MILLI
-from scheduler.engine import reasons
+from scheduler.engine import reasons, reserve
 from scheduler.engine.actions.quota import EPS, host_limited, quota_refusal
 from scheduler.engine.model import Workload, held_milli
 from scheduler.engine.placement import fits_somewhere_ever, place
@@ -83,12 +83,23 @@ class Failures:
 
 
 def try_start(
-    session: Session, workload: Workload, failures: Failures | None = None
+    session: Session,
+    workload: Workload,
+    failures: Failures | None = None,
+    *,
+    claimed: bool = False,
 ) -> Outcome | None:
+    """Start ``workload`` on idle capacity, or say why not. ``claimed``: it takes capacity
+    evicted for it, which the interactive reserve never holds back."""
     size = session.request_size(workload)
     refusal = quota_refusal(session, workload, size)
     if refusal is not None:
         return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
+    keep = 0
+    if session.policy.interactive_reserve and not claimed:  # off: not even a call
+        keep = reserve.floor(session, workload, size)
+    if keep and session.ledger.total_free - size < keep:
+        return Outcome(reserve.held_back(session, workload, keep), capacity=False)
     shape = Failures.shape(workload)
     if session.ledger.accounts is not None and workload.request.is_fraction:
         shape = None  # where one account's share fails, another's may fit (one account a GPU)
@@ -106,6 +117,9 @@ def try_start(
         if refusal is not None:
             session.ledger.rollback(mark)
             return Outcome(refusal, capacity=False, limit_blocked=_limited(session, workload, size))
+    if keep and not reserve.kept(session.ledger, keep):
+        session.ledger.rollback(mark)
+        return Outcome(reserve.held_back(session, workload, keep), capacity=False)
     session.start(workload, placement)
     return None
 

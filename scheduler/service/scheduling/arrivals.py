@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from scheduler.common.placement import Placement
-from scheduler.engine import CycleResult, QueueStatus, Session, Start, Workload, decide
+from scheduler.engine import CycleResult, Evict, Kind, QueueStatus, Session, Start, Workload, decide
 from scheduler.service.persistence.orm import WorkloadRecord
 from scheduler.service.runtime.metrics import Metrics
 
@@ -42,6 +42,15 @@ class FastPath:
         self.late: list[WorkloadRecord] = []
         """Submitted since the running cycle's snapshot (the loop offers them again on the
         cycle's session)."""
+        self.evicting: tuple[CycleResult, Session, Session] | None = None
+        """A notebook's fork that evicts for it and does nothing else: (its result, the fork,
+        ``settled`` before it), for the loop to apply in the notebook's own request when no
+        cycle is under way (``SchedulingLoop._evict_now``), so the eviction does not wait
+        for a cycle to decide it again; the loop takes it (None) after each ``decide``."""
+        self.urgent = False
+        """A notebook did not start at once (it needs room made, or waits behind its
+        project's queue): the next cycle should not wait out the spacing that shares the
+        process with a burst of submissions (the loop clears it)."""
 
     def unsettle(self) -> None:
         """Nothing guarantees ``settled`` holds every share held any more."""
@@ -92,6 +101,7 @@ class FastPath:
                 offered.append(arrival)
                 continue
             self.waiting.add(arrival.queue)
+            self.urgent = self.urgent or arrival.kind is Kind.INTERACTIVE
         if not offered or self.settled is None:
             return None
         names = {arrival.name for arrival in offered}
@@ -112,18 +122,39 @@ class FastPath:
             isinstance(d, Start) and d.workload in names for d in result.decisions
         )
         if not clean:  # it needs room made: the next cycle decides that, with evictions
+            if _evicts_only_for(offered, fork, result):
+                self.evicting = (result, fork, self.settled)
             self.settled = self.settled.fork(offered, now)
+            self.urgent = self.urgent or any(a.kind is Kind.INTERACTIVE for a in offered)
             count("waited", len(offered))
             self.waiting.update(arrival.queue for arrival in offered)
             return None
         started = {d.workload for d in result.decisions}
         self.waiting.update(a.queue for a in offered if a.name not in started)
+        self.urgent = self.urgent or any(
+            a.kind is Kind.INTERACTIVE and a.name not in started for a in offered
+        )
         count("started", len(started))
         count("waited", len(offered) - len(started))
         if not started:
             self.settled = fork
             return None
         return result, fork, offered
+
+    def released(self, name: str, now: float) -> None:
+        """A notebook's share was released: ``settled`` gives it back (on a fork, since the
+        running cycle may share its parts), so the next arrival can start on it at once
+        rather than wait for a cycle. Only non-preemptible work: the victim lists a fork
+        shares never hold it."""
+        settled = self.settled
+        if settled is None:
+            return
+        workload = settled.running.get(name)
+        if workload is None or workload.preemptible:
+            return
+        fork = settled.fork((), now)
+        fork.finish(name)
+        self.settled = fork
 
     def took(self, fork: Session, result: CycleResult, offered: list[Workload]) -> None:
         """The starts ``decide`` returned are written: the fork is ``settled`` now, and the
@@ -139,12 +170,29 @@ class FastPath:
     def _may_start_now(
         self, settled: Session, arrival: Workload, queue_status: dict[str, QueueStatus]
     ) -> bool:
-        """Whether an arrival is worth a fork at all: there are idle GPUs enough for it, and
-        nothing waits in its project ahead of it (it would queue behind that). Cheap, so a
-        burst of submissions into full queues costs no engine time on the event loop."""
+        """Whether an arrival is worth a fork at all: nothing waits in its project ahead of
+        it (it would queue behind that), and there are idle GPUs enough for it, or it is a
+        notebook (the fork may find the evictions it needs: ``SchedulingLoop._evict_now``).
+        Cheap, so a burst of submissions into full queues costs no engine time on the event
+        loop; notebooks are few, and their decision takes milliseconds."""
         if arrival.queue in self.waiting:
             return False
         status = queue_status.get(arrival.queue)
         if status is not None and status.pending:
             return False
+        if arrival.kind is Kind.INTERACTIVE and not arrival.preemptible:
+            return True
         return settled.ledger.total_free >= settled.request_size(arrival)
+
+
+def _evicts_only_for(offered: list[Workload], fork: Session, result: CycleResult) -> bool:
+    """Whether the fork decided evictions for one notebook, and nothing else: it is then
+    reserved on what they free, as a cycle would leave it."""
+    if len(offered) != 1 or offered[0].kind is not Kind.INTERACTIVE or offered[0].preemptible:
+        return False
+    name = offered[0].name
+    return (
+        bool(result.decisions)
+        and set(fork.reserved) == {name}
+        and all(isinstance(d, Evict) and d.claimant == name for d in result.decisions)
+    )

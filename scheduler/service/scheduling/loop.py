@@ -182,6 +182,8 @@ class SchedulingLoop:
         self._switch_interval = sys.getswitchinterval()
         self._busy = False
         """Submissions arrived since the last settled run (``Freezer.settled``)."""
+        self._in_cycle = False
+        """A run of cycles is under way (snapshot taken, decisions not all applied)."""
         self.usage_source: Callable[[float], Awaitable[Usage]] | None = None
         """Usage-decayed fair share: the queues' decayed usage for a cycle at a time (the
         service's ``UsageTracker.current``); None: off."""
@@ -332,6 +334,8 @@ class SchedulingLoop:
             return  # it ended or is already stopping meanwhile; the handlers said so
         stops, _ = self.effects.record(effects, now)
         self.store.commit()
+        if record.is_allocation:  # its GPUs are free now, not after a grace period
+            self.fast.released(str(record.id), now)
         await self.effects.stop(stops)
         self._notify()
         self.request_cycle()
@@ -375,6 +379,9 @@ class SchedulingLoop:
             if life is not None and life.state is WorkloadState.PENDING:
                 arrivals.append(life.workload())
         decided = self.fast.decide(arrivals, self.queue_status, now, again=again)
+        evicting, self.fast.evicting = self.fast.evicting, None
+        if evicting is not None and not self._in_cycle:
+            self._evict_now(*evicting, now)
         if decided is None:
             return
         result, fork, offered = decided
@@ -393,6 +400,27 @@ class SchedulingLoop:
         self._notify()
         if launches:
             self._spawn(self._launch_all(launches, now, noted))
+
+    def _evict_now(self, result: CycleResult, fork: Session, before: Session, now: float) -> None:
+        """Apply a fork's evictions for one notebook in its own request (``FastPath.evicting``):
+        only between cycles, and only if every victim is still exactly as ``settled`` counted
+        it (the rule a cycle's decisions pass, ``policies/decisions.py``); else the next cycle
+        decides. The fork, which counts them done, becomes ``settled``."""
+        for decision in result.decisions:
+            life = self.lifecycle.get(decision.workload)
+            seen = before.running.get(decision.workload)
+            if life is None or seen is None or life.workload() != seen:
+                return
+        effects = self.lifecycle.apply(result, now)
+        stops, _ = self.effects.record(effects, now)
+        self.store.commit()
+        self.fast.settled = fork
+        reserved = fork.reserved
+        self.pending.update(
+            (int(name), pending) for name, pending in result.pending.items() if name in reserved
+        )
+        self._notify()
+        self._spawn(self.effects.stop(stops))
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -443,14 +471,17 @@ class SchedulingLoop:
         """Run a cycle soon; bursts of requests share one. Cycles decide off the event loop
         but share the interpreter with it, and arrivals no longer wait for them: the next
         one waits twice as long as the last one took (at most a second), so cycles take at
-        most a third of the process under a burst."""
+        most a third of the process under a burst; but not when a notebook needs room made
+        (``FastPath.urgent``): its user waits at the spawn page, and it is one cycle."""
         self._cycle_requested = True
         if self._cycle_task is None or self._cycle_task.done():
             self._cycle_task = asyncio.get_running_loop().create_task(self._cycle_soon())
 
     async def _cycle_soon(self) -> None:
         while self._cycle_requested:
-            await asyncio.sleep(min(2 * self._last_cycle_seconds, 1.0))
+            if not self.fast.urgent:
+                await asyncio.sleep(min(2 * self._last_cycle_seconds, 1.0))
+            self.fast.urgent = False
             self._cycle_requested = False
             try:
                 await self.run_cycles()
@@ -472,6 +503,13 @@ class SchedulingLoop:
         """Cycle until the engine decides nothing, applying each cycle's decisions. Each
         cycle decides on the worker thread; this coroutine, on the event loop, takes the
         snapshot before and applies what still holds after, in slices (``_apply``)."""
+        self._in_cycle = True
+        try:
+            return await self._run_cycles()
+        finally:
+            self._in_cycle = False
+
+    async def _run_cycles(self) -> CycleResult:
         began = time.perf_counter()
         inventory = self.backend.inventory()
         if inventory.nodes != self.inventory.nodes:
@@ -670,6 +708,9 @@ class SchedulingLoop:
             life = self.lifecycle.get(str(exit_.workload_id))
             if life is None or not life.state.holding:
                 continue  # an attempt already accounted for (requeued at once, or cancelled)
+            claimant = self.records.get(int(life.claimant)) if life.claimant else None
+            if claimant is not None and claimant.is_allocation:
+                self.fast.urgent = True  # a notebook waits for these GPUs: no spacing
             at = ended_at(exit_, life.started_at, now)
             effects = self.lifecycle.exited(life.name, at, exit_.exit_code, exit_.message)
             self.effects.record(effects, at)

@@ -1,0 +1,39 @@
+"""A notebook inside its quota that needs borrowed work evicted gets the eviction decided in
+its own request (``SchedulingLoop._evict_now``): its ``201`` already says it starts as soon
+as the victim releases its GPU, and the victim is already preempting; no cycle decides it
+again. docs/service.md, "Cycles and arrivals"."""
+
+from __future__ import annotations
+
+from service_client import service_config, submit, wait_for, wait_state
+
+
+def test_an_in_quota_notebook_evicts_borrowed_work_in_its_own_request(
+    start_service, make_user, api
+) -> None:
+    start_service(service_config(gpus=2, grace=60))
+    _, bob_token = make_user(groups=["nlp"])
+    _, alice_token = make_user(groups=["vision"])
+    bob, alice = api(bob_token), api(alice_token)
+    jobs = [submit(bob, command="sleep 300", gpus=1, name=f"borrow-{k}") for k in range(2)]
+    for job in jobs:  # nlp deserves 1 GPU: the second one borrows vision's
+        wait_state(bob, job["id"], "running")
+    wait_for(  # a cycle has settled since (it says which job borrows)
+        lambda: any(
+            event["type"] == "borrowed"
+            for job in jobs
+            for event in bob.get(f"workloads/{job['id']}").json()["events"]
+        ),
+        20,
+        "the borrowed note",
+    )
+
+    created = alice.post("allocations", json={"gpus": 1, "server_name": "nb"})
+    assert created.status_code == 201, created.text
+    allocation = created.json()
+    assert allocation["state"] == "pending"
+    assert allocation["pending_reason"] == (
+        "starting as soon as the workloads evicted for it release their GPUs"
+    ), allocation
+    states = sorted(bob.get(f"workloads/{job['id']}").json()["state"] for job in jobs)
+    assert states == ["preempting", "running"]
