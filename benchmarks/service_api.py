@@ -90,8 +90,27 @@ def service_config(args: argparse.Namespace) -> str:
             "c.LocalBackend.run_as_user = False",
             "c.FracHubService.grace_period = 1",
             'c.Application.log_level = "WARN"',
+            *profile_lines(args.profile),
         ]
     )
+
+
+def profile_lines(path: str | None) -> list[str]:
+    """Config lines that profile the service's event-loop thread with cProfile from start-up
+    to exit (SIGTERM stops it cleanly) and write the stats to ``path`` (``--profile``): where
+    the CPU per request goes. It counts the thread's CPU time (``time.thread_time``), not wall
+    time, in which a socket write or an SQLite statement would include the wait for the
+    interpreter lock. cProfile sees the thread that enables it, which is the one that answers
+    requests; the engine's worker thread is measured by its own metric. The profiler costs
+    the service about as much CPU again, so the run's own figures do not count."""
+    if not path:
+        return []
+    return [
+        "import atexit, cProfile, time",
+        "_profile = cProfile.Profile(time.thread_time)",
+        "_profile.enable()",
+        f"atexit.register(_profile.dump_stats, {str(Path(path).resolve())!r})",
+    ]
 
 
 async def submit_all(
@@ -341,6 +360,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--notebook-gpus", type=float, default=4, help="GPUs the notebooks project deserves"
+    )
+    parser.add_argument(
+        "--profile", metavar="FILE", help="write a cProfile of the service's event loop to FILE"
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
