@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -371,15 +372,24 @@ def main() -> int:
     parser.add_argument(
         "--profile", metavar="FILE", help="write a cProfile of the service's event loop to FILE"
     )
+    parser.add_argument(
+        "--postgres", action="store_true", help="the store on a throwaway PostgreSQL server"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frachub-bench-"))
     print(f"starting JupyterHub and the service in {work}", file=sys.stderr)
-    with (
-        Hub(work / "hub") as hub,
-        ServiceProcess(hub, service_config(args), work / "service") as service,
-    ):
+    with contextlib.ExitStack() as stack:
+        config = service_config(args)
+        if args.postgres:
+            from postgres import PostgresServer
+
+            database = stack.enter_context(PostgresServer()).database()
+            config += f"\nc.FracHubService.db_url = {database!r}"
+        hub = stack.enter_context(Hub(work / "hub"))
+        service = stack.enter_context(ServiceProcess(hub, config, work / "service"))
         result = asyncio.run(measure(hub, service, args))
+        result["database"] = "postgresql" if args.postgres else "sqlite"
     if args.json:
         print(json.dumps(result, indent=2))
     else:
