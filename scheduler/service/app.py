@@ -125,6 +125,23 @@ class Switchboard(httputil.HTTPServerConnectionDelegate):
         self.app.on_close(server_conn)
 
 
+def kept(logger: logging.Logger, level: int) -> bool:
+    """Whether a record of ``level`` would be written by a handler of ``logger`` or of the
+    loggers it propagates to. traitlets leaves its application's logger at DEBUG and sets
+    ``log_level`` on the handler, so ``isEnabledFor`` alone says yes to every line."""
+    if not logger.isEnabledFor(level):
+        return False
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level:
+                return True
+        current = current.parent if current.propagate else None
+    return not found and logging.lastResort is not None and level >= logging.lastResort.level
+
+
 SECRET_IN_URL = re.compile(r"(?i)([?&;](?:token|access_token|code|state|_xsrf)=)[^&;\s\"'#]+")
 """A credential in a query string: a hub token (``?token=``, ``?access_token=``), and the
 OAuth callback's one-time code and state."""
@@ -548,7 +565,7 @@ class FracHubService(PolicySettings, Application):
         level = logging.INFO if status < 400 else logging.WARNING
         if status < 300 and handler.request.method == "GET":
             level = logging.DEBUG
-        if not self.log.isEnabledFor(level):
+        if not kept(self.log, level):
             return  # a line no one keeps is not worth formatting, every request
         self.log.log(
             level,
