@@ -9,7 +9,9 @@ timer for min_runtime protections and max runtimes.
 
 Requests never wait for a cycle. The engine's pure work (building the session, deciding) runs
 on a worker thread of its own; the session is forked, and the decisions applied, on the event
-loop, which alone touches the lifecycle, the store and the backend. The decisions are applied
+loop, which alone touches the lifecycle, the store's session and the backend (new workloads
+are committed on the store's writer thread, in a session of its own, and taken in here after:
+``_write``, ``_take_in``). The decisions are applied
 in slices of a few milliseconds (``SLICE_SECONDS``), each committed before the loop answers
 what arrived meanwhile, so a request waits for one slice at most, never for a whole cycle's
 decisions. What changed while the engine worked, or between two slices, is reconciled by
