@@ -62,6 +62,7 @@ from scheduler.service.runtime.metrics import Metrics
 from scheduler.service.runtime.sampler import sample_every
 from scheduler.service.runtime.usage_decay import UsageDecaySettings, usage_source
 from scheduler.service.scheduling.loop import SchedulingLoop, Settings
+from scheduler.service.server import ProxiedHTTPServer
 
 LOCK_FILE = datalock.SERVICE_LOCK_FILE
 API_MODULES = (workloads, allocations, dryrun, queues, info, history)  # what openapi.json describes
@@ -122,6 +123,23 @@ class Switchboard(httputil.HTTPServerConnectionDelegate):
 
     def on_close(self, server_conn: object) -> None:
         self.app.on_close(server_conn)
+
+
+def kept(logger: logging.Logger, level: int) -> bool:
+    """Whether a record of ``level`` would be written by a handler of ``logger`` or of the
+    loggers it propagates to. traitlets leaves its application's logger at DEBUG and sets
+    ``log_level`` on the handler, so ``isEnabledFor`` alone says yes to every line."""
+    if not logger.isEnabledFor(level):
+        return False
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level:
+                return True
+        current = current.parent if current.propagate else None
+    return not found and logging.lastResort is not None and level >= logging.lastResort.level
 
 
 SECRET_IN_URL = re.compile(r"(?i)([?&;](?:token|access_token|code|state|_xsrf)=)[^&;\s\"'#]+")
@@ -542,16 +560,19 @@ class FracHubService(PolicySettings, Application):
 
     def _listen(self, app: httputil.HTTPServerConnectionDelegate) -> HTTPServer:
         url = urlparse(self.service_url)
-        server = HTTPServer(app, xheaders=True)
+        server = ProxiedHTTPServer(app, xheaders=True)
         server.listen(url.port or 80, url.hostname or "127.0.0.1")
         return server
 
     def _log_request(self, handler: web.RequestHandler) -> None:
         status = handler.get_status()
-        level = self.log.info if status < 400 else self.log.warning
+        level = logging.INFO if status < 400 else logging.WARNING
         if status < 300 and handler.request.method == "GET":
-            level = self.log.debug
-        level(
+            level = logging.DEBUG
+        if not kept(self.log, level):
+            return  # a line no one keeps is not worth formatting, every request
+        self.log.log(
+            level,
             "%d %s %s %.1fms",
             status,
             handler.request.method,

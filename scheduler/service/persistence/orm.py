@@ -42,18 +42,33 @@ class TooLong(ValueError):
     database (PostgreSQL refuses it, SQLite would keep it whole)."""
 
 
+_BOUNDED: dict[Mapper, list[tuple[str, str, int]]] = {}
+"""Each mapper's string columns with a length: (attribute, column, length), found once
+rather than on every row written (a flush of a submission writes two rows)."""
+
+
+def _bounded(mapper: Mapper) -> list[tuple[str, str, int]]:
+    found = _BOUNDED.get(mapper)
+    if found is None:
+        found = []
+        for attribute in mapper.column_attrs:
+            column = attribute.columns[0]
+            length = getattr(column.type, "length", None)
+            if isinstance(column.type, String) and length is not None:
+                found.append((attribute.key, column.name, length))
+        _BOUNDED[mapper] = found
+    return found
+
+
 @event.listens_for(Base, "before_insert", propagate=True)
 @event.listens_for(Base, "before_update", propagate=True)
 def _refuse_too_long(mapper: Mapper, connection: Any, target: Base) -> None:
-    for attribute in mapper.column_attrs:
-        column = attribute.columns[0]
-        length = getattr(column.type, "length", None)
-        if not isinstance(column.type, String) or length is None:
-            continue
-        value = getattr(target, attribute.key)
+    values = target.__dict__  # what was set or loaded; an unloaded column is not written
+    for key, column, length in _bounded(mapper):
+        value = values.get(key)
         if isinstance(value, str) and len(value) > length:
             raise TooLong(
-                f"{mapper.local_table.name}.{column.name}: {len(value)} characters, more than "
+                f"{mapper.local_table.name}.{column}: {len(value)} characters, more than "
                 f"the {length} it holds"
             )
 

@@ -20,7 +20,18 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Integer, case, cast, create_engine, delete, event, func, or_, select
+from sqlalchemy import (
+    Integer,
+    case,
+    cast,
+    create_engine,
+    delete,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -166,6 +177,18 @@ class Store:
 
     def add(self, *records: object) -> None:
         self.session.add_all(records)
+
+    def adopt(self, records: Iterable[WorkloadRecord]) -> None:
+        """Rows another session has committed (the writer thread's) join this one as stored,
+        without SQL. A copy of one that this session loaded meanwhile (a list of workloads
+        read it back) leaves it, so the scheduler's row is the one the session keeps."""
+        identities = self.session.identity_map
+        for record in records:
+            key = inspect(record).key
+            found = identities.get(key) if key is not None else None
+            if found is not None and found is not record:
+                self.session.expunge(found)
+            self.session.add(record)
 
     def event(self, workload: WorkloadRecord, time: float, type_: str, message: str = "") -> None:
         self.session.add(

@@ -9,7 +9,9 @@ timer for min_runtime protections and max runtimes.
 
 Requests never wait for a cycle. The engine's pure work (building the session, deciding) runs
 on a worker thread of its own; the session is forked, and the decisions applied, on the event
-loop, which alone touches the lifecycle, the store and the backend. The decisions are applied
+loop, which alone touches the lifecycle, the store's session and the backend (new workloads
+are committed on the store's writer thread, in a session of its own, and taken in here after:
+``_write``, ``_take_in``). The decisions are applied
 in slices of a few milliseconds (``SLICE_SECONDS``), each committed before the loop answers
 what arrived meanwhile, so a request waits for one slice at most, never for a whole cycle's
 decisions. What changed while the engine worked, or between two slices, is reconciled by
@@ -69,11 +71,13 @@ from scheduler.engine.lifecycle import (
     Lifecycle,
     LifecycleError,
     Milestone,
+    Note,
     Started,
 )
 from scheduler.engine.usage import Usage
-from scheduler.service.persistence.orm import WorkloadRecord
+from scheduler.service.persistence.orm import EventRecord, WorkloadRecord
 from scheduler.service.persistence.store import Store
+from scheduler.service.persistence.writer import StoreWriter
 from scheduler.service.policies.decisions import Reconciler
 from scheduler.service.policies.dependencies import WAITED, DependencyHolds
 from scheduler.service.policies.sweeps import held_back
@@ -163,7 +167,9 @@ class SchedulingLoop:
             unsettle=self.fast.unsettle,
             log=self.log,
         )
-        self._group = GroupCommit(self.add_all, self.log)
+        self.writer = StoreWriter(store.engine)
+        """Where new workloads are committed, off the event loop (``persistence/writer.py``)."""
+        self._group = GroupCommit(self._write, self._take_in, self.log)
         self.key_turns = KeyTurns()
         """Submissions with one idempotency key take turns (``submissions.KeyTurns``)."""
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="frachub-engine")
@@ -251,6 +257,7 @@ class SchedulingLoop:
             self._cycle_task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
+        self.writer.close()
         sys.setswitchinterval(self._switch_interval)
         await self.backend.close()
 
@@ -265,48 +272,62 @@ class SchedulingLoop:
 
     # -- changes from the API -------------------------------------------------------------
 
-    def add(self, record: WorkloadRecord) -> WorkloadRecord:
-        """Store a validated new workload at the back of its queue and schedule. The caller
-        fills in what was asked for; the life it has not had yet starts here."""
-        (added,) = self.add_all([record])
-        return added
-
     async def submit(
         self, records: list[WorkloadRecord], *, before_commit: BeforeCommit | None = None
     ) -> list[WorkloadRecord]:
-        """``add_all``, committed together with the submissions that arrive alongside (a
-        group commit, ``submissions.py`` next door): a 201 still means stored, and one
-        submission cannot fail another."""
+        """Store new workloads in ONE transaction, each at the back of its queue, and schedule
+        them: committed on the store's writer thread together with the submissions that
+        arrive alongside (a group commit, ``submissions.py`` next door), then taken in here.
+        A 201 still means stored, one submission cannot fail another, a sweep's members are
+        all stored or none is, and nothing of a failed submission stays in memory.
+        ``before_commit`` sees them with their ids (a sweep names its members after its first
+        one's)."""
         return await self._group.submit(records, before_commit)
 
-    def add_all(
-        self, records: list[WorkloadRecord], *, before_commit: BeforeCommit | None = None
-    ) -> list[WorkloadRecord]:
-        """Store new workloads in ONE transaction, each at the back of its queue, and schedule:
-        a sweep's members are all stored or none is, and nothing of a failed submission stays
-        in memory. ``before_commit`` sees them with their ids (a sweep names its members after
-        its first one's)."""
+    async def _write(
+        self, records: list[WorkloadRecord], before_commit: BeforeCommit | None
+    ) -> None:
+        """Insert and commit ``records`` on the writer thread, with their names and their
+        ``submitted`` events. The events' words are the lifecycle's: a scratch one says them
+        there (the loop's own lifecycle is the loop's alone, and takes them in after)."""
         now = self.clock()
         for record in records:
             record.state = WorkloadState.PENDING.value  # the row needs one before it has an id
             record.submitted_at = now
-            self.store.add(record)
-        self.store.flush()
-        if before_commit is not None:
-            before_commit(records)
-        for record in records:
-            if not record.name:
-                record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
+
+        def prepare(records: list[WorkloadRecord], session: Any) -> None:
+            if before_commit is not None:
+                before_commit(records)
+            scratch = Lifecycle(grace_seconds=self.settings.grace_seconds)
+            for record in records:
+                if not record.name:
+                    record.name = f"{'notebook' if record.is_allocation else 'job'}-{record.id}"
+                life = record.as_life(new=True)
+                for note in scratch.submit(life, now):  # a new workload's one effect
+                    if isinstance(note, Note):
+                        event = EventRecord(
+                            workload_id=record.id,
+                            time=now,
+                            type=note.type.value,
+                            message=note.message,
+                        )
+                        session.add(event)
+                record.keep(life)
+
+        await self.writer.insert(records, prepare)
+
+    def _take_in(self, records: list[WorkloadRecord]) -> None:
+        """Committed rows become active: in the scheduler's session, the lifecycle (their
+        ``submitted`` note is stored already) and the indexes; then the fast path and a
+        cycle decide them."""
         try:
+            self.store.adopt(records)
             for record in records:
                 self.roster.add(record)
-                self.effects.record(self.lifecycle.submit(record.as_life(new=True), now), now)
-            self.store.commit()
+                self.lifecycle.submit(record.as_life(new=True), records[0].submitted_at)
         except Exception:
-            for record in records:
-                self.roster.remove(record)
-                self.lifecycle.withdraw(str(record.id))
-            raise
+            self.log.exception("taking in new workloads failed; reloading them")
+            self._reload()
         for record in records:
             self.metrics.submitted(record.kind)
         self.fast.late += records
@@ -318,7 +339,6 @@ class SchedulingLoop:
             self.store.rollback()
             self._reload()
         self.request_cycle()
-        return records
 
     def allocation(self, user: str, server_name: str | None) -> WorkloadRecord | None:
         """The active allocation of ``user``'s server ``server_name``, if there is one."""
