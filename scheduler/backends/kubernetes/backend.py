@@ -46,6 +46,7 @@ from scheduler.backends.kubernetes.client import (
     Kube,
     KubeError,
     load_configuration,
+    side_by_side,
 )
 from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
@@ -427,7 +428,7 @@ class KubernetesBackend(LoggingConfigurable):
         )
 
     async def start(self, job: JobSpec) -> Handle:
-        kube, caches = self._require()
+        _, caches = self._require()
         if len(job.placement) != job.replicas or not job.placement:
             raise BackendError(
                 f"the placement has {len(job.placement)} replica(s) but the job asks for "
@@ -435,10 +436,23 @@ class KubernetesBackend(LoggingConfigurable):
             )
         if (isinstance(job.command, str) and not job.command.strip()) or not job.command:
             raise BackendError("the command is empty")
-        settings = self.settings
         base = attempt_name(job.workload_id, job.restart_count)
-        existing = await self._existing(base)
-        if existing and any(job_dead(j) for j in existing):
+        try:
+            return await self._start(job, base, caches.attempt_jobs(base), listed=False)
+        except _NameTaken:
+            # a Job of that name that cannot be taken over (stopped or ended), which the
+            # cache, behind the API, did not show so: as for one it shows, the attempt's
+            # Jobs (as the API lists them) go and it takes a fresh name
+            return await self._start(job, base, await self._existing(base), listed=True)
+
+    async def _start(self, job: JobSpec, base: str, existing: list[dict], listed: bool) -> Handle:
+        """``start`` with the attempt's Jobs already there (``existing``: from the cache, or
+        ``listed`` through the API after a ``_NameTaken``). A name taken by a Job that cannot
+        be taken over raises ``_NameTaken`` (after cleaning up) when ``existing`` came from
+        the cache."""
+        kube, caches = self._require()
+        settings = self.settings
+        if listed or (existing and any(job_dead(j) for j in existing)):
             await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
             base = f"{base}-{int(time.time() * 1000) % 100000}"
             existing = []
@@ -474,26 +488,27 @@ class KubernetesBackend(LoggingConfigurable):
         secret = credentials.secret_name(base) if job.credentials else None
         if secret:
             credentials.reference(manifests, secret, sorted(job.credentials))
-        created: list[str] = []
         owners: list[dict] = []  # the Jobs as the API has them, for the Secret's owners
         admitted: set[str] = set()  # taken-over Jobs that run already: their template stays
+
+        async def create(manifest: dict) -> dict:
+            name = manifest["metadata"]["name"]
+            try:
+                return await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
+            except KubeError as error:
+                found = await self._same_attempt(name, job) if error.status == 409 else None
+                if found is None:
+                    if error.status == 409 and not listed:
+                        raise _NameTaken(error.status, error.reason, error.message) from error
+                    raise
+                self.log.info("job %s exists already (a retried start): taking it over", name)
+                if not found["spec"].get("suspend"):
+                    # a started Job's pod template is immutable on a real server
+                    admitted.add(name)
+                return found
+
         try:
-            for manifest in manifests:
-                name = manifest["metadata"]["name"]
-                try:
-                    owners.append(
-                        await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
-                    )
-                    created.append(name)
-                except KubeError as error:
-                    found = await self._same_attempt(name, job) if error.status == 409 else None
-                    if found is None:
-                        raise
-                    self.log.info("job %s exists already (a retried start): taking it over", name)
-                    owners.append(found)
-                    if not found["spec"].get("suspend"):
-                        # a started Job's pod template is immutable on a real server
-                        admitted.add(name)
+            owners.extend(await side_by_side(create, manifests))
             if secret:
                 await credentials.put_secret(kube, self.namespace, secret, job, base, owners)
             if service:
@@ -506,20 +521,23 @@ class KubernetesBackend(LoggingConfigurable):
                 except KubeError as error:
                     if error.status != 409:
                         raise
-            for name, ranks in zip(names, replica_groups(job.placement), strict=True):
-                if name in admitted:
-                    continue
-                await kube.call(
+
+            async def admit(name_ranks: tuple[str, list[int]]) -> dict:
+                name, ranks = name_ranks
+                return await kube.call(
                     kube.batch.patch_namespaced_job,
                     name,
                     self.namespace,
                     admit_patch(job.placement[ranks[0]].node, settings),
                     _content_type="application/merge-patch+json",
                 )
+
+            groups = zip(names, replica_groups(job.placement), strict=True)
+            await side_by_side(admit, [group for group in groups if group[0] not in admitted])
         except (KubeError, asyncio.CancelledError) as error:
             with contextlib.suppress(KubeError):
                 await self._delete_attempt(base, names, service)
-            if isinstance(error, asyncio.CancelledError):
+            if isinstance(error, asyncio.CancelledError | _NameTaken):
                 raise
             raise BackendError(f"the cluster refused the job: {error.message}") from error
         attempt = Attempt(
@@ -730,6 +748,7 @@ class KubernetesBackend(LoggingConfigurable):
         return out
 
     async def _existing(self, base: str) -> list[dict]:
+        """The Jobs of attempt ``base`` as the API lists them (not the cache)."""
         kube, _ = self._require()
         body = await kube.call(
             kube.batch.list_namespaced_job,
@@ -766,6 +785,10 @@ class KubernetesBackend(LoggingConfigurable):
             except KubeError as error:
                 if error.status != 404:
                     raise
+
+
+class _NameTaken(KubeError):
+    """A Job name of the attempt is taken by one the cache did not show (see ``start``)."""
 
 
 def _own_namespace(fallback: str = "default") -> str:

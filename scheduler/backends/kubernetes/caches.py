@@ -15,7 +15,12 @@ import logging
 from collections.abc import Iterable
 
 from scheduler.backends.kubernetes.client import Informer, Kube, KubeError, namespaced_key
-from scheduler.backends.kubernetes.labels import GPU_UUID, MANAGED_SELECTOR, TRACKED
+from scheduler.backends.kubernetes.labels import (
+    ATTEMPT_NAME,
+    GPU_UUID,
+    MANAGED_SELECTOR,
+    TRACKED,
+)
 from scheduler.backends.kubernetes.pods import Obj, condition, owner_job, pod_exit_code, pod_phase
 from scheduler.backends.kubernetes.reservation import is_reservation, report_uuid_when_printed
 
@@ -45,7 +50,10 @@ class Caches:
             namespace,
             label_selector=MANAGED_SELECTOR,
             watch_timeout=watch_timeout,
+            on_change=self._job_changed,
         )
+        self._by_attempt: dict[str, set[str]] = {}
+        """Attempt name -> the names of its Jobs in the cache (``attempt_jobs``)."""
         self.foreign: Informer | None = None
         self.exit_codes: dict[str, dict[str, int]] = {}  # Job name -> pod -> exit code
         self.disrupted: dict[str, Obj] = {}  # Job name -> a pod's DisruptionTarget condition
@@ -57,6 +65,7 @@ class Caches:
         every namespace FracHub did not create too, when the grant allows it."""
         for informer in (self.nodes, self.pods, self.jobs):
             await informer.start()
+        self._job_changed("RELISTED", {})
         if count_foreign_pods:
             foreign = Informer(
                 self.kube,
@@ -95,6 +104,30 @@ class Caches:
             if owner is not None:
                 out.setdefault(owner, []).append(pod)
         return out
+
+    def attempt_jobs(self, attempt: str) -> list[Obj]:
+        """The cached Jobs labelled with ``attempt`` (``frachub.io/attempt-name``): what a
+        label-selected list would return, without one API call per start."""
+        names = sorted(self._by_attempt.get(attempt, ()))
+        return [self.jobs.objects[name] for name in names if name in self.jobs.objects]
+
+    def _job_changed(self, kind: str, job: Obj) -> None:
+        """Keep ``_by_attempt`` in step with the Jobs cache."""
+        if kind == "RELISTED":
+            self._by_attempt = {}
+            for cached in self.jobs.objects.values():
+                self._job_changed("ADDED", cached)
+            return
+        attempt = (job["metadata"].get("labels") or {}).get(ATTEMPT_NAME)
+        if not attempt:
+            return
+        names = self._by_attempt.setdefault(attempt, set())
+        if kind == "DELETED":
+            names.discard(job["metadata"]["name"])
+            if not names:
+                del self._by_attempt[attempt]
+        else:
+            names.add(job["metadata"]["name"])
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop what was kept of these Jobs' pods (their attempt has ended)."""
