@@ -195,9 +195,11 @@ async def one_test(
     work: Path,
     timeout: float,
     job_tokens: bool = True,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """One run of ``test`` on a fresh fake cluster and a fresh service: its figures, with
-    the CPU seconds the service and the fake API server used during it."""
+    the CPU seconds the service and the fake API server used during it. ``profile``: the
+    service runs under cProfile, its profile written to ``work/service.prof``."""
     if test == "topology":
         layout = topology_nodes(nodes)
     else:
@@ -218,8 +220,19 @@ async def one_test(
     ) as process:
         fake = Fake(process)
         config = service_config(kubeconfig, capacity, job_tokens)
+        command = None
+        if profile:
+            config_file = str(work / "service" / "frachub_config.py")
+            profiled = ["-m", "cProfile", "-o", str(work / "service.prof")]
+            command = [sys.executable, *profiled, "-m", "hub_ext.cli", "service"]
+            command += ["--config", config_file]
         with ServiceProcess(
-            hub, config, work / "service", env={"KUBECONFIG": kubeconfig}, start_timeout=120
+            hub,
+            config,
+            work / "service",
+            env={"KUBECONFIG": kubeconfig},
+            start_timeout=120,
+            command=command,
         ) as service:
 
             def client(user: str) -> httpx.AsyncClient:
@@ -349,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="jobs get no hub token of their own (FracHubService.job_tokens = False)",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the service (cProfile, service.prof)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     tests = TESTS if args.test == "all" else (args.test,)
@@ -376,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                         work / f"{test}-{run}",
                         args.timeout,
                         not args.no_job_tokens,
+                        args.profile,
                     )
                 )
                 print(f"{test} run {run + 1}: {json.dumps(result)}", file=sys.stderr, flush=True)

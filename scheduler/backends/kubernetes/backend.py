@@ -31,14 +31,13 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
-from scheduler.backends.gpu_usage import MemoryByWorkload, UsageByWorkload
 from scheduler.backends.kubernetes import credentials, logs, sharing, usage, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
@@ -46,6 +45,7 @@ from scheduler.backends.kubernetes.client import (
     Kube,
     KubeError,
     load_configuration,
+    own_namespace,
     side_by_side,
 )
 from scheduler.backends.kubernetes.gpus import (
@@ -69,10 +69,8 @@ from scheduler.backends.kubernetes.jobs import (
 )
 from scheduler.backends.kubernetes.labels import (
     ATTEMPT_NAME,
-    COMPONENT,
     MANAGED_SELECTOR,
     STOPPED,
-    TRAINING,
     WORKLOAD,
     attempt_name,
     utc_stamp,
@@ -90,7 +88,7 @@ from scheduler.backends.kubernetes.reservation import (
 from scheduler.backends.kubernetes.stuck import check_stuck
 
 
-class KubernetesBackend(LoggingConfigurable):
+class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
     """Runs training as Jobs in one namespace; see the module docstring and docs/kubernetes.md."""
 
     kubeconfig = Unicode(
@@ -106,7 +104,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("namespace")
     def _default_namespace(self) -> str:
-        return _own_namespace()
+        return own_namespace()
 
     lease_namespace = Unicode(
         help="""Namespace of the leader Lease: where the scheduler's Role grants ``leases``
@@ -117,7 +115,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("lease_namespace")
     def _default_lease_namespace(self) -> str:
-        return os.environ.get("POD_NAMESPACE") or _own_namespace(self.namespace)
+        return os.environ.get("POD_NAMESPACE") or own_namespace(self.namespace)
 
     sharing_mode = CaselessStrEnum(
         list(SHARING_MODES),
@@ -413,13 +411,15 @@ class KubernetesBackend(LoggingConfigurable):
 
     # --- Backend protocol ---------------------------------------------------------------------
 
-    def inventory(self) -> Inventory:
-        """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods."""
+    def inventory(self, only: Iterable[str] | None = None) -> Inventory:
+        """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods.
+        ``only``: of these nodes alone (a start sizes its shares from its own nodes')."""
         _, caches = self._require()
         foreign = list(caches.foreign.objects.values()) if caches.foreign else None
+        nodes = caches.nodes.objects
         return inventory_from(
-            list(caches.nodes.objects.values()),
-            reserved_uuids(caches.pods.objects.values()),
+            list(nodes.values()) if only is None else [nodes[n] for n in only if n in nodes],
+            reserved_uuids(caches.reservation_pods()),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
             held=foreign_gpus(foreign) if foreign is not None else None,
@@ -469,13 +469,20 @@ class KubernetesBackend(LoggingConfigurable):
         names = job_names(job.placement, base)
         gang = len(job.placement) > 1
         service = base if gang else None
+        placed = {replica.node for replica in job.placement}
         uuids = await sharing.gpu_uuids(
-            kube, settings, job, self.inventory, self.reservation_timeout
+            kube, settings, job, lambda: self.inventory(placed), self.reservation_timeout
         )
         await sharing.unreserve_whole(
-            kube, settings, job, self._attempts.values(), caches.pods.objects.values(), self.log
+            kube,
+            settings,
+            job,
+            self._attempts.values(),
+            caches.pods.objects.values(),
+            caches.reservation_pods(),
+            self.log,
         )
-        shares = sharing.job_shares(job, self.inventory(), self.sharing_mode)
+        shares = sharing.job_shares(job, self.inventory(placed), self.sharing_mode)
         checkpoints = self.checkpoint_dir_template
         envs = [
             job_environment(job, rank, shares[rank], settings, uuids, base, service, checkpoints)
@@ -613,7 +620,45 @@ class KubernetesBackend(LoggingConfigurable):
         kube, caches = self._require()
         exits: list[Exit] = []
         by_job = caches.by_job()
+        changed, everything = caches.take_changed()
+        try:
+            await self._poll_attempts(kube, caches, by_job, changed, everything, exits)
+        except BaseException:
+            caches.mark_all_changed()  # what was taken is looked at again next time
+            raise
+        await self._reservations.collect(
+            kube,
+            self.namespace,
+            self._attempts.values(),
+            caches.pods.objects.values(),
+            self.reservation_linger_seconds,
+            self.log,
+        )
+        return exits
+
+    async def _poll_attempts(
+        self,
+        kube: Kube,
+        caches: Caches,
+        by_job: Mapping[str, list[dict]],
+        changed: set[str],
+        everything: bool,
+        exits: list[Exit],
+    ) -> None:
+        """``poll`` for the attempts whose Jobs or pods changed (``everything``: all), and
+        those a timer or a stop keeps under watch (a pending pod, a stop, a failure, Jobs
+        not seen yet): the others cannot have ended since the last poll."""
         for token, attempt in list(self._attempts.items()):
+            if not (
+                everything
+                or attempt.stopping
+                or attempt.failure is not None
+                or attempt.pending_since
+                or attempt.attach_error
+                or len(attempt.seen) < len(attempt.jobs)
+                or any(name in changed for name in attempt.jobs)
+            ):
+                continue
             await check_stuck(
                 kube,
                 self.namespace,
@@ -645,15 +690,6 @@ class KubernetesBackend(LoggingConfigurable):
             elif attempt.service:
                 with contextlib.suppress(KubeError):
                     await self._delete_attempt(token, [], attempt.service)
-        await self._reservations.collect(
-            kube,
-            self.namespace,
-            self._attempts.values(),
-            caches.pods.objects.values(),
-            self.reservation_linger_seconds,
-            self.log,
-        )
-        return exits
 
     async def _pods_still_live(self, attempt: Attempt) -> bool:
         """Whether a pod of the stopped ``attempt`` still runs, read through the API: the
@@ -671,33 +707,6 @@ class KubernetesBackend(LoggingConfigurable):
             self.log.warning("listing the pods of %s failed: %s", attempt.name, error)
             return False
         return any(pod_live(pod) for pod in body.get("items") or [])
-
-    @property
-    def gpu_memory_source(self) -> str | None:
-        """Where ``gpu_memory`` reads, in words; None when it cannot."""
-        return (
-            f"Prometheus at {self.prometheus_url} (DCGM exporter)" if self.prometheus_url else None
-        )
-
-    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
-        """The GPU memory of each workload's pods per GPU, from Prometheus (``usage``); the
-        pods are told apart by their labels, so ``notebooks`` is not needed here."""
-        reader, pods = self._gpu_reader()
-        return await reader.memory(pods)
-
-    async def gpu_usage(self, notebooks: Mapping[int, tuple[str, str]]) -> UsageByWorkload:
-        """``gpu_memory`` with each pod's GPU utilization (the whole GPU's: dcgm-exporter's
-        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler."""
-        reader, pods = self._gpu_reader()
-        return await reader.usage(pods)
-
-    def _gpu_reader(self) -> tuple[usage.PodMemoryReader, list[Any]]:
-        _, caches = self._require()
-        if self._pod_memory is None:
-            self._pod_memory = usage.PodMemoryReader(
-                self.prometheus_url, self.namespace, self.request_timeout, self.log
-            )
-        return self._pod_memory, list(caches.pods.objects.values())
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""
@@ -739,13 +748,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     def attempts_in_cluster(self) -> dict[int, list[str]]:
         """Workload id -> names of its Jobs, from the cache (for operators and tests)."""
-        _, caches = self._require()
-        out: dict[int, list[str]] = {}
-        for name, job in sorted(caches.jobs.objects.items()):
-            labels = job["metadata"].get("labels") or {}
-            if labels.get(COMPONENT) == TRAINING:
-                out.setdefault(int(labels[WORKLOAD]), []).append(name)
-        return out
+        return self._require()[1].training_jobs()
 
     async def _existing(self, base: str) -> list[dict]:
         """The Jobs of attempt ``base`` as the API lists them (not the cache)."""
@@ -789,12 +792,3 @@ class KubernetesBackend(LoggingConfigurable):
 
 class _NameTaken(KubeError):
     """A Job name of the attempt is taken by one the cache did not show (see ``start``)."""
-
-
-def _own_namespace(fallback: str = "default") -> str:
-    """The pod's namespace in a cluster (its service account's), else ``fallback``."""
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    if os.path.exists(path):
-        with open(path) as f:
-            return f.read().strip() or fallback
-    return fallback

@@ -56,6 +56,15 @@ async def load_configuration(kubeconfig: str = "", context: str = "") -> client.
     return configuration
 
 
+def own_namespace(fallback: str = "default") -> str:
+    """The pod's namespace in a cluster (its service account's), else ``fallback``."""
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip() or fallback
+    return fallback
+
+
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
     """Seconds before retry number ``attempt`` (0-based): exponential with jitter."""
     return min(cap, base * 2**attempt) * (0.5 + random.random() / 2)
