@@ -198,7 +198,7 @@ async def one_test(
     profile: bool = False,
 ) -> dict[str, Any]:
     """One run of ``test`` on a fresh fake cluster and a fresh service: its figures, with
-    the CPU seconds the service and the fake API server used during it. ``profile``: the
+    the CPU seconds the service, the hub and the fake API server used during it. ``profile``: the
     service runs under cProfile, its profile written to ``work/service.prof``."""
     if test == "topology":
         layout = topology_nodes(nodes)
@@ -243,11 +243,15 @@ async def one_test(
                     limits=httpx.Limits(max_connections=16),
                 )
 
-            cpu = (cpu_seconds(service.proc.pid), process.cpu_seconds())
+            assert service.proc is not None and hub.proc is not None
+            pids = {"service": service.proc.pid, "hub": hub.proc.pid}
+            cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            cpu["fake"] = process.cpu_seconds()
             async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
                 result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
-            result["service_cpu_seconds"] = round(cpu_seconds(service.proc.pid) - cpu[0], 1)
-            result["fake_cpu_seconds"] = round(process.cpu_seconds() - cpu[1], 1)
+            for name, pid in pids.items():
+                result[f"{name}_cpu_seconds"] = round(cpu_seconds(pid) - cpu[name], 1)
+            result["fake_cpu_seconds"] = round(process.cpu_seconds() - cpu["fake"], 1)
             await fake.client.aclose()
             return result
 

@@ -32,10 +32,11 @@ def iso(seconds: float | None) -> str | None:
 
 
 def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str, Any]]:
-    gpus = {(gpu.node, gpu.index): gpu for gpu in inventory.gpus}
-
     def facts(node: str, index: int) -> dict[str, Any]:
-        gpu = gpus.get((node, index))
+        try:
+            gpu: Any = inventory.gpu(node, index)
+        except KeyError:
+            gpu = None
         # memory_mib is the whole GPU's: a share's memory cap is share × this
         return {"uuid": getattr(gpu, "uuid", None), "memory_mib": getattr(gpu, "memory_mib", None)}
 
