@@ -67,11 +67,16 @@ def main(argv: list[str] | None = None) -> int:
 
 class FakeProcess:
     """``python -m tests.kube.fakeproc`` as a context manager: ``url``, ``kubeconfig``,
-    ``running()`` and the process's CPU seconds (``cpu_seconds()``)."""
+    ``running_url()`` and the process's CPU seconds (``cpu_seconds()``); ``profile``: a
+    path where cProfile writes the server's profile when it ends."""
 
-    def __init__(self, kubeconfig: str, *args: str, log: str | None = None) -> None:
+    def __init__(
+        self, kubeconfig: str, *args: str, log: str | None = None, profile: str = ""
+    ) -> None:
+        profiled = ["-m", "cProfile", "-o", profile] if profile else []
         self.command = [
             sys.executable,
+            *profiled,
             "-m",
             "tests.kube.fakeproc",
             "--kubeconfig",
