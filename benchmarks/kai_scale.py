@@ -4,10 +4,11 @@ KAI publishes its scale tests' results (kai-scheduler/KAI-Scheduler, ``docs/scal
 ``test/e2e/scale/kwok_test.go``): 500 KWOK nodes of 8 GPUs, the pods of each test created
 through the Kubernetes API, timed until they are scheduled. This runs the same shapes through
 the real ``frachub service`` (Kubernetes backend) behind a real JupyterHub, against the
-in-process fake Kubernetes API server of the tests (tests/kube/fakeapi.py), which runs no
-containers: a pod bound to a node becomes Running at once, as KWOK's pods do. Every
-submission is a ``POST workloads`` through the hub's proxy with a user's token; the clock
-stops when the fake API server shows every pod of the test Running.
+fake Kubernetes API server of the tests (tests/kube/fakeapi.py) in a process of its own
+(tests/kube/fakeproc.py), which runs no containers: a pod bound to a node becomes Running at
+once, as KWOK's pods do. Every submission is a ``POST workloads`` through the hub's proxy
+with a user's token; the clock stops when the fake API server shows every pod of the test
+Running.
 
     fill      4,000 single-GPU jobs in one project; from the first POST until all run
               (KAI: 6 m 37.8 s, timed from enabling its scheduler after the pods exist)
@@ -25,8 +26,9 @@ stops when the fake API server shows every pod of the test Running.
     python benchmarks/kai_scale.py --nodes 4 --runs 1 --json    # the CI-sized run
 
 At ``--nodes N`` the shapes scale as KAI's do with its NODE_COUNT: fill and reclaim use
-N x 8 single-GPU jobs, large an N-replica gang; topology keeps its 4 x 8 x 8 x 2 tree unless
-``--nodes`` is below 512, when it shrinks to N/2 racks of 2 nodes (one zone, one block).
+N x 8 single-GPU jobs, large an N-replica gang; topology keeps KAI's 512 nodes in a
+4 x 8 x 8 x 2 tree from ``--nodes 500`` up (KAI's topology test, like its others, runs on
+its 500-node setting), and below that shrinks to N/2 racks of 2 nodes (one zone, one block).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +52,15 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
-from kube.conftest import SERVICE_CONFIG, started_fake  # noqa: E402
-from kube.fakeapi import FakeKube  # noqa: E402
+from kube.conftest import SERVICE_CONFIG  # noqa: E402
+from kube.fakeproc import FakeProcess  # noqa: E402
 
-from scheduler.backends.kubernetes.labels import COMPONENT, TRAINING, WORKLOAD  # noqa: E402
-from scheduler.backends.kubernetes.pods import pod_phase  # noqa: E402
+from scheduler.backends.kubernetes.labels import (  # noqa: E402
+    COMPONENT,
+    MANAGED_SELECTOR,
+    TRAINING,
+    WORKLOAD,
+)
 
 NAMESPACE = "default"
 GPUS_PER_NODE = 8
@@ -98,7 +104,7 @@ c.FracHubService.job_tokens = {job_tokens!r}
 def topology_nodes(nodes: int) -> list[tuple[str, dict[str, str]]]:
     """KAI's topology tree (4 zones x 8 blocks x 8 racks x 2 nodes), or a single zone and
     block of nodes/2 racks when fewer nodes are asked for."""
-    zones, blocks, racks = (4, 8, 8) if nodes >= 512 else (1, 1, max(1, nodes // 2))
+    zones, blocks, racks = (4, 8, 8) if nodes >= 500 else (1, 1, max(1, nodes // 2))
     made = []
     for z in range(zones):
         for b in range(blocks):
@@ -109,37 +115,31 @@ def topology_nodes(nodes: int) -> list[tuple[str, dict[str, str]]]:
     return made
 
 
-def running(fake: FakeKube, workload_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
-    """FracHub's training pods the fake API server shows Running (not being deleted), of
-    ``workload_ids`` when given: their metadata and spec only, read on the fake's own loop
-    without copying every pod (a poll must not load the server it measures)."""
-    wanted = None if workload_ids is None else {str(i) for i in workload_ids}
+class Fake:
+    """The fake API server's process, and its one read the benchmark polls."""
 
-    def read() -> list[dict[str, Any]]:
-        found = []
-        for (plural, namespace, _), pod in list(fake._objects.of("pods").items()):
-            labels = pod["metadata"].get("labels") or {}
-            if (
-                plural == "pods"
-                and namespace == NAMESPACE
-                and labels.get(COMPONENT) == TRAINING
-                and (wanted is None or labels.get(WORKLOAD) in wanted)
-                and pod_phase(pod) == "Running"
-                and not pod["metadata"].get("deletionTimestamp")
-            ):
-                found.append({"metadata": pod["metadata"], "spec": pod["spec"]})
-        return found
+    def __init__(self, process: FakeProcess) -> None:
+        self.process = process
+        self.client = httpx.AsyncClient(timeout=60)
+        self.url = process.running_url(
+            NAMESPACE, f"{MANAGED_SELECTOR},{COMPONENT}={TRAINING}", WORKLOAD
+        )
 
-    return fake.call(read)
+    async def running(self, workload_ids: Iterable[int] | None = None) -> list[str]:
+        """The nodes of FracHub's training pods the fake shows Running (not being deleted),
+        of ``workload_ids`` when given (one cheap read: ``/_fake/running``)."""
+        wanted = None if workload_ids is None else {str(i) for i in workload_ids}
+        body = (await self.client.get(self.url)).json()
+        return [node for node, workload in body["running"] if wanted is None or workload in wanted]
 
 
 async def until(
-    check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2
+    check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.2
 ) -> float:
-    """Poll ``check`` (in a thread: the fake's reads block) until true; the monotonic time."""
+    """Poll ``check`` until true; the monotonic time."""
     deadline = time.monotonic() + timeout
     while True:
-        if await asyncio.to_thread(check):
+        if await check():
             return time.monotonic()
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f} s")
@@ -173,14 +173,18 @@ def jobs(count: int, gpus: int, name: str, replicas: int = 1) -> list[dict[str, 
 
 
 async def fill_cluster(
-    fake: FakeKube, sanity: httpx.AsyncClient, count: int, gpus: int, timeout: float
+    fake: Fake, sanity: httpx.AsyncClient, count: int, gpus: int, timeout: float
 ) -> tuple[float, float]:
     """Submit ``count`` jobs of ``gpus`` GPUs as the sanity project and wait until all run:
     (seconds from the first POST until all run, seconds the POSTs took)."""
     began = time.monotonic()
     await submit_many(sanity, jobs(count, gpus, f"fill{gpus}"))
     posted = time.monotonic() - began
-    done = await until(lambda: len(running(fake)) >= count, timeout, f"{count} jobs running")
+
+    async def full() -> bool:
+        return len(await fake.running()) >= count
+
+    done = await until(full, timeout, f"{count} jobs running")
     return done - began, posted
 
 
@@ -192,22 +196,47 @@ async def one_test(
     work: Path,
     timeout: float,
     job_tokens: bool = True,
+    profile: bool = False,
 ) -> dict[str, Any]:
-    """One run of ``test`` on a fresh fake cluster and a fresh service: its figures."""
-    with started_fake() as fake:
-        if test == "topology":
-            layout = topology_nodes(nodes)
-        else:
-            layout = [(f"kwok-{n:04d}", {}) for n in range(nodes)]
-        for name, labels in layout:
-            fake.add_node(name, gpus=GPUS_PER_NODE, memory_mib=81920, labels=labels)
-        capacity = len(layout) * GPUS_PER_NODE
-        work.mkdir(parents=True, exist_ok=True)
-        kubeconfig = fake.kubeconfig(str(work / "kubeconfig"), NAMESPACE)
+    """One run of ``test`` on a fresh fake cluster and a fresh service: its figures, with
+    the CPU seconds the service, the hub and the fake API server used during it. ``profile``: the
+    service and the fake run under cProfile, their profiles written to ``work/service.prof``
+    and ``work/fake.prof``."""
+    if test == "topology":
+        layout = topology_nodes(nodes)
+    else:
+        layout = [(f"kwok-{n:04d}", {}) for n in range(nodes)]
+    capacity = len(layout) * GPUS_PER_NODE
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "nodes.json").write_text(json.dumps(layout))
+    kubeconfig = str(work / "kubeconfig")
+    with FakeProcess(
+        kubeconfig,
+        "--layout",
+        str(work / "nodes.json"),
+        "--gpus",
+        str(GPUS_PER_NODE),
+        "--namespace",
+        NAMESPACE,
+        log=str(work / "fake.log"),
+        profile=str(work / "fake.prof") if profile else "",
+    ) as process:
+        fake = Fake(process)
         config = service_config(kubeconfig, capacity, job_tokens)
+        command = None
+        if profile:
+            config_file = str(work / "service" / "frachub_config.py")
+            profiled = ["-m", "cProfile", "-o", str(work / "service.prof")]
+            command = [sys.executable, *profiled, "-m", "hub_ext.cli", "service"]
+            command += ["--config", config_file]
         with ServiceProcess(
-            hub, config, work / "service", env={"KUBECONFIG": kubeconfig}, start_timeout=120
-        ):
+            hub,
+            config,
+            work / "service",
+            env={"KUBECONFIG": kubeconfig},
+            start_timeout=120,
+            command=command,
+        ) as service:
 
             def client(user: str) -> httpx.AsyncClient:
                 return httpx.AsyncClient(
@@ -217,36 +246,58 @@ async def one_test(
                     limits=httpx.Limits(max_connections=16),
                 )
 
+            assert service.proc is not None and hub.proc is not None
+            pids = {"service": service.proc.pid, "hub": hub.proc.pid}
+            cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            cpu["fake"] = process.cpu_seconds()
             async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
-                return await TESTS_RUN[test](fake, sanity, reclaim, capacity, timeout)
+                result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
+            for name, pid in pids.items():
+                result[f"{name}_cpu_seconds"] = round(cpu_seconds(pid) - cpu[name], 1)
+            result["fake_cpu_seconds"] = round(process.cpu_seconds() - cpu["fake"], 1)
+            await fake.client.aclose()
+            return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+Layout = list[tuple[str, dict[str, str]]]
 
 
 async def run_fill(
-    fake: FakeKube,
+    fake: Fake,
     sanity: httpx.AsyncClient,
     reclaim: httpx.AsyncClient,
-    capacity: int,
+    layout: Layout,
     timeout: float,
 ) -> dict[str, Any]:
+    capacity = len(layout) * GPUS_PER_NODE
     seconds, posted = await fill_cluster(fake, sanity, capacity, 1, timeout)
     return {"seconds": seconds, "jobs": capacity, "post_seconds": posted}
 
 
 async def run_reclaim(
-    fake: FakeKube,
+    fake: Fake,
     sanity: httpx.AsyncClient,
     reclaim: httpx.AsyncClient,
-    capacity: int,
+    layout: Layout,
     timeout: float,
 ) -> dict[str, Any]:
+    capacity = len(layout) * GPUS_PER_NODE
     await fill_cluster(fake, sanity, capacity, 1, timeout)
     samples = []
     for i in range(10):
         began = time.monotonic()
         [wid] = await submit_many(reclaim, jobs(1, 1, f"reclaim-{i}"), 1)
-        done = await until(
-            lambda wid=wid: bool(running(fake, [wid])), timeout, f"reclaim {i}", 0.02
-        )
+
+        async def runs(wid: int = wid) -> bool:
+            return bool(await fake.running([wid]))
+
+        done = await until(runs, timeout, f"reclaim {i}", 0.02)
         samples.append(done - began)
     return {
         "seconds": statistics.mean(samples),
@@ -256,38 +307,41 @@ async def run_reclaim(
 
 
 async def run_large(
-    fake: FakeKube,
+    fake: Fake,
     sanity: httpx.AsyncClient,
     reclaim: httpx.AsyncClient,
-    capacity: int,
+    layout: Layout,
     timeout: float,
 ) -> dict[str, Any]:
-    replicas = capacity // GPUS_PER_NODE
+    replicas = len(layout)
     await fill_cluster(fake, sanity, replicas, GPUS_PER_NODE, timeout)
     began = time.monotonic()
     [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
-    done = await until(
-        lambda: len(running(fake, [wid])) >= replicas, timeout, f"{replicas} replicas running"
-    )
+
+    async def all_run() -> bool:
+        return len(await fake.running([wid])) >= replicas
+
+    done = await until(all_run, timeout, f"{replicas} replicas running")
     return {"seconds": done - began, "replicas": replicas, "gpus": replicas * GPUS_PER_NODE}
 
 
 async def run_topology(
-    fake: FakeKube,
+    fake: Fake,
     sanity: httpx.AsyncClient,
     reclaim: httpx.AsyncClient,
-    capacity: int,
+    layout: Layout,
     timeout: float,
 ) -> dict[str, Any]:
-    replicas = capacity // GPUS_PER_NODE
+    replicas = len(layout)
     began = time.monotonic()
     [wid] = await submit_many(sanity, jobs(1, 2, "topo", replicas), 1)
-    done = await until(
-        lambda: len(running(fake, [wid])) >= replicas, timeout, f"{replicas} replicas running"
-    )
-    pods = running(fake, [wid])
-    nodes = {n["metadata"]["name"]: n for n in fake.objects("nodes", "")}
-    racks = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][RACK] for p in pods}
+
+    async def all_run() -> bool:
+        return len(await fake.running([wid])) >= replicas
+
+    done = await until(all_run, timeout, f"{replicas} replicas running")
+    rack_of = {name: labels[RACK] for name, labels in layout}
+    racks = {rack_of[node] for node in await fake.running([wid])}
     return {
         "seconds": done - began,
         "replicas": replicas,
@@ -314,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-job-tokens",
         action="store_true",
         help="jobs get no hub token of their own (FracHubService.job_tokens = False)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the service and the fake (cProfile: service.prof, fake.prof)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -342,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                         work / f"{test}-{run}",
                         args.timeout,
                         not args.no_job_tokens,
+                        args.profile,
                     )
                 )
                 print(f"{test} run {run + 1}: {json.dumps(result)}", file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from scheduler.common.placement import Placement, ReplicaPlacement
@@ -45,11 +46,17 @@ class Inventory:
     gpus: tuple[Gpu, ...]
     source: str
 
+    @cached_property
+    def _by_place(self) -> dict[tuple[str, int], Gpu]:
+        """(node, index) -> GPU, made on the first look-up: the API shows every workload's
+        GPUs through ``gpu``, and a scan of 4,000 GPUs per workload shown is felt."""
+        return {(gpu.node, gpu.index): gpu for gpu in self.gpus}
+
     def gpu(self, node: str, index: int) -> Gpu:
-        for gpu in self.gpus:
-            if gpu.node == node and gpu.index == index:
-                return gpu
-        raise KeyError(f"no GPU {index} on node {node!r}")
+        found = self._by_place.get((node, index))
+        if found is None:
+            raise KeyError(f"no GPU {index} on node {node!r}")
+        return found
 
     def uuid(self, node: str, index: int) -> str:
         return self.gpu(node, index).uuid

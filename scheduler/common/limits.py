@@ -28,8 +28,9 @@ MAX_MEMORY_GIB = 64 * 1024
 """Memory (RAM) of one replica, in GiB: 64 TiB, beyond any machine."""
 MAX_QUOTA_GPUS = 1_000_000
 """Deserved and limit GPUs, and over-quota weights, of a queue."""
-MAX_REPLICAS = 256
-"""Replicas of one gang."""
+MAX_REPLICAS = 1024
+"""Replicas of one gang: KAI's scale tests run gangs of 500 and 512 pods
+(benchmarks/kai_scale.py), and a 4,000-GPU cluster holds 1,024 replicas of a few GPUs."""
 MAX_ID = 2**63 - 1
 """Ids, offsets and counts: what a 64-bit database integer holds."""
 MAX_GPU_MODELS = 16

@@ -31,24 +31,15 @@ def iso(seconds: float | None) -> str | None:
     )
 
 
-_GPUS_BY_PLACE: list[Any] = [None, {}]
-"""The last inventory seen and its GPUs by (node, index): the map is built once per inventory,
-not for every workload shown (a list of 50 rebuilt it 50 times)."""
-
-
-def _gpus_by_place(inventory: Inventory) -> dict[tuple[str, int], Any]:
-    if _GPUS_BY_PLACE[0] is not inventory:
-        _GPUS_BY_PLACE[:] = [inventory, {(gpu.node, gpu.index): gpu for gpu in inventory.gpus}]
-    return _GPUS_BY_PLACE[1]
-
-
 def placement_json(placement: Placement, inventory: Inventory) -> list[dict[str, Any]]:
     if not placement:
         return []  # pending work, most of what a busy service shows
-    gpus = _gpus_by_place(inventory)
 
     def facts(node: str, index: int) -> dict[str, Any]:
-        gpu = gpus.get((node, index))
+        try:
+            gpu: Any = inventory.gpu(node, index)
+        except KeyError:
+            gpu = None
         # memory_mib is the whole GPU's: a share's memory cap is share × this
         return {"uuid": getattr(gpu, "uuid", None), "memory_mib": getattr(gpu, "memory_mib", None)}
 

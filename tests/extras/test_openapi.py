@@ -470,7 +470,7 @@ SUBMISSIONS = [
     {"command": "x", "gpus": 1, "kind": "interactive"},
     {"command": "x", "gpus": 1, "kind": None},
     {"command": "x", "gpus": 1, "replicas": 0},
-    {"command": "x", "gpus": 1, "replicas": 257},
+    {"command": "x", "gpus": 1, "replicas": 1025},
     {"command": "x", "gpus": 1, "replicas": None},
     {"command": "x", "gpus": 1, "priority": 1.5},
     {"command": "x", "gpus": 1, "priority": True},

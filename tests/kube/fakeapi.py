@@ -83,6 +83,7 @@ affinity, storage without attachment (every ReadWriteOnce claim attaches to one 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import functools
 import itertools
@@ -330,6 +331,29 @@ def _affinity_matches(spec: Obj, node: Obj) -> bool:
         ):
             return True
     return False
+
+
+def _pinned_nodes(spec: Obj) -> set[str] | None:
+    """The only node names a pod may go to, when ``spec.nodeName`` or its required node
+    affinity names them (``matchFields`` ``metadata.name In``, in every term: how FracHub
+    pins its pods); None when any node may match. Only a shortcut: ``_schedule`` still
+    checks every rule on the nodes named."""
+    if spec.get("nodeName"):
+        return {spec["nodeName"]}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    names: set[str] = set()
+    for term in (required or {}).get("nodeSelectorTerms") or [None]:
+        fields = [
+            r
+            for r in (term or {}).get("matchFields") or []
+            if r.get("key") == "metadata.name" and r.get("operator") == "In"
+        ]
+        if not fields:
+            return None
+        names.update(fields[0].get("values") or [])
+    return names
 
 
 def _untolerated(node: Obj, tolerations: list[Obj]) -> str:
@@ -632,6 +656,27 @@ class _Watcher:
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _schema_validator(kind: str, api_version: str, desired: str) -> Any:
+    """kubernetes-validate's strict schema of ``kind`` at Kubernetes ``desired``, compiled
+    once: ``kubernetes_validate.validate`` reads and compiles the schema and its definitions
+    on every call (about 10 ms a Job, which a 4,000-job benchmark cannot afford); the schema
+    chosen and the errors raised are the same."""
+    import jsonschema
+    from kubernetes_validate import utils
+    from referencing import Registry, Resource
+
+    version = [
+        v for v in utils.all_versions() if utils.major_minor(v) <= utils.major_minor(desired)
+    ][-1]
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    folder = f"kubernetes-json-schema/v{version}-local-strict"
+    schema = utils.schema_contents(f"{folder}/{kind.lower()}-{group}.json", desired)
+    definitions = utils.schema_contents(f"{folder}/_definitions.json", desired)
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
 def _next_bookmark(now: float, deadline: float, interval: float) -> float | None:
     """When a watch with ``allowWatchBookmarks`` gets its next BOOKMARK, as the API server's
     watch cache sends them: every ``interval`` seconds, and 2 s before the watch times out;
@@ -651,6 +696,8 @@ class _Objects(dict):
         self.pod_by_uid: dict[str, tuple[str, str, str]] = {}
         self.pods_by_owner: dict[str, set[tuple[str, str, str]]] = {}
         self.pods_by_node: dict[str, set[tuple[str, str, str]]] = {}
+        self.pods_pending: set[tuple[str, str, str]] = set()
+        """Pods waiting for the scheduler: Pending, on no node, not being deleted."""
 
     def of(self, plural: str) -> dict[tuple[str, str, str], Obj]:
         return self.by_plural.get(plural, {})
@@ -664,6 +711,7 @@ class _Objects(dict):
             for ref in meta.get("ownerReferences") or []:
                 self.pods_by_owner.get(ref.get("uid", ""), set()).discard(key)
             self.pods_by_node.get(obj["spec"].get("nodeName") or "", set()).discard(key)
+            self.pods_pending.discard(key)
 
     def __setitem__(self, key: tuple[str, str, str], obj: Obj) -> None:
         old = self.get(key)
@@ -679,6 +727,10 @@ class _Objects(dict):
             node = obj["spec"].get("nodeName")
             if node:
                 self.pods_by_node.setdefault(node, set()).add(key)
+            elif (obj.get("status") or {}).get("phase") == "Pending" and not meta.get(
+                "deletionTimestamp"
+            ):
+                self.pods_pending.add(key)
 
     def pop(self, key: tuple[str, str, str], *default: Any) -> Any:  # type: ignore[override]
         if key in self:
@@ -714,7 +766,7 @@ class FakeKube:
         self._objects = _Objects()
         self._rv = itertools.count(1)
         self._last_rv = 0
-        self._history: list[tuple[int, str, str, Obj]] = []
+        self._history: collections.deque[tuple[int, str, str, Obj]] = collections.deque()
         self._history_limit = history
         self._oldest_rv = 0
         self._watchers: set[_Watcher] = set()
@@ -742,10 +794,19 @@ class FakeKube:
         self._admitted_at: dict[str, float] = {}  # job uid -> when it was first seen running
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._reconcile_pending = False
+        self._reconcile_all = True
+        """The next reconcile looks at every Job (a node, a claim or a timer changed)."""
+        self._dirty_jobs: set[tuple[str, str]] = set()
+        """(namespace, name) of the Jobs whose object or pods changed since the last one."""
+        self._maybe_dead: set[str] = set()
+        """uids of pods that ended or went since the last reconcile (their GPUs free up)."""
+        self._devices_on: dict[str, set[str]] = {}  # node -> uids of pods holding its GPUs
+        self._device_node: dict[str, str] = {}  # pod uid -> the node of its GPUs
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: httpserver.HTTPServer | None = None
         self.port = 0
+        """The port to listen on (0: any free one, set by ``start``)."""
 
     # -- life ---------------------------------------------------------------------------
 
@@ -760,10 +821,14 @@ class FakeKube:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             self._loop = loop
-            sockets = netutil.bind_sockets(0, "127.0.0.1")
+            sockets = netutil.bind_sockets(self.port, "127.0.0.1")
             self.port = sockets[0].getsockname()[1]
             app = web.Application(
-                [(r"(/.*)", _Handler, {"fake": self})], log_function=lambda handler: None
+                [
+                    (r"/_fake/running", _RunningHandler, {"fake": self}),
+                    (r"(/.*)", _Handler, {"fake": self}),
+                ],
+                log_function=lambda handler: None,
             )
             self._server = httpserver.HTTPServer(app)
             self._server.add_sockets(sockets)
@@ -947,12 +1012,12 @@ class FakeKube:
                 raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: {detail}')
         if not self.schema_version:
             return
-        import kubernetes_validate
+        import jsonschema
 
         document = {**obj, "kind": kind, "apiVersion": api_version}
         try:
-            kubernetes_validate.validate(document, self.schema_version, strict=True)
-        except kubernetes_validate.ValidationError as error:
+            _schema_validator(kind, api_version, self.schema_version).validate(document)
+        except jsonschema.ValidationError as error:
             where = ".".join(str(part) for part in error.path) or "(root)"
             raise ApiError(
                 422,
@@ -1057,12 +1122,32 @@ class FakeKube:
         snapshot = copy.deepcopy(obj)
         self._history.append((rv, plural, kind, snapshot))
         if len(self._history) > self._history_limit:
-            dropped = self._history.pop(0)
+            dropped = self._history.popleft()
             self._oldest_rv = dropped[0] + 1
         for watcher in list(self._watchers):
             if watcher.wants(plural, snapshot):
                 watcher.queue.put_nowait((kind, snapshot, time.monotonic()))
-        self._schedule_reconcile()
+        self._changed(plural, kind, obj)
+
+    def _changed(self, plural: str, kind: str, obj: Obj) -> None:
+        """Mark what the simulation must look at again after this change, and schedule it:
+        a Job, the Jobs owning a pod, or (nodes, claims) everything. Events, Secrets,
+        Leases and the like change nothing the simulation reads. Reconciling only what
+        changed keeps a 4,000-job cluster linear (benchmarks/kai_scale.py)."""
+        meta = obj["metadata"]
+        if plural == "jobs":
+            self._dirty_jobs.add((meta.get("namespace", ""), meta["name"]))
+        elif plural == "pods":
+            for ref in meta.get("ownerReferences") or []:
+                if ref.get("kind") == "Job":
+                    self._dirty_jobs.add((meta.get("namespace", ""), ref["name"]))
+            if kind == "DELETED" or obj["status"].get("phase") in TERMINAL:
+                self._maybe_dead.add(meta["uid"])
+        elif plural in ("nodes", "persistentvolumeclaims"):
+            self._reconcile_all = True
+        else:
+            return
+        self._schedule_reconcile(everything=False)
 
     def _put_namespace(self, name: str) -> None:
         if ("namespaces", "", name) not in self._objects:
@@ -1188,11 +1273,24 @@ class FakeKube:
     def _collect_orphans(self) -> None:
         """The garbage collector, for what a deleted Job owned besides its pods (a job's
         credentials Secret): an object none of whose owners exists any more goes too."""
-        uids = {obj["metadata"]["uid"] for obj in self._objects.values()}
-        for (plural, namespace, name), obj in list(self._objects.items()):
-            owners = obj["metadata"].get("ownerReferences") or []
-            if plural != "pods" and owners and not any(ref.get("uid") in uids for ref in owners):
-                self._delete_now(plural, namespace, name)
+        plural_of = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
+
+        def exists(namespace: str, ref: Obj) -> bool:
+            plural = plural_of.get(ref.get("kind", ""))
+            if plural is None:
+                return False  # a kind the fake does not keep: no such owner here
+            owner = self._objects.get(
+                (plural, namespace if RESOURCES[plural][2] else "", ref["name"])
+            )
+            return owner is not None and owner["metadata"]["uid"] == ref.get("uid")
+
+        for plural in RESOURCES:
+            if plural in ("pods", "events"):
+                continue
+            for (_, namespace, name), obj in list(self._objects.of(plural).items()):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if owners and not any(exists(namespace, ref) for ref in owners):
+                    self._delete_now(plural, namespace, name)
 
     # -- simulation: pods ------------------------------------------------------------------
 
@@ -1440,7 +1538,16 @@ class FakeKube:
         if scheduler not in ("default-scheduler", self.hami_scheduler_name):
             return  # no such scheduler here: the pod waits, unscheduled, without a word
         hami = scheduler == self.hami_scheduler_name
-        for (plural, _, name), node in sorted(self._objects.of("nodes").items()):
+        pinned = _pinned_nodes(spec)
+        nodes = self._objects.of("nodes")
+        candidates = (
+            sorted(nodes.items())
+            if pinned is None
+            else sorted(
+                (key, nodes[key]) for key in (("nodes", "", n) for n in pinned) if key in nodes
+            )
+        )
+        for (plural, _, name), node in candidates:
             if plural != "nodes" or volume_problem:
                 continue
             labels = node["metadata"].get("labels") or {}
@@ -1558,7 +1665,10 @@ class FakeKube:
             return
         taken = {
             uuid_
-            for devices in (*self._devices.values(), *self._held.values())
+            for devices in (
+                *(self._devices[uid] for uid in self._devices_on.get(node, ())),
+                *self._held.values(),
+            )
             for uuid_ in devices
         }
         count = int(node_obj["status"]["allocatable"].get(GPU, 0)) if node_obj else 0
@@ -1585,6 +1695,8 @@ class FakeKube:
     def _start(self, pod: Obj, devices: list[str]) -> None:
         """The pod's containers run, with ``devices`` (GPU UUIDs) from the device plugin."""
         self._devices[pod["metadata"]["uid"]] = devices
+        self._devices_on.setdefault(pod["spec"]["nodeName"], set()).add(pod["metadata"]["uid"])
+        self._device_node[pod["metadata"]["uid"]] = pod["spec"]["nodeName"]
         pod = copy.deepcopy(pod)
         pod["status"].update(
             {
@@ -1817,27 +1929,29 @@ class FakeKube:
             new["status"] = status
             self._set_status("jobs", new)
 
-    def _schedule_reconcile(self) -> None:
+    def _schedule_reconcile(self, everything: bool = True) -> None:
+        """Reconcile soon; ``everything``: every Job (a timer, GPUs released), else only
+        those ``_changed`` marked."""
+        self._reconcile_all = self._reconcile_all or everything
         if not self._reconcile_pending and self._loop is not None:
             self._reconcile_pending = True
             self._loop.call_soon(self._reconcile)
 
     def _reconcile(self) -> None:
         self._reconcile_pending = False
-        for (plural, _, _), obj in list(self._objects.of("jobs").items()):
-            if plural == "jobs":
-                current = self._objects.get(
-                    ("jobs", obj["metadata"]["namespace"], obj["metadata"]["name"])
-                )
-                if current is not None:
-                    self._reconcile_job(current)
-        for (plural, _, _), pod in list(self._objects.of("pods").items()):
-            if (
-                plural == "pods"
-                and pod["status"].get("phase") == "Pending"
-                and not pod["spec"].get("nodeName")
-                and not pod["metadata"].get("deletionTimestamp")
-            ):
+        if self._reconcile_all:
+            keys = [(ns, name) for (_, ns, name) in self._objects.of("jobs")]
+        else:
+            keys = sorted(self._dirty_jobs)
+        self._reconcile_all = False
+        self._dirty_jobs = set()
+        for namespace, name in keys:
+            current = self._objects.get(("jobs", namespace, name))
+            if current is not None:
+                self._reconcile_job(current)
+        for key in sorted(self._objects.pods_pending):
+            pod = self._objects.get(key)
+            if pod is not None and key in self._objects.pods_pending:
                 self._schedule(pod)
         for namespace, name in sorted(self._attach_waiting):
             self._run_pod(namespace, name)
@@ -1848,13 +1962,43 @@ class FakeKube:
             and pod["status"].get("phase") == "Pending"
             and not pod["metadata"].get("deletionTimestamp")
         }
-        for uid in [uid for uid in self._devices if not self._pod_alive(uid)]:
-            del self._devices[uid]
+        dead, self._maybe_dead = self._maybe_dead, set()
+        for uid in dead:
+            if uid in self._devices and not self._pod_alive(uid):
+                del self._devices[uid]
+                self._devices_on.get(self._device_node.pop(uid, ""), set()).discard(uid)
 
     def _pod_alive(self, uid: str) -> bool:
         key = self._objects.pod_by_uid.get(uid)
         pod = self._objects.get(key) if key is not None else None
         return pod is not None and pod["status"].get("phase") not in TERMINAL
+
+
+class _RunningHandler(web.RequestHandler):
+    """``GET /_fake/running?namespace=&labelSelector=&label=``: the pods Running and not
+    being deleted, as ``[node, value of the label]`` pairs. Not a Kubernetes API: a cheap
+    read for a benchmark that polls the fake from another process (a pod list through the
+    API would copy thousands of pods per poll and load the server it measures)."""
+
+    def initialize(self, fake: FakeKube) -> None:
+        self.fake = fake
+
+    def get(self) -> None:
+        namespace = self.get_query_argument("namespace", "")
+        labels = self.get_query_argument("labelSelector", "")
+        label = self.get_query_argument("label", "")
+        found = []
+        for (_, ns, _), pod in self.fake._objects.of("pods").items():
+            meta = pod["metadata"]
+            if (
+                (not namespace or ns == namespace)
+                and pod["status"].get("phase") == "Running"
+                and not meta.get("deletionTimestamp")
+                and label_match(labels, meta.get("labels") or {})
+            ):
+                found.append([pod["spec"].get("nodeName"), (meta.get("labels") or {}).get(label)])
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"running": found}))
 
 
 class _Handler(web.RequestHandler):

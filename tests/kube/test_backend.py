@@ -7,6 +7,7 @@ modes (409, 410, 5xx, half-created attempts)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -492,6 +493,40 @@ def test_a_retried_start_takes_over_its_job_instead_of_doubling_it(
             assert again["jobs"] == first["jobs"]
             assert len(cluster.jobs(f"{WORKLOAD}=14")) == 1
             assert len(await pods_of(cluster, 14, 2)) == 2
+        finally:
+            await made.close()
+
+    run(scenario)
+
+
+def test_a_start_reads_its_jobs_from_the_watch_cache_not_a_list(
+    cluster: Cluster, backend: Any
+) -> None:
+    """Whether a start's Jobs exist already (a retried start) is read from the Jobs watch
+    cache: a start used to list the namespace's Jobs, one list per start (4,000 in KAI's
+    fill test, benchmarks/kai_scale.py)."""
+    fake = cluster.require_fake("counts the requests the API server gets")
+    node = cluster.node(0, gpus=2)
+
+    async def scenario() -> None:
+        def job_reads(requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
+            return [r for r in requests if r[0] == "GET" and r[1].endswith("/jobs")]
+
+        connected = len(fake.requests)
+        made = await backend()
+        try:
+            deadline = time.monotonic() + 10
+            while len(job_reads(fake.requests[connected:])) < 2:  # the cache's list and watch
+                assert time.monotonic() < deadline, "the Jobs watch did not start"
+                await asyncio.sleep(0.01)
+            before = len(fake.requests)
+            await made.start(make_job(16, [(node, [0], 1.0)]))
+            await made.start(make_job(17, [(node, [1], 1.0)]))
+            sent = fake.requests[before:]
+            assert job_reads(sent) == []
+            assert len([r for r in sent if r[0] == "POST" and r[1].endswith("/jobs")]) == 2
+            await pods_of(cluster, 16)
+            await pods_of(cluster, 17)
         finally:
             await made.close()
 

@@ -272,3 +272,42 @@ def test_a_hub_that_caps_token_lifetimes_gives_its_own_maximum(tmp_path) -> None
         expires = datetime.fromisoformat(model["expires_at"].replace("Z", "+00:00"))
         assert 0 < (expires - datetime.now(UTC)).total_seconds() <= 600
         assert capped.whoami(token)["name"] == "dana"
+
+
+def test_token_requests_never_wait_in_the_shared_clients_timed_queue(hub, make_user) -> None:
+    """Tornado's shared HTTP client sends 10 requests at once and times the rest from the
+    moment they queue: with its 10 connections held by the service's other hub calls (here
+    ten requests to a server that does not answer), a job's token request used to time out
+    in that queue ("Timeout in request queue") and the job started without its token. Token
+    requests have their own connections now, and wait for them untimed."""
+    from tornado.httpclient import AsyncHTTPClient
+
+    user, _ = make_user(groups=["vision"])
+    tokens = HubTokens(hub.api_url, hub.frachub_token, timeout=1.0)
+
+    async def scenario() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(30)
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        shared = AsyncHTTPClient()
+        stalled = [
+            asyncio.ensure_future(shared.fetch(f"http://127.0.0.1:{port}/", request_timeout=20))
+            for _ in range(shared.max_clients)
+        ]
+        try:
+            await asyncio.sleep(0.2)  # they hold every connection of the shared client
+            answers = await asyncio.gather(
+                *(tokens.issue(user, f"burst {n}", 600) for n in range(20))
+            )
+            assert len({token_id for _, token_id in answers}) == 20
+            for _, token_id in answers:
+                await tokens.revoke(user, token_id)
+        finally:
+            for request in stalled:
+                request.cancel()
+            server.close()
+
+    asyncio.run(scenario())

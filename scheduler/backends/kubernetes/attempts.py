@@ -12,6 +12,7 @@ service stores for it, and how it ends, read from the watch caches. Pure: no I/O
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.backends.base import Handle
@@ -96,7 +97,7 @@ def job_dead(job: Obj) -> bool:
 def outcome(
     attempt: Attempt,
     jobs: dict[str, Obj],
-    by_job: dict[str, list[Obj]],
+    by_job: Mapping[str, list[Obj]],
     exit_codes: dict[str, dict[str, int]],
     disrupted: dict[str, Obj],
 ) -> tuple[int | None, str, bool] | None:

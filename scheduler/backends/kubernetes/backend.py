@@ -31,14 +31,13 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
-from scheduler.backends.gpu_usage import MemoryByWorkload, UsageByWorkload
 from scheduler.backends.kubernetes import credentials, logs, sharing, usage, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
@@ -46,6 +45,8 @@ from scheduler.backends.kubernetes.client import (
     Kube,
     KubeError,
     load_configuration,
+    own_namespace,
+    side_by_side,
 )
 from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
@@ -68,10 +69,8 @@ from scheduler.backends.kubernetes.jobs import (
 )
 from scheduler.backends.kubernetes.labels import (
     ATTEMPT_NAME,
-    COMPONENT,
     MANAGED_SELECTOR,
     STOPPED,
-    TRAINING,
     WORKLOAD,
     attempt_name,
     utc_stamp,
@@ -89,7 +88,7 @@ from scheduler.backends.kubernetes.reservation import (
 from scheduler.backends.kubernetes.stuck import check_stuck
 
 
-class KubernetesBackend(LoggingConfigurable):
+class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
     """Runs training as Jobs in one namespace; see the module docstring and docs/kubernetes.md."""
 
     kubeconfig = Unicode(
@@ -105,7 +104,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("namespace")
     def _default_namespace(self) -> str:
-        return _own_namespace()
+        return own_namespace()
 
     lease_namespace = Unicode(
         help="""Namespace of the leader Lease: where the scheduler's Role grants ``leases``
@@ -116,7 +115,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("lease_namespace")
     def _default_lease_namespace(self) -> str:
-        return os.environ.get("POD_NAMESPACE") or _own_namespace(self.namespace)
+        return os.environ.get("POD_NAMESPACE") or own_namespace(self.namespace)
 
     sharing_mode = CaselessStrEnum(
         list(SHARING_MODES),
@@ -412,13 +411,15 @@ class KubernetesBackend(LoggingConfigurable):
 
     # --- Backend protocol ---------------------------------------------------------------------
 
-    def inventory(self) -> Inventory:
-        """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods."""
+    def inventory(self, only: Iterable[str] | None = None) -> Inventory:
+        """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods.
+        ``only``: of these nodes alone (a start sizes its shares from its own nodes')."""
         _, caches = self._require()
         foreign = list(caches.foreign.objects.values()) if caches.foreign else None
+        nodes = caches.nodes.objects
         return inventory_from(
-            list(caches.nodes.objects.values()),
-            reserved_uuids(caches.pods.objects.values()),
+            list(nodes.values()) if only is None else [nodes[n] for n in only if n in nodes],
+            reserved_uuids(caches.reservation_pods()),
             node_selector=self.node_selector,
             default_memory_mib=self.default_gpu_memory_mib,
             held=foreign_gpus(foreign) if foreign is not None else None,
@@ -427,7 +428,7 @@ class KubernetesBackend(LoggingConfigurable):
         )
 
     async def start(self, job: JobSpec) -> Handle:
-        kube, caches = self._require()
+        _, caches = self._require()
         if len(job.placement) != job.replicas or not job.placement:
             raise BackendError(
                 f"the placement has {len(job.placement)} replica(s) but the job asks for "
@@ -435,10 +436,23 @@ class KubernetesBackend(LoggingConfigurable):
             )
         if (isinstance(job.command, str) and not job.command.strip()) or not job.command:
             raise BackendError("the command is empty")
-        settings = self.settings
         base = attempt_name(job.workload_id, job.restart_count)
-        existing = await self._existing(base)
-        if existing and any(job_dead(j) for j in existing):
+        try:
+            return await self._start(job, base, caches.attempt_jobs(base), listed=False)
+        except _NameTaken:
+            # a Job of that name that cannot be taken over (stopped or ended), which the
+            # cache, behind the API, did not show so: as for one it shows, the attempt's
+            # Jobs (as the API lists them) go and it takes a fresh name
+            return await self._start(job, base, await self._existing(base), listed=True)
+
+    async def _start(self, job: JobSpec, base: str, existing: list[dict], listed: bool) -> Handle:
+        """``start`` with the attempt's Jobs already there (``existing``: from the cache, or
+        ``listed`` through the API after a ``_NameTaken``). A name taken by a Job that cannot
+        be taken over raises ``_NameTaken`` (after cleaning up) when ``existing`` came from
+        the cache."""
+        kube, caches = self._require()
+        settings = self.settings
+        if listed or (existing and any(job_dead(j) for j in existing)):
             await self._delete_attempt(base, [j["metadata"]["name"] for j in existing], base)
             base = f"{base}-{int(time.time() * 1000) % 100000}"
             existing = []
@@ -455,13 +469,20 @@ class KubernetesBackend(LoggingConfigurable):
         names = job_names(job.placement, base)
         gang = len(job.placement) > 1
         service = base if gang else None
+        placed = {replica.node for replica in job.placement}
         uuids = await sharing.gpu_uuids(
-            kube, settings, job, self.inventory, self.reservation_timeout
+            kube, settings, job, lambda: self.inventory(placed), self.reservation_timeout
         )
         await sharing.unreserve_whole(
-            kube, settings, job, self._attempts.values(), caches.pods.objects.values(), self.log
+            kube,
+            settings,
+            job,
+            self._attempts.values(),
+            caches.pods.objects.values(),
+            caches.reservation_pods(),
+            self.log,
         )
-        shares = sharing.job_shares(job, self.inventory(), self.sharing_mode)
+        shares = sharing.job_shares(job, self.inventory(placed), self.sharing_mode)
         checkpoints = self.checkpoint_dir_template
         envs = [
             job_environment(job, rank, shares[rank], settings, uuids, base, service, checkpoints)
@@ -474,26 +495,27 @@ class KubernetesBackend(LoggingConfigurable):
         secret = credentials.secret_name(base) if job.credentials else None
         if secret:
             credentials.reference(manifests, secret, sorted(job.credentials))
-        created: list[str] = []
         owners: list[dict] = []  # the Jobs as the API has them, for the Secret's owners
         admitted: set[str] = set()  # taken-over Jobs that run already: their template stays
+
+        async def create(manifest: dict) -> dict:
+            name = manifest["metadata"]["name"]
+            try:
+                return await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
+            except KubeError as error:
+                found = await self._same_attempt(name, job) if error.status == 409 else None
+                if found is None:
+                    if error.status == 409 and not listed:
+                        raise _NameTaken(error.status, error.reason, error.message) from error
+                    raise
+                self.log.info("job %s exists already (a retried start): taking it over", name)
+                if not found["spec"].get("suspend"):
+                    # a started Job's pod template is immutable on a real server
+                    admitted.add(name)
+                return found
+
         try:
-            for manifest in manifests:
-                name = manifest["metadata"]["name"]
-                try:
-                    owners.append(
-                        await kube.call(kube.batch.create_namespaced_job, self.namespace, manifest)
-                    )
-                    created.append(name)
-                except KubeError as error:
-                    found = await self._same_attempt(name, job) if error.status == 409 else None
-                    if found is None:
-                        raise
-                    self.log.info("job %s exists already (a retried start): taking it over", name)
-                    owners.append(found)
-                    if not found["spec"].get("suspend"):
-                        # a started Job's pod template is immutable on a real server
-                        admitted.add(name)
+            owners.extend(await side_by_side(create, manifests))
             if secret:
                 await credentials.put_secret(kube, self.namespace, secret, job, base, owners)
             if service:
@@ -506,20 +528,23 @@ class KubernetesBackend(LoggingConfigurable):
                 except KubeError as error:
                     if error.status != 409:
                         raise
-            for name, ranks in zip(names, replica_groups(job.placement), strict=True):
-                if name in admitted:
-                    continue
-                await kube.call(
+
+            async def admit(name_ranks: tuple[str, list[int]]) -> dict:
+                name, ranks = name_ranks
+                return await kube.call(
                     kube.batch.patch_namespaced_job,
                     name,
                     self.namespace,
                     admit_patch(job.placement[ranks[0]].node, settings),
                     _content_type="application/merge-patch+json",
                 )
+
+            groups = zip(names, replica_groups(job.placement), strict=True)
+            await side_by_side(admit, [group for group in groups if group[0] not in admitted])
         except (KubeError, asyncio.CancelledError) as error:
             with contextlib.suppress(KubeError):
                 await self._delete_attempt(base, names, service)
-            if isinstance(error, asyncio.CancelledError):
+            if isinstance(error, asyncio.CancelledError | _NameTaken):
                 raise
             raise BackendError(f"the cluster refused the job: {error.message}") from error
         attempt = Attempt(
@@ -595,7 +620,45 @@ class KubernetesBackend(LoggingConfigurable):
         kube, caches = self._require()
         exits: list[Exit] = []
         by_job = caches.by_job()
+        changed, everything = caches.take_changed()
+        try:
+            await self._poll_attempts(kube, caches, by_job, changed, everything, exits)
+        except BaseException:
+            caches.mark_all_changed()  # what was taken is looked at again next time
+            raise
+        await self._reservations.collect(
+            kube,
+            self.namespace,
+            self._attempts.values(),
+            caches.pods.objects.values(),
+            self.reservation_linger_seconds,
+            self.log,
+        )
+        return exits
+
+    async def _poll_attempts(
+        self,
+        kube: Kube,
+        caches: Caches,
+        by_job: Mapping[str, list[dict]],
+        changed: set[str],
+        everything: bool,
+        exits: list[Exit],
+    ) -> None:
+        """``poll`` for the attempts whose Jobs or pods changed (``everything``: all), and
+        those a timer or a stop keeps under watch (a pending pod, a stop, a failure, Jobs
+        not seen yet): the others cannot have ended since the last poll."""
         for token, attempt in list(self._attempts.items()):
+            if not (
+                everything
+                or attempt.stopping
+                or attempt.failure is not None
+                or attempt.pending_since
+                or attempt.attach_error
+                or len(attempt.seen) < len(attempt.jobs)
+                or any(name in changed for name in attempt.jobs)
+            ):
+                continue
             await check_stuck(
                 kube,
                 self.namespace,
@@ -627,15 +690,6 @@ class KubernetesBackend(LoggingConfigurable):
             elif attempt.service:
                 with contextlib.suppress(KubeError):
                     await self._delete_attempt(token, [], attempt.service)
-        await self._reservations.collect(
-            kube,
-            self.namespace,
-            self._attempts.values(),
-            caches.pods.objects.values(),
-            self.reservation_linger_seconds,
-            self.log,
-        )
-        return exits
 
     async def _pods_still_live(self, attempt: Attempt) -> bool:
         """Whether a pod of the stopped ``attempt`` still runs, read through the API: the
@@ -653,36 +707,6 @@ class KubernetesBackend(LoggingConfigurable):
             self.log.warning("listing the pods of %s failed: %s", attempt.name, error)
             return False
         return any(pod_live(pod) for pod in body.get("items") or [])
-
-    @property
-    def gpu_memory_source(self) -> str | None:
-        """Where ``gpu_memory`` reads, in words; None when it cannot."""
-        return (
-            f"Prometheus at {self.prometheus_url} (DCGM exporter)" if self.prometheus_url else None
-        )
-
-    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
-        """The GPU memory of each workload's pods per GPU, from Prometheus (``usage``); the
-        pods are told apart by their labels, so ``notebooks`` is not needed here."""
-        reader, pods = self._gpu_reader()
-        return await reader.memory(pods)
-
-    async def gpu_usage(
-        self, notebooks: Mapping[int, tuple[str, str]], *, max_age: float = 0.0
-    ) -> UsageByWorkload:
-        """``gpu_memory`` with each pod's GPU utilization (the whole GPU's: dcgm-exporter's
-        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler; always asked anew (``max_age``
-        is the local reader's: Prometheus keeps its own scrape interval)."""
-        reader, pods = self._gpu_reader()
-        return await reader.usage(pods)
-
-    def _gpu_reader(self) -> tuple[usage.PodMemoryReader, list[Any]]:
-        _, caches = self._require()
-        if self._pod_memory is None:
-            self._pod_memory = usage.PodMemoryReader(
-                self.prometheus_url, self.namespace, self.request_timeout, self.log
-            )
-        return self._pod_memory, list(caches.pods.objects.values())
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""
@@ -724,15 +748,10 @@ class KubernetesBackend(LoggingConfigurable):
 
     def attempts_in_cluster(self) -> dict[int, list[str]]:
         """Workload id -> names of its Jobs, from the cache (for operators and tests)."""
-        _, caches = self._require()
-        out: dict[int, list[str]] = {}
-        for name, job in sorted(caches.jobs.objects.items()):
-            labels = job["metadata"].get("labels") or {}
-            if labels.get(COMPONENT) == TRAINING:
-                out.setdefault(int(labels[WORKLOAD]), []).append(name)
-        return out
+        return self._require()[1].training_jobs()
 
     async def _existing(self, base: str) -> list[dict]:
+        """The Jobs of attempt ``base`` as the API lists them (not the cache)."""
         kube, _ = self._require()
         body = await kube.call(
             kube.batch.list_namespaced_job,
@@ -771,10 +790,5 @@ class KubernetesBackend(LoggingConfigurable):
                     raise
 
 
-def _own_namespace(fallback: str = "default") -> str:
-    """The pod's namespace in a cluster (its service account's), else ``fallback``."""
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    if os.path.exists(path):
-        with open(path) as f:
-            return f.read().strip() or fallback
-    return fallback
+class _NameTaken(KubeError):
+    """A Job name of the attempt is taken by one the cache did not show (see ``start``)."""

@@ -97,31 +97,38 @@ async def unreserve_whole(
     job: JobSpec,
     attempts: Iterable[Attempt],
     pods: Iterable[Obj],
+    reservations: Iterable[Obj],
     log: logging.Logger,
 ) -> None:
     """Reservation mode: a lingering reservation pod (kept for a notebook that might
     spawn on it) still holds its device, so a GPU the engine now gives *whole* to this
     job would leave its pod waiting for a device until the linger ended. Delete the
-    reservations of those GPUs that no live pod or attempt shares."""
+    reservations of those GPUs that no live pod or attempt shares. ``reservations``: the
+    reservation pods among ``pods``; what is in use is worked out only when one of them
+    holds a GPU the job takes whole (a scan of every pod per start costs a full cluster
+    seconds)."""
     if settings.sharing != "reservation":
         return
-    pods = list(pods)
     whole = {
         (replica.node, share.index)
         for replica in job.placement
         if not is_fractional(replica)
         for share in replica.gpus
     }
+    candidates = [
+        pod
+        for pod in reservations
+        if is_reservation(pod)
+        and reservation_key(pod) in whole
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+    if not candidates:
+        return
     used = shares_in_use(attempts, pods)
-    for pod in pods:
+    for pod in candidates:
         meta = pod["metadata"]
         key = reservation_key(pod)
-        if (
-            not is_reservation(pod)
-            or key not in whole
-            or key in used
-            or meta.get("deletionTimestamp")
-        ):
+        if key in used:
             continue
         log.info(
             "workload %s takes GPU %s on %s whole: releasing its reservation %s",

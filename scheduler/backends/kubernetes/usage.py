@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,3 +217,46 @@ def usage_by_workload(
 def percent_of(item: Series) -> int:
     """A ``DCGM_FI_DEV_GPU_UTIL`` series' value (``parse`` reads every value as MiB)."""
     return round(item.used_bytes / MIB)
+
+
+class PrometheusUsage:
+    """``KubernetesBackend``'s GPU memory and utilization reads (the memory watchdog's and
+    the GPU use sampler's), from Prometheus by its pods' labels; mixed into the backend,
+    whose settings and caches it reads (the attributes annotated here)."""
+
+    prometheus_url: str
+    namespace: str
+    request_timeout: float
+    log: logging.Logger
+    _pod_memory: PodMemoryReader | None
+    _require: Callable[[], tuple[Any, Any]]
+
+    @property
+    def gpu_memory_source(self) -> str | None:
+        """Where ``gpu_memory`` reads, in words; None when it cannot."""
+        return (
+            f"Prometheus at {self.prometheus_url} (DCGM exporter)" if self.prometheus_url else None
+        )
+
+    async def gpu_memory(self, notebooks: Mapping[int, tuple[str, str]]) -> MemoryByWorkload:
+        """The GPU memory of each workload's pods per GPU, from Prometheus (``usage``); the
+        pods are told apart by their labels, so ``notebooks`` is not needed here."""
+        reader, pods = self._gpu_reader()
+        return await reader.memory(pods)
+
+    async def gpu_usage(
+        self, notebooks: Mapping[int, tuple[str, str]], *, max_age: float = 0.0
+    ) -> UsageByWorkload:
+        """``gpu_memory`` with each pod's GPU utilization (the whole GPU's: dcgm-exporter's
+        ``DCGM_FI_DEV_GPU_UTIL``), for the GPU use sampler; always asked anew (``max_age``
+        is the local reader's: Prometheus keeps its own scrape interval)."""
+        reader, pods = self._gpu_reader()
+        return await reader.usage(pods)
+
+    def _gpu_reader(self) -> tuple[PodMemoryReader, list[Any]]:
+        _, caches = self._require()
+        if self._pod_memory is None:
+            self._pod_memory = PodMemoryReader(
+                self.prometheus_url, self.namespace, self.request_timeout, self.log
+            )
+        return self._pod_memory, list(caches.pods.objects.values())

@@ -33,12 +33,25 @@ def hub_unavailable(error: BaseException, timeout: float) -> str | None:
 
 
 class HubApi:
-    """Requests to ``api_url`` (the hub's ``…/hub/api``) as the service."""
+    """Requests to ``api_url`` (the hub's ``…/hub/api``) as the service.
 
-    def __init__(self, api_url: str, api_token: str, timeout: float = HUB_TIMEOUT) -> None:
+    By default through tornado's shared ``AsyncHTTPClient``, which sends 10 requests at once
+    and queues the rest, the queue's wait counting against ``timeout``. ``at_once``: this
+    client's own connections instead, at most that many requests in flight and the others
+    waiting, untimed, for a free one, so that a burst (a cycle starting hundreds of jobs,
+    each asking for a token) or the service's other hub calls filling the shared client
+    never time a request out before it is sent: ``timeout`` is the hub's answer time."""
+
+    def __init__(
+        self, api_url: str, api_token: str, timeout: float = HUB_TIMEOUT, at_once: int = 0
+    ) -> None:
         self.api_url = api_url.rstrip("/")
         self.api_token = api_token
         self.timeout = timeout
+        self.at_once = at_once
+        self._own: tuple[asyncio.AbstractEventLoop, AsyncHTTPClient, asyncio.Semaphore] | None = (
+            None
+        )
 
     async def fetch(
         self, method: str, path: str, body: Any = None, *, accept: str = "application/json"
@@ -57,4 +70,12 @@ class HubApi:
             connect_timeout=self.timeout,
             request_timeout=self.timeout,
         )
-        return await AsyncHTTPClient().fetch(request)
+        if not self.at_once:
+            return await AsyncHTTPClient().fetch(request)
+        loop = asyncio.get_running_loop()
+        if self._own is None or self._own[0] is not loop:  # one client per event loop
+            client = AsyncHTTPClient(force_instance=True, max_clients=self.at_once)
+            self._own = (loop, client, asyncio.Semaphore(self.at_once))
+        _, client, free = self._own
+        async with free:
+            return await client.fetch(request)

@@ -45,15 +45,45 @@ class HubTokenError(RuntimeError):
     """The hub did not issue or revoke a token; the message says what it answered."""
 
 
-class HubTokens(HubApi):
-    """The hub's token API, as the service uses it: tokens of a user with fixed scopes."""
+TOKEN_REQUESTS_AT_ONCE = 8
+"""Token requests in flight to the hub at once (``HubApi.at_once``); the service starts 16
+jobs side by side (``LAUNCHES_AT_ONCE``) and revokes the tokens of every job that ended
+in a poll, so a burst waits its turn here rather than in a timed queue."""
+TOKEN_TRIES = 3
+"""Tries of a revocation the hub did not answer (or answered 5xx), and of an issue whose
+connection failed (an issue that timed out may have made a token: it is not sent twice);
+the waits between tries are ``TOKEN_RETRY_SECONDS`` times 1, 2, ..."""
+TOKEN_RETRY_SECONDS = 0.5
 
-    def __init__(self, api_url: str, api_token: str, timeout: float = 10.0) -> None:
-        super().__init__(api_url, api_token, timeout)
+
+class HubTokens(HubApi):
+    """The hub's token API, as the service uses it: tokens of a user with fixed scopes,
+    through its own connections (``TOKEN_REQUESTS_AT_ONCE``), a request the hub did not
+    answer tried again (``TOKEN_TRIES``)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        api_token: str,
+        timeout: float = 10.0,
+        at_once: int = TOKEN_REQUESTS_AT_ONCE,
+    ) -> None:
+        super().__init__(api_url, api_token, timeout, at_once)
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = await self.fetch(method, path, body)
-        return json.loads(response.body) if response.body else None
+        for attempt in range(TOKEN_TRIES):
+            try:
+                response = await self.fetch(method, path, body)
+                return json.loads(response.body) if response.body else None
+            except (HTTPClientError, OSError) as error:
+                if isinstance(error, HTTPClientError):  # an answer, or none in time
+                    again = method == "DELETE" and (error.code == 599 or error.code >= 500)
+                else:  # the connection failed: nothing reached the hub
+                    again = True
+                if not again or attempt == TOKEN_TRIES - 1:
+                    raise
+            await asyncio.sleep(TOKEN_RETRY_SECONDS * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def issue(self, user: str, note: str, expires_in: int) -> tuple[str, str]:
         """A new token of ``user`` with ``JOB_TOKEN_SCOPES``: (token, its id).
