@@ -1,10 +1,11 @@
 """The local backend: training replicas as subprocesses of this machine, GPUs from NVML.
 
 ``LocalBackend`` meets ``scheduler.backends.base.Backend``. Each replica of an attempt is a
-tiny ``/bin/sh`` wrapper, in a session of its own, that runs the user's command and then
-records its exit status in a file. That file, and the pid and kernel start time kept in the
-handle, are what let a restarted service adopt running work and still learn real exit codes;
-the service may be SIGKILLed at any moment without taking the jobs with it.
+tiny ``/bin/sh`` wrapper (``processes.WRAPPER``), in a session of its own, that runs the
+user's command and then records its exit status in a file. That file, and the pid and kernel
+start time kept in the handle, are what let a restarted service adopt running work and still
+learn real exit codes; the service may be SIGKILLed at any moment without taking the jobs
+with it. A replica's end wakes the service's poll at once (``exitwatch``).
 
 Files under ``data_dir``::
 
@@ -42,6 +43,7 @@ from scheduler.backends import confinement as cg
 from scheduler.backends import processes, workplace
 from scheduler.backends.base import BackendError, Checkpoint, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.checkpoints import CheckpointScanner
+from scheduler.backends.exitwatch import ExitWatch
 from scheduler.backends.gpu_usage import MemoryByWorkload, MemoryReader, UsageByWorkload
 from scheduler.backends.holders import Holders, attempt_holders
 from scheduler.backends.inventory import load_inventory, machine_resources, validate_declared
@@ -56,25 +58,6 @@ from scheduler.common.contract import (
 from scheduler.common.paths import HOOK_DIR
 
 HANDLE_KIND = "local"
-
-# Runs the command as a child, so that it can record the child's status afterwards. It first
-# waits for "go" on stdin: the service moves it into its control groups meanwhile, so that the
-# command starts inside them (``confinement``); without "go" (the service died in between,
-# or could not confine it) the command never runs. ``trap :``
-# keeps the wrapper alive through the SIGTERM sent to the whole process group (the child does
-# not inherit a trap, only an ignored signal would be), and POSIX shells run the trap only
-# after the foreground child has ended. The status is written to a temporary file and renamed,
-# so a reader sees either nothing or the whole number.
-WRAPPER = """exitfile=$1; shift
-read -r go || :
-[ "$go" = go ] || exit 125
-exec </dev/null
-trap : TERM INT HUP
-"$@"
-code=$?
-printf '%s\\n' "$code" > "$exitfile.tmp" 2>/dev/null && mv -f "$exitfile.tmp" "$exitfile"
-exit "$code"
-"""
 
 UNKILLABLE_SECONDS = 60.0
 """How long the processes an ended attempt left may resist SIGKILL before its end is
@@ -246,6 +229,7 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         self._confined: cg.Confinement | None = None
         self._confining = threading.Lock()
         self.gpu_reader = MemoryReader(log=self.log)
+        self._exits = ExitWatch(self.log)
 
     # --- Backend protocol ---------------------------------------------------------------------
 
@@ -282,6 +266,8 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
         loop = asyncio.get_running_loop()
         attempt = await loop.run_in_executor(None, self._launch, job)
         self._attempts[attempt.token] = attempt
+        for replica in attempt.replicas:
+            self._exits.watch(replica.pid, replica.start_time)
         self.gpu_sharing_started(job.workload_id, job.placement, (r.pid for r in attempt.replicas))
         return self._handle(attempt)
 
@@ -332,14 +318,23 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
             self._clear_now(attempt)
             return False
         self._attempts[token] = attempt
+        for replica in attempt.replicas:
+            if not replica.ended:
+                self._exits.watch(replica.pid, replica.start_time)
         return True
+
+    async def wait_for_exit(self, timeout: float) -> None:
+        """Return as soon as a replica ended (or an ended attempt's group may be empty now),
+        else after ``timeout`` s: the service polls after it (``exitwatch``)."""
+        await self._exits.wait(timeout)
 
     async def poll(self) -> list[Exit | Checkpoint]:
         """Attempts that ended since the last call, each reported once, and the running
         attempts whose checkpoint directory holds a file newer than the last one reported.
 
         A replica's end kills what is left in its control group; the attempt's end is reported
-        once every group is empty (a poll or two later when something was left).
+        once every group is empty (``wait_for_exit`` returns again 10 ms later when something
+        was left, then after longer and longer waits).
 
         Cost: one ``waitpid`` per own replica, one read of ``/proc/<pid>/stat`` per adopted
         one; exit files are read only for adopted replicas that have ended. Checkpoint
@@ -365,6 +360,8 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
                 if cleared or self._unkillable(attempt):
                     del self._attempts[token]
                     exits.append(self._exit(attempt))
+                else:  # killed processes go within milliseconds: look again soon, then less
+                    self._exits.wake_later(min(max(time.monotonic() - attempt.ended_at, 0.01), 1))
             elif attempt.failures and attempt.kill_timer is None and not attempt.killed:
                 failed = attempt.failures[0]
                 self.log.info(
@@ -412,6 +409,7 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
         self._attempts.clear()
+        self._exits.close()
         self._checkpoints.close()
         await asyncio.get_running_loop().run_in_executor(None, self.stop_gpu_sharing, running)
         self.gpu_reader.close()
@@ -530,7 +528,7 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
                 os.fchown(fd, account.pw_uid, account.pw_gid)
             os.write(fd, header.encode())
             process = subprocess.Popen(
-                ["/bin/sh", "-c", WRAPPER, "frachub-job", exit_file, *argv],
+                ["/bin/sh", "-c", processes.WRAPPER, "frachub-job", exit_file, *argv],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.PIPE,  # the wrapper waits on it until it is in its group
@@ -650,6 +648,7 @@ class LocalBackend(LoggingConfigurable, GpuSharing):
                 code, cg.memory_limit_mib(self.confined, replica.group), attempt.killed
             )
         replica.ended, replica.exit_code = True, code
+        self._exits.forget(replica.pid)
         if code != 0:
             attempt.failures.append(replica)
         return False

@@ -1,6 +1,6 @@
-"""Facts about a local job's processes the backend reads and acts on: their state in /proc,
-the exit file the wrapper writes, signals to a process group, an exit in words, a free port
-for a gang's rendezvous."""
+"""Facts about a local job's processes the backend reads and acts on: the wrapper each
+replica runs in, their state in /proc, the exit file the wrapper writes, signals to a process
+group, an exit in words, a free port for a gang's rendezvous."""
 
 from __future__ import annotations
 
@@ -10,6 +10,25 @@ import signal
 import socket
 
 from scheduler.common.quantities import memory_words
+
+# Runs the command as a child, so that it can record the child's status afterwards. It first
+# waits for "go" on stdin: the service moves it into its control groups meanwhile, so that the
+# command starts inside them (``confinement``); without "go" (the service died in between,
+# or could not confine it) the command never runs. ``trap :``
+# keeps the wrapper alive through the SIGTERM sent to the whole process group (the child does
+# not inherit a trap, only an ignored signal would be), and POSIX shells run the trap only
+# after the foreground child has ended. The status is written to a temporary file and renamed,
+# so a reader sees either nothing or the whole number.
+WRAPPER = """exitfile=$1; shift
+read -r go || :
+[ "$go" = go ] || exit 125
+exec </dev/null
+trap : TERM INT HUP
+"$@"
+code=$?
+printf '%s\\n' "$code" > "$exitfile.tmp" 2>/dev/null && mv -f "$exitfile.tmp" "$exitfile"
+exit "$code"
+"""
 
 
 def free_port() -> int:

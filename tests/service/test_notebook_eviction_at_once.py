@@ -37,3 +37,24 @@ def test_an_in_quota_notebook_evicts_borrowed_work_in_its_own_request(
     ), allocation
     states = sorted(bob.get(f"workloads/{job['id']}").json()["state"] for job in jobs)
     assert states == ["preempting", "running"]
+
+
+def test_the_victims_end_is_noticed_without_waiting_for_a_poll(
+    start_service, make_user, api
+) -> None:
+    """The local backend wakes the service's poll when a replica ends (``exitwatch``): with
+    a poll interval of an hour, the victim that exits on SIGTERM is still seen gone, and the
+    notebook started on its GPU. docs/service.md, "Cycles and arrivals"."""
+    start_service(service_config(gpus=2, grace=60, extra="c.FracHubService.poll_interval = 3600\n"))
+    _, bob_token = make_user(groups=["nlp"])
+    _, alice_token = make_user(groups=["vision"])
+    bob, alice = api(bob_token), api(alice_token)
+    jobs = [submit(bob, command="sleep 300", gpus=1, name=f"borrow-{k}") for k in range(2)]
+    for job in jobs:  # nlp deserves 1 GPU: the second one borrows vision's
+        wait_state(bob, job["id"], "running")
+
+    created = alice.post("allocations", json={"gpus": 1, "server_name": "nb"})
+    assert created.status_code == 201, created.text
+    wait_state(alice, created.json()["id"], "running", timeout=30)
+    states = sorted(bob.get(f"workloads/{job['id']}").json()["state"] for job in jobs)
+    assert states == ["pending", "running"]  # the victim was seen gone, and waits again

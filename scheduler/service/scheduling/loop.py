@@ -244,8 +244,10 @@ class SchedulingLoop:
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_INTERVAL)
         loop = asyncio.get_running_loop()
+        exit_wait = getattr(self.backend, "wait_for_exit", asyncio.sleep)
         self._tasks = [
-            loop.create_task(self._every(self.settings.poll_interval, self.poll)),
+            # at once when the backend can tell an end (the local one: ``exitwatch``)
+            loop.create_task(self._every(self.settings.poll_interval, self.poll, exit_wait)),
             loop.create_task(self._every(self.settings.cycle_interval, self.tick)),
         ]
         self.request_cycle()
@@ -261,9 +263,11 @@ class SchedulingLoop:
         sys.setswitchinterval(self._switch_interval)
         await self.backend.close()
 
-    async def _every(self, seconds: float, action: Callable) -> None:
+    async def _every(
+        self, seconds: float, action: Callable, wait: Callable = asyncio.sleep
+    ) -> None:
         while True:
-            await asyncio.sleep(seconds)
+            await wait(seconds)
             try:
                 await action()
             except Exception:
