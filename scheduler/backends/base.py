@@ -135,7 +135,13 @@ class BackendError(Exception):
 
 
 class Backend(Protocol):
-    """What the service needs from a backend. All methods are called from the event loop."""
+    """What the service needs from a backend. All methods are called from the event loop.
+
+    Optional: ``async def wait_for_exit(self, timeout: float) -> None``, returning as soon
+    as an attempt may have ended (else after ``timeout``): the service then polls at once
+    rather than at its next ``poll_interval`` tick (the local backend's ``exitwatch``);
+    without it the service sleeps the interval between polls.
+    """
 
     def inventory(self) -> Inventory:
         """The nodes and GPUs to schedule onto; may change between calls (nodes lost/added)."""

@@ -51,6 +51,8 @@ class ExitWatch:
         """pid -> (its pidfd, the loop that reads it)."""
         self._woken = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._unavailable = "" if hasattr(os, "pidfd_open") else "no os.pidfd_open here"
         self._warned = False
         self._last_wait: float | None = None
@@ -110,8 +112,15 @@ class ExitWatch:
 
     def wake_later(self, delay: float) -> None:
         """``wake`` after ``delay`` seconds: an ended attempt whose killed processes are
-        still going (a group is empty only once they are)."""
-        asyncio.get_running_loop().call_later(delay, self.wake)
+        still going (a group is empty only once they are). One timer at a time, the
+        earliest asked for, so that many such attempts cost one wake."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + delay
+        if self._timer is not None:
+            if self._timer.when() <= at and self._timer_loop is loop:
+                return
+            self._timer.cancel()
+        self._timer, self._timer_loop = loop.call_at(at, self._timed), loop
 
     async def wait(self, timeout: float) -> None:
         """Return when a watched process ended (or ``wake`` was called) since the last
@@ -136,6 +145,13 @@ class ExitWatch:
         """Stop watching everything (the backend is closing; the jobs run on)."""
         for pid in list(self._fds):
             self.forget(pid)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed(self) -> None:
+        self._timer = None
+        self.wake()
 
     def _ended(self, pid: int) -> None:
         self.forget(pid)
