@@ -5,19 +5,27 @@ again. docs/service.md, "Cycles and arrivals"."""
 
 from __future__ import annotations
 
+import httpx
 from service_client import service_config, submit, wait_for, wait_state
+
+
+def one_borrowing(make_user, api) -> tuple[httpx.Client, httpx.Client, list[dict]]:
+    """Bob's two running jobs of one GPU each, on two GPUs: nlp deserves one, so the second
+    borrows vision's; and a client for Alice, of vision (bob's, alice's, the jobs)."""
+    _, bob_token = make_user(groups=["nlp"])
+    _, alice_token = make_user(groups=["vision"])
+    bob, alice = api(bob_token), api(alice_token)
+    jobs = [submit(bob, command="sleep 300", gpus=1, name=f"borrow-{k}") for k in range(2)]
+    for job in jobs:
+        wait_state(bob, job["id"], "running")
+    return bob, alice, jobs
 
 
 def test_an_in_quota_notebook_evicts_borrowed_work_in_its_own_request(
     start_service, make_user, api
 ) -> None:
     start_service(service_config(gpus=2, grace=60))
-    _, bob_token = make_user(groups=["nlp"])
-    _, alice_token = make_user(groups=["vision"])
-    bob, alice = api(bob_token), api(alice_token)
-    jobs = [submit(bob, command="sleep 300", gpus=1, name=f"borrow-{k}") for k in range(2)]
-    for job in jobs:  # nlp deserves 1 GPU: the second one borrows vision's
-        wait_state(bob, job["id"], "running")
+    bob, alice, jobs = one_borrowing(make_user, api)
     wait_for(  # a cycle has settled since (it says which job borrows)
         lambda: any(
             event["type"] == "borrowed"
@@ -46,12 +54,7 @@ def test_the_victims_end_is_noticed_without_waiting_for_a_poll(
     a poll interval of an hour, the victim that exits on SIGTERM is still seen gone, and the
     notebook started on its GPU. docs/service.md, "Cycles and arrivals"."""
     start_service(service_config(gpus=2, grace=60, extra="c.FracHubService.poll_interval = 3600\n"))
-    _, bob_token = make_user(groups=["nlp"])
-    _, alice_token = make_user(groups=["vision"])
-    bob, alice = api(bob_token), api(alice_token)
-    jobs = [submit(bob, command="sleep 300", gpus=1, name=f"borrow-{k}") for k in range(2)]
-    for job in jobs:  # nlp deserves 1 GPU: the second one borrows vision's
-        wait_state(bob, job["id"], "running")
+    bob, alice, jobs = one_borrowing(make_user, api)
 
     created = alice.post("allocations", json={"gpus": 1, "server_name": "nb"})
     assert created.status_code == 201, created.text
