@@ -83,6 +83,7 @@ class Effects:
         *,
         grace_seconds: float,
         unsettle: Callable[[], None],
+        never_launched: Callable[[int], None] = lambda workload_id: None,
         log: logging.Logger,
     ) -> None:
         self.lifecycle = lifecycle
@@ -94,6 +95,9 @@ class Effects:
         self.unsettle = unsettle
         """Called before a start is written: the session arrivals are decided on holds less
         than is held from then on, until its maker sets the next one."""
+        self.never_launched = never_launched
+        """Called with a start that was evicted, cancelled or stopped while it waited for its
+        turn to launch: it never ran, so its end is now (the loop records it)."""
         self.log = log
 
     def record(self, effects: list[Effect], now: float) -> tuple[Stops, list[WorkloadRecord]]:
@@ -171,7 +175,15 @@ class Effects:
         await asyncio.gather(*(launch(record) for record in launches))
 
     async def launch(self, record: WorkloadRecord, now: float, notes: tuple[str, ...] = ()) -> None:
-        """Launch one start on the backend; a launch that fails ends the attempt."""
+        """Launch one start on the backend; a launch that fails ends the attempt. One that
+        was evicted, cancelled or stopped while it waited for its turn (a burst's starts
+        launch ``LAUNCHES_AT_ONCE`` at a time) is not launched at all: launching it only to
+        stop it would keep a notebook waiting for its GPUs until then, and run for a moment
+        what its user cancelled."""
+        life = self.lifecycle.get(str(record.id))
+        if life is not None and life.state.releasing:
+            self.never_launched(record.id)
+            return
         lines = tuple(milestone_line(now, note) for note in notes)
         job = job_spec(record, lines)
         try:

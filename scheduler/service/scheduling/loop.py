@@ -68,6 +68,7 @@ from scheduler.engine import (
 )
 from scheduler.engine.lifecycle import (
     Effect,
+    Life,
     Lifecycle,
     LifecycleError,
     Milestone,
@@ -165,6 +166,7 @@ class SchedulingLoop:
             metrics,
             grace_seconds=settings.grace_seconds,
             unsettle=self.fast.unsettle,
+            never_launched=self._never_launched,
             log=self.log,
         )
         self.writer = StoreWriter(store.engine)
@@ -732,15 +734,27 @@ class SchedulingLoop:
             life = self.lifecycle.get(str(exit_.workload_id))
             if life is None or not life.state.holding:
                 continue  # an attempt already accounted for (requeued at once, or cancelled)
-            claimant = self.records.get(int(life.claimant)) if life.claimant else None
-            if claimant is not None and claimant.is_allocation:
-                self.fast.urgent = True  # a notebook waits for these GPUs: no spacing
-            at = ended_at(exit_, life.started_at, now)
-            effects = self.lifecycle.exited(life.name, at, exit_.exit_code, exit_.message)
-            self.effects.record(effects, at)
+            self._ended(life, ended_at(exit_, life.started_at, now), exit_.exit_code, exit_.message)
         self.store.commit()
         self._notify()
         self.request_cycle()
+
+    def _never_launched(self, workload_id: int) -> None:
+        """A start released before its launch (``Effects.launch``): it ends now, as if its
+        process had exited at once (requeued, cancelled or stopped, as it was asked)."""
+        life = self.lifecycle.get(str(workload_id))
+        if life is None or not life.state.holding:
+            return
+        self._ended(life, self.clock(), None, "")
+        self.store.commit()
+        self._notify()
+        self.request_cycle()
+
+    def _ended(self, life: Life, at: float, exit_code: int | None, message: str) -> None:
+        claimant = self.records.get(int(life.claimant)) if life.claimant else None
+        if claimant is not None and claimant.is_allocation:
+            self.fast.urgent = True  # a notebook waits for these GPUs: no spacing
+        self.effects.record(self.lifecycle.exited(life.name, at, exit_code, message), at)
 
     async def tick(self) -> None:
         """Timer duties: max runtimes, and a cycle for min_runtime ends and changed nodes."""
