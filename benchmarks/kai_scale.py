@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -344,7 +345,8 @@ async def run_reclaim(
     await fill_cluster(fake, sanity, capacity, 1, timeout)
     full = time.monotonic()
     settled = full if service is None else await settle(reclaim, service, capacity, timeout)
-    samples = []
+    samples: list[float] = []
+    decided: list[float] = []
     for i in range(10):
         began = time.monotonic()
         [wid] = await submit_many(reclaim, jobs(1, 1, f"reclaim-{i}"), 1)
@@ -354,12 +356,24 @@ async def run_reclaim(
 
         done = await until(runs, timeout, f"reclaim {i}", 0.02)
         samples.append(done - began)
+        decided.append(await submitted_to_started(reclaim, wid))
     return {
         "seconds": statistics.mean(samples),
         "samples": [round(s, 3) for s in samples],
+        "to_started": [round(s, 3) for s in decided],
         "running_jobs": capacity,
         "settle_seconds": round(settled - full, 2),
     }
+
+
+async def submitted_to_started(client: httpx.AsyncClient, wid: int) -> float:
+    """Seconds from the workload's ``submitted`` event to its ``started`` one, in the
+    service's own clock: the cycles, the victim's eviction, its stop and the poll that sees
+    it gone. The rest of a sample is the POST's way in, the launch (a Job, its admission)
+    and the pod's start as the benchmark sees it."""
+    events = (await client.get(f"workloads/{wid}")).json()["events"]
+    at = {e["type"]: datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for e in events}
+    return (at["started"] - at["submitted"]).total_seconds()
 
 
 async def run_large(
@@ -374,11 +388,26 @@ async def run_large(
     began = time.monotonic()
     [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
 
+    phases: dict[str, float] = {}
+
     async def all_run() -> bool:
-        return len(await fake.running([wid])) >= replicas
+        everything = await fake.running()
+        gang = len(await fake.running([wid]))
+        now = time.monotonic() - began
+        if len(everything) == gang:  # no victim left running
+            phases.setdefault("victims_gone_seconds", round(now, 2))
+        if gang:
+            phases.setdefault("first_replica_seconds", round(now, 2))
+        return gang >= replicas
 
     done = await until(all_run, timeout, f"{replicas} replicas running")
-    return {"seconds": done - began, "replicas": replicas, "gpus": replicas * GPUS_PER_NODE}
+    return {
+        "seconds": done - began,
+        "replicas": replicas,
+        "gpus": replicas * GPUS_PER_NODE,
+        **phases,
+        "to_started": round(await submitted_to_started(reclaim, wid), 2),
+    }
 
 
 async def run_topology(
