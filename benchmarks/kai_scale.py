@@ -42,8 +42,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -251,7 +252,11 @@ async def one_test(
             cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
             cpu["fake"] = process.cpu_seconds()
             async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
-                result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
+                if test == "reclaim":
+                    watched = Watched(service.proc.pid, hub.service_url("metrics"))
+                    result = await run_reclaim(fake, sanity, reclaim, layout, timeout, watched)
+                else:
+                    result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
             for name, pid in pids.items():
                 result[f"{name}_cpu_seconds"] = round(cpu_seconds(pid) - cpu[name], 1)
             result["fake_cpu_seconds"] = round(process.cpu_seconds() - cpu["fake"], 1)
@@ -280,16 +285,68 @@ async def run_fill(
     return {"seconds": seconds, "jobs": capacity, "post_seconds": posted}
 
 
+def metric_values(text: str, name: str) -> dict[str, float]:
+    """The samples of metric ``name`` in Prometheus text: {labels as written: value}."""
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            key, _, value = line[len(name) :].rpartition(" ")
+            values[key.strip()] = float(value)
+    return values
+
+
+class Watched(NamedTuple):
+    """The service as ``settle`` watches it: its process and its metrics' URL."""
+
+    pid: int
+    metrics_url: str
+
+
+async def settle(
+    client: httpx.AsyncClient, service: Watched, running: int, timeout: float
+) -> float:
+    """Wait until the service has absorbed what came before: its metrics show ``running``
+    workloads running and none in another active state, no cycle ran in the last second,
+    and the service used under 10% of a core in that second (the fill's last watch
+    events, token requests and store writes are done). The monotonic time it was so."""
+
+    async def settled() -> bool:
+        before = cpu_seconds(service.pid)
+        first = (await client.get(service.metrics_url)).text
+        await asyncio.sleep(1.0)
+        second = (await client.get(service.metrics_url)).text
+        busy = cpu_seconds(service.pid) - before
+        states = metric_values(second, "frachub_active_workloads")
+        cycles = [metric_values(t, "frachub_cycle_duration_seconds_count") for t in (first, second)]
+        others = sum(v for k, v in states.items() if 'state="running"' not in k)
+        return (
+            states.get('{state="running"}') == running
+            and others == 0
+            and cycles[0] == cycles[1]
+            and busy < 0.1
+        )
+
+    return await until(settled, timeout, "the service settled", 0.0)
+
+
 async def run_reclaim(
     fake: Fake,
     sanity: httpx.AsyncClient,
     reclaim: httpx.AsyncClient,
     layout: Layout,
     timeout: float,
+    service: Watched | None = None,
 ) -> dict[str, Any]:
+    """Fill, wait until the service has settled (reported as ``settle_seconds``, from all
+    running to settled), then ten reclaims, each from its POST until its pod runs; the
+    next one once the cluster is full again (its victim's replacement is not waited
+    for: KAI's victims are not replaced either)."""
     capacity = len(layout) * GPUS_PER_NODE
     await fill_cluster(fake, sanity, capacity, 1, timeout)
-    samples = []
+    full = time.monotonic()
+    settled = full if service is None else await settle(reclaim, service, capacity, timeout)
+    samples: list[float] = []
+    decided: list[float] = []
     for i in range(10):
         began = time.monotonic()
         [wid] = await submit_many(reclaim, jobs(1, 1, f"reclaim-{i}"), 1)
@@ -299,11 +356,24 @@ async def run_reclaim(
 
         done = await until(runs, timeout, f"reclaim {i}", 0.02)
         samples.append(done - began)
+        decided.append(await submitted_to_started(reclaim, wid))
     return {
         "seconds": statistics.mean(samples),
         "samples": [round(s, 3) for s in samples],
+        "to_started": [round(s, 3) for s in decided],
         "running_jobs": capacity,
+        "settle_seconds": round(settled - full, 2),
     }
+
+
+async def submitted_to_started(client: httpx.AsyncClient, wid: int) -> float:
+    """Seconds from the workload's ``submitted`` event to its ``started`` one, in the
+    service's own clock: the cycles, the victim's eviction, its stop and the poll that sees
+    it gone. The rest of a sample is the POST's way in, the launch (a Job, its admission)
+    and the pod's start as the benchmark sees it."""
+    events = (await client.get(f"workloads/{wid}")).json()["events"]
+    at = {e["type"]: datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for e in events}
+    return (at["started"] - at["submitted"]).total_seconds()
 
 
 async def run_large(
@@ -318,11 +388,26 @@ async def run_large(
     began = time.monotonic()
     [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
 
+    phases: dict[str, float] = {}
+
     async def all_run() -> bool:
-        return len(await fake.running([wid])) >= replicas
+        everything = await fake.running()
+        gang = len(await fake.running([wid]))
+        now = time.monotonic() - began
+        if len(everything) == gang:  # no victim left running
+            phases.setdefault("victims_gone_seconds", round(now, 2))
+        if gang:
+            phases.setdefault("first_replica_seconds", round(now, 2))
+        return gang >= replicas
 
     done = await until(all_run, timeout, f"{replicas} replicas running")
-    return {"seconds": done - began, "replicas": replicas, "gpus": replicas * GPUS_PER_NODE}
+    return {
+        "seconds": done - began,
+        "replicas": replicas,
+        "gpus": replicas * GPUS_PER_NODE,
+        **phases,
+        "to_started": round(await submitted_to_started(reclaim, wid), 2),
+    }
 
 
 async def run_topology(

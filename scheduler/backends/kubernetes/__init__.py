@@ -8,6 +8,8 @@ One module a job; where a change goes:
 - ``caches.py``       the watch caches, and what the pod watch keeps of pods that leave them
 - ``attempts.py``     an attempt's record, its handle, and how it ends (read from the caches)
 - ``stuck.py``        ending an attempt whose pod cannot start (unschedulable, Multi-Attach)
+- ``stopping.py``     confirming stopped attempts' ends through the API and deleting their
+                      Jobs, many at once
 - ``jobs.py``         an attempt's Indexed Jobs, their environment, a gang's Service
 - ``volumes.py``      home volume templates and ReadWriteOnce claims
 - ``gpus.py``         a pod's GPU resources in each sharing mode; the shares annotation

@@ -38,15 +38,15 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
-from scheduler.backends.kubernetes import credentials, logs, sharing, usage, volumes
+from scheduler.backends.kubernetes import credentials, logs, sharing, stopping, usage, volumes
 from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
 from scheduler.backends.kubernetes.client import (
+    CALLS_AT_ONCE,
     Kube,
     KubeError,
     load_configuration,
     own_namespace,
-    side_by_side,
 )
 from scheduler.backends.kubernetes.gpus import (
     HAMI_SCHEDULER,
@@ -78,7 +78,6 @@ from scheduler.backends.kubernetes.labels import (
 from scheduler.backends.kubernetes.leader import LeaseElector
 from scheduler.backends.kubernetes.pods import (
     PodSettings,
-    owner_job,
     pod_live,
 )
 from scheduler.backends.kubernetes.reservation import (
@@ -86,6 +85,7 @@ from scheduler.backends.kubernetes.reservation import (
     reserved_uuids,
 )
 from scheduler.backends.kubernetes.stuck import check_stuck
+from scheduler.common.concurrency import side_by_side
 
 
 class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
@@ -515,7 +515,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
                 return found
 
         try:
-            owners.extend(await side_by_side(create, manifests))
+            owners.extend(await side_by_side(create, manifests, CALLS_AT_ONCE))
             if secret:
                 await credentials.put_secret(kube, self.namespace, secret, job, base, owners)
             if service:
@@ -540,7 +540,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
                 )
 
             groups = zip(names, replica_groups(job.placement), strict=True)
-            await side_by_side(admit, [group for group in groups if group[0] not in admitted])
+            await side_by_side(admit, [g for g in groups if g[0] not in admitted], CALLS_AT_ONCE)
         except (KubeError, asyncio.CancelledError) as error:
             with contextlib.suppress(KubeError):
                 await self._delete_attempt(base, names, service)
@@ -582,8 +582,9 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
                 if error.status not in (404, 422):
                     raise
         if grace_seconds < self.termination_grace_seconds:
-            for pod in list(caches.pods.objects.values()):
-                if owner_job(pod) in attempt.jobs and pod_live(pod):
+            by_job = caches.by_job()
+            for pod in [pod for name in attempt.jobs for pod in by_job.get(name, [])]:
+                if pod_live(pod):
                     with contextlib.suppress(KubeError):
                         await kube.call(
                             kube.core.delete_namespaced_pod,
@@ -648,6 +649,8 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         """``poll`` for the attempts whose Jobs or pods changed (``everything``: all), and
         those a timer or a stop keeps under watch (a pending pod, a stop, a failure, Jobs
         not seen yet): the others cannot have ended since the last poll."""
+        confirm: list[tuple[str, Attempt, int | None, str]] = []
+        ended_now: list[tuple[str, Attempt, int | None, str]] = []
         for token, attempt in list(self._attempts.items()):
             if not (
                 everything
@@ -674,39 +677,29 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
             if ended is None:
                 continue
             code, message, needs_stop = ended
-            if attempt.stopping and not needs_stop and await self._pods_still_live(attempt):
-                continue
             if needs_stop:
                 self.log.info("Workload %s: %s; stopping the rest", attempt.workload_id, message)
                 with contextlib.suppress(KubeError):
                     await self.stop(attempt.workload_id, attempt.handle(self.namespace), 0)
-                continue
+            elif attempt.stopping:
+                confirm.append((token, attempt, code, message))
+            else:
+                ended_now.append((token, attempt, code, message))
+        # a stopped attempt ends when no pod of it is left, read through the API (stopping.py)
+        live = await stopping.live_attempts(
+            kube, self.namespace, [attempt.name for _, attempt, _, _ in confirm], self.log
+        )
+        ended_now += [item for item in confirm if item[1].name not in live]
+        deletions: list[tuple[list[str], str | None]] = []
+        for token, attempt, code, message in ended_now:
             del self._attempts[token]
             caches.forget(attempt.jobs)
             exits.append(Exit(attempt.workload_id, code, message))
             if attempt.stopping and (attempt.failure is None or attempt.stuck):
-                with contextlib.suppress(KubeError):
-                    await self._delete_attempt(token, attempt.jobs, attempt.service)
+                deletions.append((attempt.jobs, attempt.service))
             elif attempt.service:
-                with contextlib.suppress(KubeError):
-                    await self._delete_attempt(token, [], attempt.service)
-
-    async def _pods_still_live(self, attempt: Attempt) -> bool:
-        """Whether a pod of the stopped ``attempt`` still runs, read through the API: the
-        caches may not show its pods yet (a loaded watch, a stop right after the start), and
-        a stop reported while they run would give their GPUs to the next job. One list per
-        stopped attempt; when the API cannot answer, the caches' word stands."""
-        kube, _ = self._require()
-        try:
-            body = await kube.call(
-                kube.core.list_namespaced_pod,
-                self.namespace,
-                label_selector=f"{MANAGED_SELECTOR},{ATTEMPT_NAME}={attempt.name}",
-            )
-        except KubeError as error:
-            self.log.warning("listing the pods of %s failed: %s", attempt.name, error)
-            return False
-        return any(pod_live(pod) for pod in body.get("items") or [])
+                deletions.append(([], attempt.service))
+        await stopping.delete_attempts(kube, self.namespace, deletions)
 
     def log_path(self, workload_id: int, replica: int = 0) -> str | None:
         """Logs stay with the pods: ``read_log`` streams them through pods/log."""
@@ -770,24 +763,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         return None
 
     async def _delete_attempt(self, base: str, names: list[str], service: str | None) -> None:
-        kube, _ = self._require()
-        for name in names:
-            try:
-                await kube.call(
-                    kube.batch.delete_namespaced_job,
-                    name,
-                    self.namespace,
-                    propagation_policy="Background",
-                )
-            except KubeError as error:
-                if error.status != 404:
-                    raise
-        if service:
-            try:
-                await kube.call(kube.core.delete_namespaced_service, service, self.namespace)
-            except KubeError as error:
-                if error.status != 404:
-                    raise
+        await stopping.delete_attempt(self._require()[0], self.namespace, names, service)
 
 
 class _NameTaken(KubeError):

@@ -21,8 +21,8 @@ import json
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config, watch
@@ -30,8 +30,6 @@ from kubernetes_asyncio import client, config, watch
 from scheduler.backends.kubernetes.pods import Obj
 
 RETRIED_STATUS = (429, 500, 502, 503, 504)
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 class KubeError(Exception):
@@ -141,25 +139,9 @@ class Kube:
 
 
 CALLS_AT_ONCE = 16
-"""API calls one start sends side by side (a gang's Jobs and their admissions): a 500-node
-gang is 1,000 calls, which one after another cost 1,000 round trips."""
-
-
-async def side_by_side(call: Callable[[T], Awaitable[R]], items: Iterable[T]) -> list[R]:
-    """``call(item)`` for every item, at most ``CALLS_AT_ONCE`` in flight; the results in
-    order. If any fails, the first failure is raised once all have ended, so nothing is
-    still being created while the caller cleans up."""
-    at_once = asyncio.Semaphore(CALLS_AT_ONCE)
-
-    async def one(item: T) -> R:
-        async with at_once:
-            return await call(item)
-
-    results = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
+"""API calls sent side by side (``scheduler.common.concurrency.side_by_side``): a gang's
+Jobs and their admissions (a 500-node gang is 1,000 calls, which one after another cost
+1,000 round trips), a poll's confirmations of stopped attempts and their Jobs' deletions."""
 
 
 class Informer:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from scheduler.backends.base import Backend, BackendError, JobSpec
+from scheduler.common.concurrency import side_by_side
 from scheduler.common.limits import MILLI
 from scheduler.common.messages import event_line
 from scheduler.common.placement import Placement, describe_placement
@@ -39,6 +40,10 @@ from scheduler.service.scheduling.roster import Roster
 LAUNCHES_AT_ONCE = 16
 """A cycle's starts are launched side by side, this many at a time: each waits on the
 backend (a process, the Kubernetes API) and, with job tokens, on the hub (about 50 ms)."""
+
+STOPS_AT_ONCE = 16
+"""A cycle's stops are sent side by side, this many at a time: a reclaim for a 500-replica
+gang stops 500 jobs, each a call to the backend (on Kubernetes, a patch of its Jobs)."""
 
 Stops = list[tuple[WorkloadRecord, dict | None, float]]
 """Processes to stop: each row with the handle its attempt had and its grace period."""
@@ -99,6 +104,8 @@ class Effects:
         """Called with a start that was evicted, cancelled or stopped while it waited for its
         turn to launch: it never ran, so its end is now (the loop records it)."""
         self.log = log
+        self.unstopped: dict[int, tuple[WorkloadRecord, dict, float]] = {}
+        """Stops the backend failed, by workload id: ``retry_stops`` sends them again."""
 
     def record(self, effects: list[Effect], now: float) -> tuple[Stops, list[WorkloadRecord]]:
         """Write the effects to the store (not committed) and the rows; return the processes
@@ -152,10 +159,36 @@ class Effects:
         return stops, launches
 
     async def stop(self, stops: Stops) -> None:
-        """Stop the processes ``record`` returned."""
-        for record, handle, grace in stops:
-            if handle is not None:  # else it is being launched: ``launch`` stops it
+        """Stop the processes ``record`` returned, side by side (``STOPS_AT_ONCE``). A stop
+        the backend fails is logged and kept for ``retry_stops`` (the loop's next tick);
+        the others go on, so one failure does not leave the rest running."""
+
+        async def one(stop: tuple[WorkloadRecord, dict | None, float]) -> None:
+            record, handle, grace = stop
+            if handle is None:  # it is being launched: ``launch`` stops it
+                return
+            try:
                 await self.backend.stop(record.id, handle, grace)
+            except Exception as error:
+                self.unstopped[record.id] = (record, handle, grace)
+                message = f"stopping it failed ({error}); trying again"
+                self.log.warning("workload %d (%s): %s", record.id, record.name, message)
+            else:
+                self.unstopped.pop(record.id, None)
+
+        await side_by_side(one, stops, STOPS_AT_ONCE)
+
+    async def retry_stops(self) -> None:
+        """Send again the stops that failed, of the workloads still being stopped (the
+        loop's tick calls it)."""
+        retry: Stops = []
+        for workload_id, (record, handle, grace) in list(self.unstopped.items()):
+            life = self.lifecycle.get(str(workload_id))
+            if life is None or not life.state.releasing or record.handle != handle:
+                del self.unstopped[workload_id]  # it ended, or this attempt did
+            else:
+                retry.append((record, handle, grace))
+        await self.stop(retry)
 
     async def launch_many(
         self, launches: list[WorkloadRecord], now: float, notes: Mapping[int, str] | None = None

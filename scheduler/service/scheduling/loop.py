@@ -764,6 +764,7 @@ class SchedulingLoop:
             stops, _ = self.effects.record(effects, now)
             self.store.commit()
             await self.effects.stop(stops)
+        await self.effects.retry_stops()
         self.request_cycle()
 
     # -- bookkeeping ------------------------------------------------------------------------
