@@ -103,8 +103,11 @@ def test_usage_counts_cpu_and_memory_hours(make_user, api, service) -> None:
     wait_state(bob, job["id"], "succeeded", timeout=30)
     [row] = bob.get("usage").json()["rows"]
     hours = row["gpu_hours"] / 0.5
-    assert row["cpu_hours"] == pytest.approx(2 * hours, abs=2e-6)  # six decimals
-    assert row["memory_gib_hours"] == pytest.approx(4 * hours, abs=4e-6)
+    # each figure is rounded to six decimals (half a unit off at most): gpu_hours' error is
+    # multiplied by 2 / 0.5 = 4 (and 8) on the way to hours, then the compared figure's own
+    unit = 0.5e-6
+    assert row["cpu_hours"] == pytest.approx(2 * hours, abs=4 * unit + unit + 1e-9)
+    assert row["memory_gib_hours"] == pytest.approx(4 * hours, abs=8 * unit + unit + 1e-9)
     lines = bob.get("usage.csv").text.splitlines()
     assert lines[0] == "project,user,gpu_hours,cpu_hours,memory_gib_hours,start,end"
     assert lines[1].split(",")[3] == f"{row['cpu_hours']:.6f}"
