@@ -159,6 +159,13 @@ def _with_usage(description: Description, args: argparse.Namespace) -> Descripti
     return replace(description, usage=spec)
 
 
+def _with_reserve(description: Description, gpus: float) -> Description:
+    """The description with the interactive reserve at ``gpus`` (0: off)."""
+    if not 0 <= gpus < float("inf"):
+        raise UsageError(f"--interactive-reserve: must be a number of GPUs >= 0, got {gpus:g}")
+    return replace(description, interactive_reserve_gpus=gpus)
+
+
 def _with_offer(description: Description, share: float | None) -> Description:
     """The description with every project's users taking the offer at ``share``, if given."""
     if share is None:
@@ -223,12 +230,7 @@ def run(args: argparse.Namespace) -> int:
             _need_matplotlib()
         runtimes = load_runtimes(Path(args.philly))
         description = _with_usage(description, args)
-        if not 0 <= args.interactive_reserve < float("inf"):
-            raise UsageError(
-                f"--interactive-reserve: must be a number of GPUs >= 0, "
-                f"got {args.interactive_reserve:g}"
-            )
-        description = replace(description, interactive_reserve_gpus=args.interactive_reserve)
+        description = _with_reserve(description, args.interactive_reserve)
         description = _with_offer(description, args.take_offer)
     except (UsageError, InvalidSpec, TraceMissing) as error:
         print(f"frachub simulate fleet: {error}", file=sys.stderr)

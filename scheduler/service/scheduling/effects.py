@@ -9,7 +9,6 @@ workload without a handle, which the loop's ``recover`` requeues.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
@@ -196,16 +195,14 @@ class Effects:
         """Launch starts side by side (``LAUNCHES_AT_ONCE``); each commits what it changed
         before its next await, so a failed request's rollback stays its own. ``notes``: a
         milestone (in words) for the log of each workload it names, decided with its start."""
-        at_once = asyncio.Semaphore(LAUNCHES_AT_ONCE)
         notes = notes or {}
 
         async def launch(record: WorkloadRecord) -> None:
-            async with at_once:
-                note = notes.get(record.id)
-                await self.launch(record, now, () if note is None else (note,))
-                self.store.commit()
+            note = notes.get(record.id)
+            await self.launch(record, now, () if note is None else (note,))
+            self.store.commit()
 
-        await asyncio.gather(*(launch(record) for record in launches))
+        await side_by_side(launch, launches, LAUNCHES_AT_ONCE)
 
     async def launch(self, record: WorkloadRecord, now: float, notes: tuple[str, ...] = ()) -> None:
         """Launch one start on the backend; a launch that fails ends the attempt. One that

@@ -432,11 +432,9 @@ class SchedulingLoop:
         only between cycles, and only if every victim is still exactly as ``settled`` counted
         it (the rule a cycle's decisions pass, ``policies/decisions.py``); else the next cycle
         decides. The fork, which counts them done, becomes ``settled``."""
-        for decision in result.decisions:
-            life = self.lifecycle.get(decision.workload)
-            seen = before.running.get(decision.workload)
-            if life is None or seen is None or life.workload() != seen:
-                return
+        check = Reconciler(before.running, self.lifecycle.lives, self.inventory.nodes)
+        if not all(check.holds(decision) for decision in result.decisions):
+            return
         effects = self.lifecycle.apply(result, now)
         stops, _ = self.effects.record(effects, now)
         self.store.commit()
