@@ -572,6 +572,8 @@ def place(
     then every other domain in node order, then the whole cluster (or ``nodes``). ``account``
     is the workload's user, for nodes that serve one account per GPU (``choose``).
     """
+    if request.replicas > 1 and not _may_hold(ledger, request, nodes):
+        return None
     mark = ledger.mark()
     first = choose(ledger, request, scorer, nodes, account)
     if first is None:
@@ -595,6 +597,28 @@ def place(
             return placed
         ledger.rollback(mark)
     return None
+
+
+def _may_hold(ledger: Ledger, request: Request, nodes: Collection[int] | None) -> bool:
+    """Cheap necessary test before a whole-GPU gang's search: enough wholly free GPUs, in
+    whole replicas per node, for every replica.
+
+    A victim search asks whether the gang fits after each trial eviction and again for each
+    victim it gives back; at 500 replicas each failed question placed up to 500 replicas
+    before failing, so one 500-node decision cost seconds. This test only says no where the
+    search would fail, so it changes no decision."""
+    per_replica = request.whole_gpus
+    if per_replica == 0:
+        return True
+    if ledger.total_free < request.replicas * per_replica * MILLI:
+        return False
+    short = request.replicas
+    whole = ledger.whole_free
+    for n in range(len(whole)) if nodes is None else nodes:
+        short -= whole[n] // per_replica
+        if short <= 0:
+            return True
+    return False
 
 
 def _place_all(
