@@ -103,11 +103,6 @@ class Failures:
             self.shapes = kept
             self._known = set()  # some answers leant on a dropped shape: ask again
 
-    def clear(self) -> None:
-        """Forget every failed shape."""
-        self.shapes.clear()
-        self._known.clear()
-
 
 def _holds(ledger: Ledger, n: int, shape: Shape) -> bool:
     """Whether node ``n`` has room for one replica of ``shape`` now (never False where a
