@@ -54,6 +54,7 @@ def decide(session: Session, *, report_borrowed: bool = False) -> CycleResult:
     """
     order = ServiceOrder(session, list(session.pending.values()))
     failures = Failures()
+    failures.watch(session.ledger)
     candidates: Candidates | None = None
     outcomes: dict[str, Outcome] = {}
     yielded: list[Workload] = []
@@ -81,7 +82,7 @@ def decide(session: Session, *, report_borrowed: bool = False) -> CycleResult:
             started, suffix = _make_room(session, workload, outcome, candidates)
             if started:
                 if len(session.decisions) > before + 1:
-                    failures.clear()  # capacity came back: earlier misses may fit now
+                    failures.revisit(session.ledger)  # capacity came back: misses may fit now
                     order.touch({w.queue for w in session.requeued[evicted:]})
                 continue
             outcome.reason += suffix

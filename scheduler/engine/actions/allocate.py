@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from scheduler.common.limits import MILLI
 from scheduler.engine import reasons, reserve
 from scheduler.engine.actions.quota import EPS, host_limited, quota_refusal
+from scheduler.engine.ledger import Ledger
 from scheduler.engine.model import Workload, held_milli
 from scheduler.engine.placement import fits_somewhere_ever, place
 from scheduler.engine.session import Session
@@ -31,15 +32,24 @@ Shape = tuple[bool, int, int, int, int, frozenset[str]]
 @dataclass
 class Failures:
     """Request shapes that found no idle room. Idle capacity only shrinks until an eviction
-    frees some (the cycle then calls ``clear``), so meanwhile any request at least as large
-    fails too and need not be placed again, if it may use no GPU model the failed one could
-    not."""
+    frees some, so meanwhile any request at least as large fails too and need not be placed
+    again, if it may use no GPU model the failed one could not.
+
+    After an eviction (the cycle calls ``revisit``) a failed shape is asked again only if
+    one of the nodes the ledger changed on since the last look could now hold one replica
+    of it: every other node could not hold one when the shape failed and has not changed,
+    so the placement would fail again (for a gang too: a replica takes exactly one of a
+    node's places for its shape, so a greedy gang placement fits as long as the places add
+    up, and no place was added)."""
 
     shapes: list[Shape] = field(default_factory=list)
     _known: set[Shape] = field(default_factory=set)
-    """Speed only: shapes ``known`` answered True for since the last ``clear``. The list only
-    grows until then, so a True answer stays True; at 4,000 nodes tens of thousands of
-    pending workloads share a handful of shapes, and the dominance scan was 4% of a cycle."""
+    """Speed only: shapes ``known`` answered True for since the last change to ``shapes``.
+    The list only grows until then, so a True answer stays True; at 4,000 nodes tens of
+    thousands of pending workloads share a handful of shapes, and the dominance scan was 4%
+    of a cycle."""
+    _seen: int = 0
+    """How far ``revisit`` has read the ledger's change journal."""
 
     @staticmethod
     def shape(workload: Workload) -> Shape | None:
@@ -76,10 +86,35 @@ class Failures:
         self.shapes.append(shape)
         self._known.add(shape)
 
-    def clear(self) -> None:
-        """Capacity came back (an eviction): earlier misses may fit now."""
-        self.shapes.clear()
-        self._known.clear()
+    def watch(self, ledger: Ledger) -> None:
+        """Start reading ``ledger``'s change journal from where it is now."""
+        self._seen = len(ledger.watch())
+
+    def revisit(self, ledger: Ledger) -> None:
+        """Capacity came back (an eviction or a move): forget the failed shapes that one of
+        the nodes changed since the last look could now hold (``watch`` first)."""
+        journal = ledger.watch()
+        changed = set(journal[self._seen :])
+        self._seen = len(journal)
+        if not changed or not self.shapes:
+            return
+        kept = [s for s in self.shapes if not any(_holds(ledger, n, s) for n in changed)]
+        if len(kept) != len(self.shapes):
+            self.shapes = kept
+            self._known = set()  # some answers leant on a dropped shape: ask again
+
+
+def _holds(ledger: Ledger, n: int, shape: Shape) -> bool:
+    """Whether node ``n`` has room for one replica of ``shape`` now (never False where a
+    placement could put one there: an overestimate only costs a placement question)."""
+    fraction, size, _, cpu, memory, models = shape
+    if models and ledger.nodes[n].gpu_model not in models:
+        return False
+    if not ledger.host_fits(n, cpu, memory):
+        return False
+    if fraction:
+        return any(free >= size for free in ledger.free[n])
+    return ledger.whole_free[n] >= size // MILLI
 
 
 def try_start(
