@@ -84,6 +84,72 @@ class Attempt:
         return cls(workload_id, name, jobs, str(service) if service else None, shares)
 
 
+class AttemptBook:
+    """The attempts the backend watches, by token (the attempt's name), and which of them
+    a poll must look at: those whose Jobs or pods changed, and those ``needs_look`` keeps
+    under watch. With 4,000 attempts, a poll every 0.1 s that walked them all was the
+    backend's largest cost in benchmarks/kai_scale.py's fill."""
+
+    def __init__(self) -> None:
+        self.attempts: dict[str, Attempt] = {}
+        self._token_of_job: dict[str, str] = {}
+        self._watched: set[str] = set()
+
+    def track(self, token: str, attempt: Attempt) -> None:
+        """Watch ``attempt`` from now on; the next poll looks at it whatever changed."""
+        self.attempts[token] = attempt
+        for name in attempt.jobs:
+            self._token_of_job[name] = token
+        self._watched.add(token)
+
+    def untrack(self, token: str) -> None:
+        attempt = self.attempts.pop(token)
+        for name in attempt.jobs:
+            if self._token_of_job.get(name) == token:
+                del self._token_of_job[name]
+        self._watched.discard(token)
+
+    def look_again(self, token: str) -> None:
+        """The next poll looks at this attempt (a stop was sent) whatever changed."""
+        if token in self.attempts:
+            self._watched.add(token)
+
+    def to_look_at(self, changed: set[str], everything: bool) -> list[tuple[str, Attempt]]:
+        """The attempts a poll looks at: all (``everything``), else those with a Job in
+        ``changed`` (Job names whose Job or pods changed) and those under watch."""
+        if everything:
+            return list(self.attempts.items())
+        tokens = self._watched | {
+            self._token_of_job[name] for name in changed if name in self._token_of_job
+        }
+        return [(token, self.attempts[token]) for token in sorted(tokens) if token in self.attempts]
+
+    def looked_at(self, token: str, attempt: Attempt) -> None:
+        """After a poll looked at it: keep it under watch while ``needs_look`` says so."""
+        if needs_look(attempt):
+            self._watched.add(token)
+        else:
+            self._watched.discard(token)
+
+    def clear(self) -> None:
+        self.attempts.clear()
+        self._token_of_job.clear()
+        self._watched.clear()
+
+
+def needs_look(attempt: Attempt) -> bool:
+    """Whether a poll must look at ``attempt`` even when none of its Jobs or pods changed:
+    a timer runs (a pending pod, a volume's attach error), a stop or a failure is under
+    way, or some of its Jobs were never seen yet."""
+    return bool(
+        attempt.stopping
+        or attempt.failure is not None
+        or attempt.pending_since
+        or attempt.attach_error
+        or len(attempt.seen) < len(attempt.jobs)
+    )
+
+
 def job_dead(job: Obj) -> bool:
     """Whether a Job has ended, been stopped or is being deleted: no attempt to take over."""
     annotations = job["metadata"].get("annotations") or {}

@@ -39,7 +39,7 @@ from traitlets.config import LoggingConfigurable
 
 from scheduler.backends.base import BackendError, Exit, Handle, Inventory, JobSpec
 from scheduler.backends.kubernetes import credentials, logs, sharing, stopping, usage, volumes
-from scheduler.backends.kubernetes.attempts import Attempt, job_dead, outcome
+from scheduler.backends.kubernetes.attempts import Attempt, AttemptBook, job_dead, outcome
 from scheduler.backends.kubernetes.caches import Caches
 from scheduler.backends.kubernetes.client import (
     CALLS_AT_ONCE,
@@ -343,7 +343,10 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         self.caches: Caches | None = None
         self.elector: LeaseElector | None = None
         self.leadership_lost = asyncio.Event()
-        self._attempts: dict[str, Attempt] = {}
+        self._book = AttemptBook()
+        self._attempts: dict[str, Attempt] = self._book.attempts
+        self._inventory: tuple[tuple, Inventory] | None = None
+        """The last whole inventory, with what it was made from (``inventory``)."""
         self._reservations = sharing.ReservationCollector()
         self._pod_memory: usage.PodMemoryReader | None = None
 
@@ -415,9 +418,22 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         """Ready GPU nodes from the Node cache; UUIDs of reserved GPUs from their pods.
         ``only``: of these nodes alone (a start sizes its shares from its own nodes')."""
         _, caches = self._require()
+        # made again only when what it is made from changed: every cycle asks for it, and
+        # 500 nodes took ~1 ms each time (benchmarks/kai_scale.py)
+        made_from = (
+            id(caches),
+            caches.nodes.generation,
+            caches.reservations_generation,
+            caches.foreign.generation if caches.foreign else None,
+            tuple(sorted(self.node_selector.items())),
+            self.default_gpu_memory_mib,
+            self.sharing_mode,
+        )
+        if only is None and self._inventory is not None and self._inventory[0] == made_from:
+            return self._inventory[1]
         foreign = list(caches.foreign.objects.values()) if caches.foreign else None
         nodes = caches.nodes.objects
-        return inventory_from(
+        made = inventory_from(
             list(nodes.values()) if only is None else [nodes[n] for n in only if n in nodes],
             reserved_uuids(caches.reservation_pods()),
             node_selector=self.node_selector,
@@ -426,6 +442,9 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
             sharing=self.sharing_mode,
             requested=foreign_requests(foreign) if foreign is not None else None,
         )
+        if only is None:
+            self._inventory = (made_from, made)
+        return made
 
     async def start(self, job: JobSpec) -> Handle:
         _, caches = self._require()
@@ -555,7 +574,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
             shares=parse_shares(shares_text(job.placement)),
             claims=claims,
         )
-        self._attempts[base] = attempt
+        self._book.track(base, attempt)
         return attempt.handle(self.namespace)
 
     async def stop(self, workload_id: int, handle: Handle, grace_seconds: float) -> None:
@@ -568,6 +587,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
             self.log.error("Cannot stop workload %s: malformed handle %r", workload_id, handle)
             return
         attempt.stopping = True
+        self._book.look_again(attempt.name)
         patch = {"metadata": {"annotations": {STOPPED: utc_stamp()}}, "spec": {"suspend": True}}
         for name in attempt.jobs:
             try:
@@ -613,7 +633,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         attempt.stopping = any(
             STOPPED in (jobs.objects[n]["metadata"].get("annotations") or {}) for n in present
         )
-        self._attempts[token] = attempt
+        self._book.track(token, attempt)
         return True
 
     async def poll(self) -> list[Exit]:
@@ -651,17 +671,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         not seen yet): the others cannot have ended since the last poll."""
         confirm: list[tuple[str, Attempt, int | None, str]] = []
         ended_now: list[tuple[str, Attempt, int | None, str]] = []
-        for token, attempt in list(self._attempts.items()):
-            if not (
-                everything
-                or attempt.stopping
-                or attempt.failure is not None
-                or attempt.pending_since
-                or attempt.attach_error
-                or len(attempt.seen) < len(attempt.jobs)
-                or any(name in changed for name in attempt.jobs)
-            ):
-                continue
+        for token, attempt in self._book.to_look_at(changed, everything):
             await check_stuck(
                 kube,
                 self.namespace,
@@ -674,6 +684,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
             ended = outcome(
                 attempt, caches.jobs.objects, by_job, caches.exit_codes, caches.disrupted
             )
+            self._book.looked_at(token, attempt)
             if ended is None:
                 continue
             code, message, needs_stop = ended
@@ -692,7 +703,7 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
         ended_now += [item for item in confirm if item[1].name not in live]
         deletions: list[tuple[list[str], str | None]] = []
         for token, attempt, code, message in ended_now:
-            del self._attempts[token]
+            self._book.untrack(token)
             caches.forget(attempt.jobs)
             exits.append(Exit(attempt.workload_id, code, message))
             if attempt.stopping and (attempt.failure is None or attempt.stuck):
@@ -729,13 +740,14 @@ class KubernetesBackend(usage.PrometheusUsage, LoggingConfigurable):
 
     async def close(self) -> None:
         """Stop watching and give the Lease back; running jobs go on."""
+        self._inventory = None
         if self.caches is not None:
             await self.caches.stop()
         if self.elector is not None:
             await self.elector.release()
         if self.kube is not None:
             await self.kube.close()
-        self._attempts.clear()
+        self._book.clear()
 
     # --- helpers ------------------------------------------------------------------------------
 

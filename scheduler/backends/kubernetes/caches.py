@@ -77,6 +77,8 @@ class Caches:
         """Job name -> its pods in the cache, by name (``by_job``)."""
         self._reservations: dict[str, Obj] = {}
         """The reservation pods in the cache, by name (``reservation_pods``)."""
+        self.reservations_generation = 0
+        """Counts the changes to ``reservation_pods`` (the inventory's UUIDs come from them)."""
         self._changed: set[str] = set()
         self._all_changed = True
         """Job names whose Job or pods changed since ``take_changed``; or all of them."""
@@ -189,6 +191,7 @@ class Caches:
         if not pod:
             if kind == "RELISTED":
                 self._pods_of, self._reservations, self._all_changed = {}, {}, True
+                self.reservations_generation += 1
                 for cached in list(self.pods.objects.values()):
                     self._pod_changed("ADDED", cached)
             return
@@ -225,9 +228,11 @@ class Caches:
             else:
                 pods[name] = pod
         if kind == "DELETED":
-            self._reservations.pop(name, None)
+            if self._reservations.pop(name, None) is not None:
+                self.reservations_generation += 1
         elif is_reservation(pod):
             self._reservations[name] = pod
+            self.reservations_generation += 1
 
     async def _report_uuid(self, pod: Obj) -> None:
         try:

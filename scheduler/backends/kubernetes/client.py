@@ -23,9 +23,10 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.request import getproxies
 
 import aiohttp
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 
 from scheduler.backends.kubernetes.pods import Obj
 
@@ -63,6 +64,16 @@ def own_namespace(fallback: str = "default") -> str:
     return fallback
 
 
+def environment_proxies_or_netrc() -> bool:
+    """Whether aiohttp's ``trust_env`` could find anything here: a proxy variable
+    (``HTTPS_PROXY`` and the like, as ``urllib.request.getproxies`` reads them) or a netrc
+    file (``$NETRC``, else ``~/.netrc``)."""
+    if any(scheme in getproxies() for scheme in ("http", "https", "ws", "wss")):
+        return True
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    return os.path.exists(path)
+
+
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
     """Seconds before retry number ``attempt`` (0-based): exponential with jitter."""
     return min(cap, base * 2**attempt) * (0.5 + random.random() / 2)
@@ -83,6 +94,14 @@ class Kube:
         """From a ``configuration``, or sharing an existing ``api_client`` (KubeSpawner's)."""
         self._owns_client = api_client is None
         self.api_client = api_client or client.ApiClient(configuration)
+        if self._owns_client and not environment_proxies_or_netrc():
+            # kubernetes_asyncio's session trusts the environment: aiohttp then looks for a
+            # proxy and a netrc file on every request, each in a thread of its own (a tenth
+            # of the service's CPU in benchmarks/kai_scale.py's fill). Where there is
+            # neither, the look finds nothing: skip it. A proxy in the environment, or a
+            # netrc file, keeps it as it was.
+            session = self.api_client.rest_client.pool_manager
+            session._trust_env = False
         self.core = client.CoreV1Api(self.api_client)
         self.batch = client.BatchV1Api(self.api_client)
         self.coordination = client.CoordinationV1Api(self.api_client)
@@ -174,10 +193,13 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.on_change = on_change
         self.objects: dict[str, Obj] = {}
+        self.generation = 0
+        """Counts the changes to ``objects`` (each event, each list): what is made from
+        them can be kept until it moves."""
         self.resource_version = ""
         self.relists = 0
         self._task: asyncio.Task | None = None
-        self._watch: watch.Watch | None = None
+        self._response: aiohttp.ClientResponse | None = None
 
     async def start(self) -> None:
         """The first list (raises if the server cannot answer), then watch in the background."""
@@ -189,9 +211,9 @@ class Informer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._watch is not None:
+        if self._response is not None:
             with contextlib.suppress(Exception):
-                await self._watch.close()
+                self._response.close()
 
     async def _list(self) -> None:
         extra = {"field_selector": self.field_selector} if self.field_selector else {}
@@ -199,6 +221,7 @@ class Informer:
             self.list_fn, *self.args, label_selector=self.label_selector, **extra
         )
         self.objects = {self._key(obj): obj for obj in body.get("items", [])}
+        self.generation += 1
         self.resource_version = str(body.get("metadata", {}).get("resourceVersion", ""))
 
     async def _run(self) -> None:
@@ -229,20 +252,50 @@ class Informer:
                     self.on_change("RELISTED", {})
 
     async def _watch_once(self) -> None:
-        self._watch = watch.Watch(return_type="object")
+        """One watch, from ``resource_version`` until the server ends it. The stream is
+        read here, one JSON line per event, each parsed once (``kubernetes_asyncio``'s
+        ``Watch`` parses each twice and encodes it once more: a fifth of the backend's CPU
+        at 4,000 jobs, benchmarks/kai_scale.py). An ERROR event is raised as ``KubeError``
+        with its code (410: the history is gone, list again)."""
+        response = await self.list_fn(
+            *self.args,
+            label_selector=self.label_selector,
+            **({"field_selector": self.field_selector} if self.field_selector else {}),
+            resource_version=self.resource_version,
+            timeout_seconds=self.watch_timeout,
+            allow_watch_bookmarks=True,
+            watch=True,
+            _preload_content=False,
+            _request_timeout=self.watch_timeout + 30,
+        )
+        self._response = response
         try:
-            stream = self._watch.stream(
-                self.list_fn,
-                *self.args,
-                label_selector=self.label_selector,
-                **({"field_selector": self.field_selector} if self.field_selector else {}),
-                resource_version=self.resource_version,
-                timeout_seconds=self.watch_timeout,
-                allow_watch_bookmarks=True,
-                _request_timeout=self.watch_timeout + 30,
-            )
-            async for event in stream:
-                kind, obj = event["type"], event["raw_object"]
+            if response.status >= 300:
+                text = await response.text()
+                try:
+                    body = json.loads(text) if text else {}
+                except ValueError:
+                    body = {}
+                raise KubeError(
+                    response.status,
+                    str(body.get("reason") or response.reason),
+                    str(body.get("message") or text[:200]),
+                )
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return  # the server ended the watch (its timeout)
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object")
+                if kind == "ERROR" or not isinstance(obj, dict) or not kind:
+                    status = obj if isinstance(obj, dict) else {}
+                    raise KubeError(
+                        int(status.get("code") or 0),
+                        str(status.get("reason") or "WatchError"),
+                        str(status.get("message") or line[:200]),
+                    )
                 version = obj.get("metadata", {}).get("resourceVersion")
                 if version:
                     self.resource_version = str(version)
@@ -252,10 +305,12 @@ class Informer:
                     self.objects.pop(self._key(obj), None)
                 else:
                     self.objects[self._key(obj)] = obj
+                self.generation += 1
                 if self.on_change is not None:
                     self.on_change(kind, obj)
         finally:
-            await self._watch.close()
+            response.release()
+            self._response = None
 
 
 def _key(obj: Obj) -> str:

@@ -58,7 +58,9 @@ async def check_stuck(
                 attempt.stuck = True
                 return
         elif node:
-            await read_attach_error(kube, namespace, attempt, pod, now, volume_attach_timeout, log)
+            await read_attach_error(
+                kube, namespace, attempt, pod, now, volume_attach_timeout, log, since
+            )
             first, words = attempt.attach_error.get(name, (now, ""))
             if words and now - first >= volume_attach_timeout:
                 attempt.failure = (

@@ -144,11 +144,17 @@ async def read_attach_error(
     now: float,
     attach_timeout: float,
     log: logging.Logger,
+    since: float | None = None,
 ) -> None:
     """Note in ``attempt.attach_error`` the attach/detach controller's Multi-Attach error
-    about ``pod`` (from its events, read at most every few seconds), or forget it."""
+    about ``pod`` (from its events, read at most every few seconds), or forget it. The
+    first read waits as long after ``since`` (when the pod was first seen Pending): a pod
+    that starts before then never has its events listed (a list of the namespace's events
+    per start was the API server's work in a 4,000-job fill, benchmarks/kai_scale.py),
+    and an attach error is noted at most that much later."""
     name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-    if now - attempt.attach_checked.get(name, -1e9) < min(5.0, attach_timeout / 2):
+    first_read = -1e9 if since is None else since
+    if now - attempt.attach_checked.get(name, first_read) < min(5.0, attach_timeout / 2):
         return
     attempt.attach_checked[name] = now
     try:
