@@ -53,6 +53,10 @@ TOKEN_REQUESTS_AT_ONCE = 8
 """Token requests in flight to the hub at once (``HubApi.at_once``); the service starts 16
 jobs side by side (``LAUNCHES_AT_ONCE``) and revokes the tokens of every job that ended
 in a poll, so a burst waits its turn here rather than in a timed queue."""
+REVOCATIONS_AT_ONCE = 4
+"""Revocations in flight at once, on connections of their own (``Revocations``): a burst
+of them (a reclaim for a 500-replica gang ends 500 jobs) must not hold up the token of a
+job starting, which before waited behind all 500 for a free connection."""
 TOKEN_TRIES = 3
 """Tries of a revocation the hub did not answer (or answered 5xx), and of an issue whose
 connection failed (an issue that timed out may have made a token: it is not sent twice);
@@ -181,7 +185,8 @@ class CredentialedBackend:
         self._gone: list[int] = []
         """Adopted workloads whose attempt was gone: no exit will come, revoke at the next
         poll."""
-        self.revocations = Revocations(tokens, store, lifetime, self.log)
+        revoker = HubTokens(tokens.api_url, tokens.api_token, tokens.timeout, REVOCATIONS_AT_ONCE)
+        self.revocations = Revocations(revoker, store, lifetime, self.log)
 
     def __getattr__(self, name: str) -> Any:
         if name == "backend":  # not set yet: no recursion
