@@ -252,9 +252,10 @@ async def one_test(
             cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
             cpu["fake"] = process.cpu_seconds()
             async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
-                if test == "reclaim":
+                if test in ("reclaim", "large"):
                     watched = Watched(service.proc.pid, hub.service_url("metrics"))
-                    result = await run_reclaim(fake, sanity, reclaim, layout, timeout, watched)
+                    run = run_reclaim if test == "reclaim" else run_large
+                    result = await run(fake, sanity, reclaim, layout, timeout, watched)
                 else:
                     result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
             for name, pid in pids.items():
@@ -382,9 +383,18 @@ async def run_large(
     reclaim: httpx.AsyncClient,
     layout: Layout,
     timeout: float,
+    service: Watched | None = None,
 ) -> dict[str, Any]:
+    """Fill with whole-node jobs, wait until the service has settled (as for reclaim: KAI
+    waits for its reclaimees' pods), then the gang, from its POST until all its replicas
+    run. ``engine_cpu_seconds``: the CPU the service's engine spent meanwhile (its
+    ``/metrics``): the cycle that picks 500 victims for the gang is most of the time until
+    the victims are stopped."""
     replicas = len(layout)
     await fill_cluster(fake, sanity, replicas, GPUS_PER_NODE, timeout)
+    full = time.monotonic()
+    settled = full if service is None else await settle(reclaim, service, replicas, timeout)
+    engine_before = await engine_cpu(reclaim, service)
     began = time.monotonic()
     [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
 
@@ -401,13 +411,28 @@ async def run_large(
         return gang >= replicas
 
     done = await until(all_run, timeout, f"{replicas} replicas running")
+    engine = await engine_cpu(reclaim, service)
     return {
         "seconds": done - began,
         "replicas": replicas,
         "gpus": replicas * GPUS_PER_NODE,
         **phases,
         "to_started": round(await submitted_to_started(reclaim, wid), 2),
+        "settle_seconds": round(settled - full, 2),
+        **(
+            {"engine_cpu_seconds": round(engine - engine_before, 2)}
+            if engine is not None and engine_before is not None
+            else {}
+        ),
     }
+
+
+async def engine_cpu(client: httpx.AsyncClient, service: Watched | None) -> float | None:
+    """The CPU seconds the service's engine has spent so far (``/metrics``), or None."""
+    if service is None:
+        return None
+    text = (await client.get(service.metrics_url)).text
+    return sum(metric_values(text, "frachub_engine_cpu_seconds_total").values())
 
 
 async def run_topology(
