@@ -24,6 +24,7 @@ Running.
     python benchmarks/kai_scale.py                      # all four, 500 nodes, 3 runs each
     python benchmarks/kai_scale.py --test fill --runs 5
     python benchmarks/kai_scale.py --nodes 4 --runs 1 --json    # the CI-sized run
+    python benchmarks/kai_scale.py --test large --engine-only   # the victims' cycle alone, CPU
 
 At ``--nodes N`` the shapes scale as KAI's do with its NODE_COUNT: fill and reclaim use
 N x 8 single-GPU jobs, large an N-replica gang; topology keeps KAI's 512 nodes in a
@@ -463,6 +464,64 @@ async def run_topology(
 TESTS_RUN = {"fill": run_fill, "reclaim": run_reclaim, "large": run_large, "topology": run_topology}
 
 
+def large_decision(nodes: int) -> dict[str, Any]:
+    """The engine alone on the large test's moment of decision: ``nodes`` nodes of 8 GPUs,
+    each held by one 8-GPU job of the borrowing project, and the claimant's gang of
+    ``nodes`` replicas arriving; one cycle (``run_cycle``, the service's default scorer)
+    timed in CPU seconds. No service, hub or fake: what this costs is the engine's share
+    of the time until the victims are stopped, measured apart from the load."""
+    from scheduler.common.placement import GpuShare, ReplicaPlacement
+    from scheduler.engine.cycle import run_cycle
+    from scheduler.engine.model import (
+        Evict,
+        Kind,
+        Node,
+        Queue,
+        Request,
+        Snapshot,
+        State,
+        Workload,
+        default_priority,
+    )
+    from scheduler.engine.placement import scorer_named
+    from scheduler.engine.session import Policy
+
+    machines = tuple(Node(f"kwok-{n:04d}", GPUS_PER_NODE) for n in range(nodes))
+    queues = (
+        Queue("sanity", deserved_gpus=0),
+        Queue("reclaim", deserved_gpus=nodes * GPUS_PER_NODE),
+    )
+    priority = default_priority(Kind.TRAINING, True)
+    whole = tuple(GpuShare(g, 1000) for g in range(GPUS_PER_NODE))
+    workloads = [
+        Workload(
+            name=str(n + 1),
+            queue="sanity",
+            kind=Kind.TRAINING,
+            request=Request(gpus=GPUS_PER_NODE),
+            priority=priority,
+            preemptible=True,
+            submitted_at=float(n),
+            seq=n + 1,
+            state=State.RUNNING,
+            placement=(ReplicaPlacement(machine.name, whole),),
+            started_at=1000.0 + n,
+            start_seq=n + 1,
+        )
+        for n, machine in enumerate(machines)
+    ]
+    gang = Request(gpus=GPUS_PER_NODE, replicas=nodes)
+    workloads.append(
+        Workload(str(nodes + 1), "reclaim", Kind.TRAINING, gang, priority, True, 2000.0, nodes + 1)
+    )
+    snapshot = Snapshot(machines, queues, tuple(workloads))
+    began = time.process_time()
+    result = run_cycle(snapshot, 3000.0, Policy(scorer=scorer_named("frachub")))
+    cpu = time.process_time() - began
+    evicted = sum(isinstance(d, Evict) for d in result.decisions)
+    return {"engine_cpu_seconds": round(cpu, 3), "evictions": evicted, "load": load()}
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} CPUs"
@@ -484,8 +543,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="profile the service and the fake (cProfile: service.prof, fake.prof)",
     )
+    parser.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="large: time the engine's cycle that picks the victims, alone (CPU seconds)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.engine_only:
+        print(json.dumps(large_decision(args.nodes)))
+        return 0
     tests = TESTS if args.test == "all" else (args.test,)
     work = Path(tempfile.mkdtemp(prefix="frachub-kai-"))
     print(f"starting JupyterHub in {work}; load {load()}", file=sys.stderr)
