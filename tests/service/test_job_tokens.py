@@ -325,6 +325,38 @@ def test_a_revocation_the_hub_does_not_answer_is_kept_and_tried_again(
         store.close()
 
 
+def test_an_end_is_reported_and_its_token_revoked_when_the_store_refuses_to_keep_it(
+    hub, make_user, tmp_path, caplog
+):
+    """A database that refuses the pending revocation (here its table is gone) costs only
+    the promise across a restart, said in the log: the end is reported and the token
+    revoked all the same."""
+    user, _ = make_user(groups=["vision"])
+    tokens = HubTokens(hub.api_url, hub.frachub_token)
+    store = open_store(f"sqlite:///{tmp_path / 'frachub.sqlite'}")
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE pending_revocations")
+
+    async def scenario() -> None:
+        backend = CredentialedBackend(
+            local_backend(tmp_path), tokens, "http://svc/", 3600, store=store
+        )
+        handle = await backend.start(spec(45, user, PRINTS_TOKEN))
+        token = printed_token(backend, 45)
+        await backend.stop(45, handle, 0)
+        assert [e.workload_id for e in await exits_until(backend, 1)] == [45]
+        await backend.revocations.settle()
+        assert await token_refused(hub, token)
+        assert "could not be read" in caplog.text  # the first poll's look for leftovers
+        assert "could not be stored before their revocation" in caplog.text
+        await backend.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
+
+
 def test_a_job_starts_without_a_token_when_the_hub_cannot_issue_one(tmp_path, caplog):
     tokens = HubTokens("http://127.0.0.1:9/hub/api", "nobody", timeout=2)
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from scheduler.service.persistence.orm import RevocationRecord
 from scheduler.service.persistence.store import Store
@@ -87,10 +88,18 @@ class Revocations:
         if not new:
             return
         if self.store is not None:
-            self.store.add(
-                *(RevocationRecord(token_id=tid, user=user, since=now) for user, tid in new)
-            )
-            self.store.commit()
+            try:
+                self.store.add(
+                    *(RevocationRecord(token_id=tid, user=user, since=now) for user, tid in new)
+                )
+                self.store.commit()
+            except SQLAlchemyError as error:  # the ends are reported all the same
+                self.log.warning(
+                    "%d ended job(s)' token(s) could not be stored before their revocation "
+                    "(a restart before it would leave them valid until they expire): %s",
+                    len(new),
+                    error,
+                )
         for user, token_id in new:
             self._pending[token_id] = (user, now)
         self._start([token_id for _, token_id in new])
@@ -98,11 +107,12 @@ class Revocations:
     def poll(self) -> None:
         """At each backend poll: the first time, load what a previous incarnation left to
         revoke; later, try again what failed, every ``RETRY_SECONDS``."""
-        if not self._resumed:
-            self._resumed = True
-            self.resume()
-            return
         now = self.clock()
+        if not self._resumed:
+            if now >= self._retry_at:
+                self._resumed = self.resume()
+                self._retry_at = 0.0 if self._resumed else now + RETRY_SECONDS
+            return
         if not self._failed or now < self._retry_at:
             return
         waiting = [token_id for token_id in self._failed if token_id not in self._busy]
@@ -115,16 +125,23 @@ class Revocations:
             self._forget(expired)
         self._start([t for t in waiting if t not in expired])
 
-    def resume(self) -> None:
-        """Revoke the tokens the table holds from before this start."""
+    def resume(self) -> bool:
+        """Revoke the tokens the table holds from before this start; False when the store
+        could not be read (``poll`` tries again after ``RETRY_SECONDS``)."""
         if self.store is None:
-            return
-        rows = self.store.session.execute(select(RevocationRecord)).scalars().all()
+            return True
+        try:
+            rows = self.store.session.execute(select(RevocationRecord)).scalars().all()
+        except SQLAlchemyError as error:
+            self.store.rollback()
+            self.log.warning("the job tokens left to revoke could not be read: %s", error)
+            return False
         for row in rows:
             self._pending.setdefault(row.token_id, (row.user, row.since))
         if rows:
             self.log.info("revoking %d job token(s) left from before the restart", len(rows))
         self._start([row.token_id for row in rows])
+        return True
 
     async def settle(self) -> None:
         """Wait for the revocations under way (tests; ``close``)."""
@@ -179,9 +196,13 @@ class Revocations:
         if not token_ids:
             return
         if self.store is not None:
-            self.store.session.execute(
-                delete(RevocationRecord).where(RevocationRecord.token_id.in_(token_ids))
-            )
-            self.store.commit()
+            try:
+                self.store.session.execute(
+                    delete(RevocationRecord).where(RevocationRecord.token_id.in_(token_ids))
+                )
+                self.store.commit()
+            except SQLAlchemyError as error:  # revoked all the same; a restart asks again
+                self.store.rollback()
+                self.log.warning("revoked job tokens stay listed as pending: %s", error)
         for token_id in token_ids:
             self._pending.pop(token_id, None)
