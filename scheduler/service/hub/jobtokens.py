@@ -50,9 +50,9 @@ class HubTokenError(RuntimeError):
 
 
 TOKEN_REQUESTS_AT_ONCE = 8
-"""Token requests in flight to the hub at once (``HubApi.at_once``); the service starts 16
-jobs side by side (``LAUNCHES_AT_ONCE``) and revokes the tokens of every job that ended
-in a poll, so a burst waits its turn here rather than in a timed queue."""
+"""Token issues in flight to the hub at once (``HubApi.at_once``); the service starts 16
+jobs side by side (``LAUNCHES_AT_ONCE``), so a burst waits its turn here rather than in a
+timed queue. Revocations have connections of their own (``REVOCATIONS_AT_ONCE``)."""
 REVOCATIONS_AT_ONCE = 4
 """Revocations in flight at once, on connections of their own (``Revocations``): a burst
 of them (a reclaim for a 500-replica gang ends 500 jobs) must not hold up the token of a
