@@ -24,6 +24,7 @@ Running.
     python benchmarks/kai_scale.py                      # all four, 500 nodes, 3 runs each
     python benchmarks/kai_scale.py --test fill --runs 5
     python benchmarks/kai_scale.py --nodes 4 --runs 1 --json    # the CI-sized run
+    python benchmarks/kai_scale.py --test large --engine-only   # the victims' cycle alone, CPU
 
 At ``--nodes N`` the shapes scale as KAI's do with its NODE_COUNT: fill and reclaim use
 N x 8 single-GPU jobs, large an N-replica gang; topology keeps KAI's 512 nodes in a
@@ -252,9 +253,10 @@ async def one_test(
             cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
             cpu["fake"] = process.cpu_seconds()
             async with client("kai-sanity") as sanity, client("kai-reclaim") as reclaim:
-                if test == "reclaim":
+                if test in ("reclaim", "large"):
                     watched = Watched(service.proc.pid, hub.service_url("metrics"))
-                    result = await run_reclaim(fake, sanity, reclaim, layout, timeout, watched)
+                    run = run_reclaim if test == "reclaim" else run_large
+                    result = await run(fake, sanity, reclaim, layout, timeout, watched)
                 else:
                     result = await TESTS_RUN[test](fake, sanity, reclaim, layout, timeout)
             for name, pid in pids.items():
@@ -382,9 +384,18 @@ async def run_large(
     reclaim: httpx.AsyncClient,
     layout: Layout,
     timeout: float,
+    service: Watched | None = None,
 ) -> dict[str, Any]:
+    """Fill with whole-node jobs, wait until the service has settled (as for reclaim: KAI
+    waits for its reclaimees' pods), then the gang, from its POST until all its replicas
+    run. ``engine_cpu_seconds``: the CPU the service's engine spent meanwhile (its
+    ``/metrics``): the cycle that picks 500 victims for the gang is most of the time until
+    the victims are stopped."""
     replicas = len(layout)
     await fill_cluster(fake, sanity, replicas, GPUS_PER_NODE, timeout)
+    full = time.monotonic()
+    settled = full if service is None else await settle(reclaim, service, replicas, timeout)
+    engine_before = await engine_cpu(reclaim, service)
     began = time.monotonic()
     [wid] = await submit_many(reclaim, jobs(1, GPUS_PER_NODE, "large", replicas), 1)
 
@@ -401,13 +412,28 @@ async def run_large(
         return gang >= replicas
 
     done = await until(all_run, timeout, f"{replicas} replicas running")
+    engine = await engine_cpu(reclaim, service)
     return {
         "seconds": done - began,
         "replicas": replicas,
         "gpus": replicas * GPUS_PER_NODE,
         **phases,
         "to_started": round(await submitted_to_started(reclaim, wid), 2),
+        "settle_seconds": round(settled - full, 2),
+        **(
+            {"engine_cpu_seconds": round(engine - engine_before, 2)}
+            if engine is not None and engine_before is not None
+            else {}
+        ),
     }
+
+
+async def engine_cpu(client: httpx.AsyncClient, service: Watched | None) -> float | None:
+    """The CPU seconds the service's engine has spent so far (``/metrics``), or None."""
+    if service is None:
+        return None
+    text = (await client.get(service.metrics_url)).text
+    return sum(metric_values(text, "frachub_engine_cpu_seconds_total").values())
 
 
 async def run_topology(
@@ -438,6 +464,64 @@ async def run_topology(
 TESTS_RUN = {"fill": run_fill, "reclaim": run_reclaim, "large": run_large, "topology": run_topology}
 
 
+def large_decision(nodes: int) -> dict[str, Any]:
+    """The engine alone on the large test's moment of decision: ``nodes`` nodes of 8 GPUs,
+    each held by one 8-GPU job of the borrowing project, and the claimant's gang of
+    ``nodes`` replicas arriving; one cycle (``run_cycle``, the service's default scorer)
+    timed in CPU seconds. No service, hub or fake: what this costs is the engine's share
+    of the time until the victims are stopped, measured apart from the load."""
+    from scheduler.common.placement import GpuShare, ReplicaPlacement
+    from scheduler.engine.cycle import run_cycle
+    from scheduler.engine.model import (
+        Evict,
+        Kind,
+        Node,
+        Queue,
+        Request,
+        Snapshot,
+        State,
+        Workload,
+        default_priority,
+    )
+    from scheduler.engine.placement import scorer_named
+    from scheduler.engine.session import Policy
+
+    machines = tuple(Node(f"kwok-{n:04d}", GPUS_PER_NODE) for n in range(nodes))
+    queues = (
+        Queue("sanity", deserved_gpus=0),
+        Queue("reclaim", deserved_gpus=nodes * GPUS_PER_NODE),
+    )
+    priority = default_priority(Kind.TRAINING, True)
+    whole = tuple(GpuShare(g, 1000) for g in range(GPUS_PER_NODE))
+    workloads = [
+        Workload(
+            name=str(n + 1),
+            queue="sanity",
+            kind=Kind.TRAINING,
+            request=Request(gpus=GPUS_PER_NODE),
+            priority=priority,
+            preemptible=True,
+            submitted_at=float(n),
+            seq=n + 1,
+            state=State.RUNNING,
+            placement=(ReplicaPlacement(machine.name, whole),),
+            started_at=1000.0 + n,
+            start_seq=n + 1,
+        )
+        for n, machine in enumerate(machines)
+    ]
+    gang = Request(gpus=GPUS_PER_NODE, replicas=nodes)
+    workloads.append(
+        Workload(str(nodes + 1), "reclaim", Kind.TRAINING, gang, priority, True, 2000.0, nodes + 1)
+    )
+    snapshot = Snapshot(machines, queues, tuple(workloads))
+    began = time.process_time()
+    result = run_cycle(snapshot, 3000.0, Policy(scorer=scorer_named("frachub")))
+    cpu = time.process_time() - began
+    evicted = sum(isinstance(d, Evict) for d in result.decisions)
+    return {"engine_cpu_seconds": round(cpu, 3), "evictions": evicted, "load": load()}
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} CPUs"
@@ -459,8 +543,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="profile the service and the fake (cProfile: service.prof, fake.prof)",
     )
+    parser.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="large: time the engine's cycle that picks the victims, alone (CPU seconds)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.engine_only:
+        print(json.dumps(large_decision(args.nodes)))
+        return 0
     tests = TESTS if args.test == "all" else (args.test,)
     work = Path(tempfile.mkdtemp(prefix="frachub-kai-"))
     print(f"starting JupyterHub in {work}; load {load()}", file=sys.stderr)

@@ -630,7 +630,9 @@ class FracHubService(PolicySettings, Application):
             )
             return backend
         tokens = HubTokens(self.hub_auth.api_url, self.hub_auth.api_token, self.hub_timeout)
-        return CredentialedBackend(backend, tokens, url, self.job_token_seconds, log=self.log)
+        return CredentialedBackend(
+            backend, tokens, url, self.job_token_seconds, log=self.log, store=self.store
+        )
 
     async def serve(self) -> None:
         made: dict[type, Any] = {}

@@ -28,12 +28,16 @@ from service_client import (
     wait_token_refused,
     workload,
 )
+from sqlalchemy import select
 
 from scheduler.backends.base import Exit, JobSpec
 from scheduler.backends.local import LocalBackend
 from scheduler.common.placement import GpuShare, ReplicaPlacement
 from scheduler.common.scopes import JOB_TOKEN_SCOPES
 from scheduler.service.hub.jobtokens import TOKEN_KEY, CredentialedBackend, HubTokens, token_id_of
+from scheduler.service.hub.revocations import RETRY_SECONDS
+from scheduler.service.persistence.orm import RevocationRecord
+from scheduler.service.persistence.store import Store, open_store
 
 ONE_LINER = (
     f"{shlex.quote(sys.executable)} -c 'from hub_ext.client import checkpointed; checkpointed()'"
@@ -202,7 +206,8 @@ def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_use
         assert hub.whoami(token)["token_id"] == token_id  # the job got the token, not the env's
         await first.stop(41, handle, 0)
         assert [e.workload_id for e in await exits_until(first, 1)] == [41]
-        # the exit was seen by the first incarnation: revoked
+        # the exit was seen by the first incarnation: revoked (after the end was reported)
+        await first.revocations.settle()
         assert await token_refused(hub, token)
 
         second_handle = await first.start(spec(42, user, PRINTS_TOKEN))
@@ -218,9 +223,138 @@ def test_a_job_that_was_gone_after_a_restart_has_its_token_revoked(hub, make_use
         # killed with its wrapper: no exit file, so no exit will ever be reported
         assert restarted.adopt(42, second_handle) is False
         assert await restarted.poll() == []
+        await restarted.revocations.settle()
         assert await token_refused(hub, token)
 
     asyncio.run(scenario())
+
+
+def stored_revocations(store: Store) -> dict[str, str]:
+    """The ``pending_revocations`` table as the database has it: token id -> user."""
+    with store.engine.connect() as connection:
+        rows = connection.execute(select(RevocationRecord.token_id, RevocationRecord.user))
+        return {token_id: user for token_id, user in rows}
+
+
+def test_an_ended_jobs_token_is_revoked_after_a_restart_between_its_end_and_the_revocation(
+    hub, make_user, tmp_path
+):
+    """The end is reported before the token is revoked (the revocation goes on in the
+    background); a service that stops in between has stored the token, and its next start
+    revokes it. Before, the poll revoked first and reported after."""
+    user, _ = make_user(groups=["vision"])
+    tokens = HubTokens(hub.api_url, hub.frachub_token)
+    url = f"sqlite:///{tmp_path / 'frachub.sqlite'}"
+
+    async def scenario() -> None:
+        store = open_store(url)
+        first = CredentialedBackend(
+            local_backend(tmp_path), tokens, "http://svc/", 3600, store=store
+        )
+        handle = await first.start(spec(43, user, PRINTS_TOKEN))
+        token_id = token_id_of(handle)
+        token = printed_token(first, 43)
+        await first.stop(43, handle, 0)
+        deadline = time.monotonic() + 15
+        while not (reports := await first.poll()):  # no pause after the poll that reports it
+            assert time.monotonic() < deadline, "the stopped job's exit was never reported"
+            await asyncio.sleep(0.1)
+        assert [r.workload_id for r in reports if isinstance(r, Exit)] == [43]
+        # the end is reported and its token stored, not revoked yet; the service stops now
+        assert stored_revocations(store) == {token_id: user}
+        await first.close()
+        store.close()
+        assert hub.whoami(token)["token_id"] == token_id  # still valid: nobody revoked it
+
+        restarted_store = open_store(url)
+        restarted = CredentialedBackend(
+            local_backend(tmp_path), tokens, "http://svc/", 3600, store=restarted_store
+        )
+        assert restarted.revocations.pending == {}
+        assert await restarted.poll() == []  # its first poll takes up what was stored
+        await restarted.revocations.settle()
+        assert await token_refused(hub, token)
+        assert stored_revocations(restarted_store) == {}
+        await restarted.close()
+        restarted_store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_revocation_the_hub_does_not_answer_is_kept_and_tried_again(
+    hub, make_user, tmp_path, caplog
+):
+    """A revocation that fails (the hub unreachable, after ``HubTokens``' own tries) stays
+    stored and is sent again ``RETRY_SECONDS`` later, when the hub answers."""
+    user, _ = make_user(groups=["vision"])
+    tokens = HubTokens(hub.api_url, hub.frachub_token)
+    store = open_store(f"sqlite:///{tmp_path / 'frachub.sqlite'}")
+    now = [1000.0]
+
+    async def scenario() -> None:
+        backend = CredentialedBackend(
+            local_backend(tmp_path), tokens, "http://svc/", 3600, store=store
+        )
+        backend.revocations.clock = lambda: now[0]
+        handle = await backend.start(spec(44, user, PRINTS_TOKEN))
+        token_id = token_id_of(handle)
+        token = printed_token(backend, 44)
+        # the hub cannot be reached while the end is heard (a port nothing listens on)
+        backend.revocations.tokens = HubTokens("http://127.0.0.1:9/hub/api", "x", timeout=2)
+        await backend.stop(44, handle, 0)
+        await exits_until(backend, 1)
+        await backend.revocations.settle()
+        assert "is not revoked yet" in caplog.text
+        assert stored_revocations(store) == {token_id: user}
+        assert hub.whoami(token)["token_id"] == token_id
+
+        backend.revocations.tokens = tokens  # the hub is back
+        await backend.poll()
+        await backend.revocations.settle()
+        assert stored_revocations(store) == {token_id: user}, "tried again before its time"
+        now[0] += RETRY_SECONDS
+        await backend.poll()
+        await backend.revocations.settle()
+        assert stored_revocations(store) == {}
+        assert await token_refused(hub, token)
+        await backend.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
+
+
+def test_an_end_is_reported_and_its_token_revoked_when_the_store_refuses_to_keep_it(
+    hub, make_user, tmp_path, caplog
+):
+    """A database that refuses the pending revocation (here its table is gone) costs only
+    the promise across a restart, said in the log: the end is reported and the token
+    revoked all the same."""
+    user, _ = make_user(groups=["vision"])
+    tokens = HubTokens(hub.api_url, hub.frachub_token)
+    store = open_store(f"sqlite:///{tmp_path / 'frachub.sqlite'}")
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE pending_revocations")
+
+    async def scenario() -> None:
+        backend = CredentialedBackend(
+            local_backend(tmp_path), tokens, "http://svc/", 3600, store=store
+        )
+        handle = await backend.start(spec(45, user, PRINTS_TOKEN))
+        token = printed_token(backend, 45)
+        await backend.stop(45, handle, 0)
+        assert [e.workload_id for e in await exits_until(backend, 1)] == [45]
+        await backend.revocations.settle()
+        assert await token_refused(hub, token)
+        assert "could not be read" in caplog.text  # the first poll's look for leftovers
+        assert "could not be stored before their revocation" in caplog.text
+        await backend.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
 
 
 def test_a_job_starts_without_a_token_when_the_hub_cannot_issue_one(tmp_path, caplog):

@@ -14,7 +14,9 @@ behaviour: ``start`` issues the token and hands it to the backend in ``JobSpec.c
 (the local backend puts it in the process's environment, the Kubernetes backend in a Secret
 owned by the Job); the token's id (never the token) is kept in the attempt's handle, which the
 service stores with the workload, so a restarted service still knows which token belongs to
-which job and revokes it when the job ends. A token that cannot be issued (the hub is down,
+which job and revokes it when the job ends. The end is reported first and the token revoked
+after, in the background, stored meanwhile so that a restart still revokes it
+(``scheduler/service/hub/revocations.py``). A token that cannot be issued (the hub is down,
 the owner lacks ``custom:frachub:job``) costs the job its API route only: it starts without
 one, and ``checkpointed()`` falls back to the file in ``FRACHUB_CHECKPOINT_DIR``.
 """
@@ -34,6 +36,8 @@ from tornado.httpclient import HTTPClientError
 from scheduler.backends.base import Backend, Checkpoint, Exit, Handle, JobSpec
 from scheduler.common.scopes import JOB_TOKEN_SCOPES
 from scheduler.service.hub.hubapi import HubApi
+from scheduler.service.hub.revocations import Revocations
+from scheduler.service.persistence.store import Store
 
 TOKEN_KEY = "hub_token"
 """The handle's entry for the attempt's token: ``{"id": ..., "user": ...}``."""
@@ -46,9 +50,13 @@ class HubTokenError(RuntimeError):
 
 
 TOKEN_REQUESTS_AT_ONCE = 8
-"""Token requests in flight to the hub at once (``HubApi.at_once``); the service starts 16
-jobs side by side (``LAUNCHES_AT_ONCE``) and revokes the tokens of every job that ended
-in a poll, so a burst waits its turn here rather than in a timed queue."""
+"""Token issues in flight to the hub at once (``HubApi.at_once``); the service starts 16
+jobs side by side (``LAUNCHES_AT_ONCE``), so a burst waits its turn here rather than in a
+timed queue. Revocations have connections of their own (``REVOCATIONS_AT_ONCE``)."""
+REVOCATIONS_AT_ONCE = 4
+"""Revocations in flight at once, on connections of their own (``Revocations``): a burst
+of them (a reclaim for a 500-replica gang ends 500 jobs) must not hold up the token of a
+job starting, which before waited behind all 500 for a free connection."""
 TOKEN_TRIES = 3
 """Tries of a revocation the hub did not answer (or answered 5xx), and of an issue whose
 connection failed (an issue that timed out may have made a token: it is not sent twice);
@@ -153,6 +161,8 @@ class CredentialedBackend:
         ``FRACHUB_URL``.
     lifetime: seconds a token lives at most; it is revoked as soon as the attempt ends, so
         this bounds only a token the service could not revoke (it was down for good).
+    store: where the tokens of ended attempts wait for their revocation (``Revocations``);
+        None keeps them in memory only.
     Everything else is the wrapped backend's (``connect``, ``read_log``, ...).
     """
 
@@ -163,6 +173,7 @@ class CredentialedBackend:
         service_url: str,
         lifetime: int,
         log: logging.Logger | None = None,
+        store: Store | None = None,
     ) -> None:
         self.backend = backend
         self.tokens = tokens
@@ -174,6 +185,8 @@ class CredentialedBackend:
         self._gone: list[int] = []
         """Adopted workloads whose attempt was gone: no exit will come, revoke at the next
         poll."""
+        revoker = HubTokens(tokens.api_url, tokens.api_token, tokens.timeout, REVOCATIONS_AT_ONCE)
+        self.revocations = Revocations(revoker, store, lifetime, self.log)
 
     def __getattr__(self, name: str) -> Any:
         if name == "backend":  # not set yet: no recursion
@@ -187,7 +200,10 @@ class CredentialedBackend:
         return self.backend.log_path(workload_id, replica)
 
     async def close(self) -> None:
-        await self.backend.close()  # running jobs keep their tokens: a restart adopts them
+        # running jobs keep their tokens (a restart adopts them); the ended ones' tokens not
+        # revoked yet stay stored, and the next start revokes them
+        await self.revocations.close()
+        await self.backend.close()
 
     async def start(self, job: JobSpec) -> Handle:
         note = f"frachub job {job.workload_id} ({job.name}), attempt {job.restart_count + 1}"
@@ -222,13 +238,15 @@ class CredentialedBackend:
         return adopted
 
     async def poll(self) -> list[Exit | Checkpoint]:
+        self.revocations.poll()
         reports = await self.backend.poll()
         ended = [r.workload_id for r in reports if isinstance(r, Exit)] + self._gone
         self._gone = []
-        # revoked before the service records the ends: a service that dies in between hears
-        # of them again after its restart and revokes again (a gone token is no error)
-        issued = [self._issued.pop(w) for w in ended if w in self._issued]
-        await asyncio.gather(*(self._revoke(user, token_id) for user, token_id in issued))
+        # stored (committed) before the ends are reported and revoked after, in the
+        # background: the ends do not wait for the hub (a reclaim of 500 jobs waited 3-5 s
+        # for 500 revocations), and a service that stops in between revokes them at its
+        # next start (revocations.py)
+        self.revocations.keep(self._issued.pop(w) for w in ended if w in self._issued)
         return reports
 
     async def _revoke(self, user: str, token_id: str) -> None:

@@ -368,6 +368,20 @@ class UsageSampleRecord(Base):
     """Memory (GiB) the project's work holding GPUs asked for."""
 
 
+class RevocationRecord(Base):
+    """A job token still to be revoked: its attempt has ended and been reported, and the hub
+    has not yet confirmed the token gone (``scheduler/service/hub/revocations.py``). Stored
+    before the end is reported, deleted once revoked, so a service that stops in between
+    revokes it after its restart (migration 0013)."""
+
+    __tablename__ = "pending_revocations"
+
+    token_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    since: Mapped[float] = mapped_column(Float)
+    """When its attempt's end was heard: a token older than its lifetime has expired."""
+
+
 def placement_to_json(placement: Placement) -> list:
     return [
         {"node": replica.node, "gpus": [[share.index, share.milli] for share in replica.gpus]}
