@@ -10,6 +10,7 @@ Changing a table means adding a migration under ``migrations/versions`` as well.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -65,12 +66,22 @@ def _bounded(mapper: Mapper) -> list[tuple[str, str, int]]:
 def _refuse_too_long(mapper: Mapper, connection: Any, target: Base) -> None:
     values = target.__dict__  # what was set or loaded; an unloaded column is not written
     for key, column, length in _bounded(mapper):
-        value = values.get(key)
-        if isinstance(value, str) and len(value) > length:
-            raise TooLong(
-                f"{mapper.local_table.name}.{column}: {len(value)} characters, more than "
-                f"the {length} it holds"
-            )
+        _check(mapper, column, length, values.get(key))
+
+
+def refuse_too_long(mapper: Mapper, row: Mapping[str, Any]) -> None:
+    """The same check for a row written without the ORM (``row`` by column name, as a Core
+    insert or update takes it: ``persistence/writer.py``)."""
+    for _, column, length in _bounded(mapper):
+        _check(mapper, column, length, row.get(column))
+
+
+def _check(mapper: Mapper, column: str, length: int, value: Any) -> None:
+    if isinstance(value, str) and len(value) > length:
+        raise TooLong(
+            f"{mapper.local_table.name}.{column}: {len(value)} characters, more than "
+            f"the {length} it holds"
+        )
 
 
 ACTIVE_STATES = tuple(state.value for state in lifecycle.ACTIVE_STATES)
