@@ -52,7 +52,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
+from hubharness import API_PATH, Hub, ServiceProcess, descendants  # noqa: E402
 
 PAGINATED = {"Accept": "application/jupyterhub-pagination+json"}
 
@@ -95,9 +95,21 @@ def service_config(args: argparse.Namespace) -> str:
             "c.FracHubService.grace_period = 1",
             f"c.FracHubService.interactive_reserve_gpus = {args.reserve!r}",
             'c.Application.log_level = "WARN"',
+            *THREAD_NAMES,
             *profile_lines(args.profile),
         ]
     )
+
+
+THREAD_NAMES = [
+    "import ctypes as _ctypes, threading as _threading",
+    "_prctl, _inner = _ctypes.CDLL(None).prctl, _threading.Thread._bootstrap_inner",
+    "def _named(thread): _prctl(15, thread.name.encode()[:15], 0, 0, 0); _inner(thread)",
+    "_threading.Thread._bootstrap_inner = _named",
+]
+"""Config lines that give each of the service's threads its Python name as its Linux name
+(``/proc/PID/task/TID/comm``; Python 3.11 does not), so that ``cpu_parts`` can tell the
+engine's thread from the store's writer. Benchmark only: PR_SET_NAME on the new thread."""
 
 
 def profile_lines(path: str | None) -> list[str]:
@@ -313,6 +325,69 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _ticks(path: str) -> float:
+    """User + system seconds from a /proc stat file (0 when the task is gone)."""
+    try:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_parts(hub: Hub, service: ServiceProcess) -> dict[str, float]:
+    """CPU seconds so far of every process on the submissions' path, the service by thread:
+    the event loop (the main thread), each named thread (``THREAD_NAMES``; numbered pool
+    threads summed), threads that have ended (the process's total less its live threads),
+    the jobs it started; the hub, its configurable-http-proxy, this client; and the whole
+    machine's busy time, so that the difference is everything else that ran."""
+    parts: dict[str, float] = {}
+
+    def add(name: str, seconds: float) -> None:
+        parts[name] = parts.get(name, 0.0) + seconds
+
+    live = 0.0
+    for task in Path(f"/proc/{service.pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        seconds = _ticks(f"{task}/stat")
+        live += seconds
+        name = "event loop" if int(task.name) == service.pid else comm.rstrip("0123456789_")
+        add(f"service: {name}", seconds)
+    add("service: ended threads", _ticks(f"/proc/{service.pid}/stat") - live)
+    for pid in descendants(service.pid):
+        add("service's jobs", _ticks(f"/proc/{pid}/stat"))
+    assert hub.proc is not None
+    add("hub", _ticks(f"/proc/{hub.proc.pid}/stat"))
+    for pid in descendants(hub.proc.pid):
+        cmdline = (
+            Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
+        )
+        name = "configurable-http-proxy" if b"configurable-http-proxy" in cmdline else "hub"
+        if pid != service.pid:
+            add(name, _ticks(f"/proc/{pid}/stat"))
+    times = os.times()
+    add("benchmark client", times.user + times.system)
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    idle = int(cpu[3]) + int(cpu[4])
+    add("machine", (sum(int(value) for value in cpu[:8]) - idle) / os.sysconf("SC_CLK_TCK"))
+    return parts
+
+
+def cpu_per_submission(
+    before: dict[str, float], after: dict[str, float], count: int
+) -> dict[str, float]:
+    """ms of CPU per submission by part between two ``cpu_parts`` (parts under 0.005 ms
+    left out), with ``everything else`` = the machine's less every part measured."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    machine = spent.pop("machine")
+    spent["everything else"] = machine - sum(spent.values())
+    spent["machine"] = machine
+    found = {name: round(1000 * seconds / count, 3) for name, seconds in spent.items()}
+    return {name: ms for name, ms in sorted(found.items()) if abs(ms) >= 0.005}
+
+
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -343,6 +418,7 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
     stop = asyncio.Event()
     cpu_before, wall_before = cpu_seconds(service.pid), time.perf_counter()
     loop_cpu_before = cpu_seconds(service.pid, service.pid)
+    parts_before = cpu_parts(hub, service)
     reader = asyncio.create_task(read_while(client(tokens[0]), stop))
     spawner = None
     if args.notebook_every > 0:
@@ -350,6 +426,8 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
     post_latencies, first_post, submit_seconds = await submit_all(clients, args)
     submit_cpu = cpu_seconds(service.pid) - cpu_before
     submit_loop_cpu = cpu_seconds(service.pid, service.pid) - loop_cpu_before
+    submit_parts = cpu_per_submission(parts_before, cpu_parts(hub, service), args.workloads)
+    load = Path("/proc/loadavg").read_text().split()[:3]
     running = await settle(admin, args.quiet)
     stop.set()
     read_latencies = await reader
@@ -405,6 +483,10 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
         # the event loop's thread alone (requests, the group commit, applying cycles), per
         # submission: the figure that bounds the submissions a second, whatever the load
         "submit_loop_cpu_ms_per_submission": round(1000 * submit_loop_cpu / args.workloads, 3),
+        # every process's CPU during the submissions, ms per submission (the hub, its proxy
+        # and this client share the machine's 2 cores with the service)
+        "submit_cpu_ms_per_submission_by_part": submit_parts,
+        "load_average_after_submissions": " ".join(load),
         "post_p50_ms": round(1000 * statistics.median(post_latencies), 1),
         "post_p99_ms": round(1000 * percentile(post_latencies, 99), 1),
         "list_p50_ms": round(1000 * statistics.median(read_latencies), 1),
