@@ -147,6 +147,13 @@ def test_a_group_gets_its_ids_in_order_and_what_prepare_changes_is_stored(url: s
             ).order_by(WorkloadRecord.id)
         ).all()
         events = connection.execute(select(EventRecord.workload_id)).scalars().all()
+        # never set, so SQL NULL as the ORM wrote it (not JSON's null)
+        without = (
+            select(WorkloadRecord.id)
+            .where(WorkloadRecord.handle.is_(None))
+            .order_by(WorkloadRecord.id)
+        )
+        assert connection.execute(without).scalars().all() == ids
     assert [tuple(row) for row in stored] == [
         (ids[0], "a", {}, ids[0]),
         (ids[1], f"job-{ids[1]}", {}, None),

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import bindparam, insert, inspect, update
+from sqlalchemy import bindparam, insert, inspect, null, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import make_transient_to_detached
 
@@ -68,6 +68,21 @@ class _Columns:
             if column.primary_key:
                 continue
             self.columns.append((attribute.key, column.key, _python_default(column)))
+        self.null_json = frozenset(
+            column.key for column in self.table.columns if column.type.should_evaluate_none
+        )
+        """Columns (JSON without ``none_as_null``) to which a bound None is JSON ``null``;
+        the ORM leaves an unset one out, so it is SQL NULL: ``params`` says so."""
+
+    def params(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` as bound parameters: None is SQL NULL in every column, as the ORM writes
+        an attribute never set (a new workload's ``handle``)."""
+        if not any(row.get(key) is None for key in self.null_json):
+            return row
+        return {
+            key: null() if value is None and key in self.null_json else value
+            for key, value in row.items()
+        }
 
     def row(self, record: Any) -> dict[str, Any]:
         """The values ``record`` is inserted with, by column key: what it holds, else the
@@ -129,7 +144,8 @@ class StoreWriter:
         for row in rows:
             refuse_too_long(workloads.mapper, row)
         with self._engine.connect() as connection, connection.begin():
-            ids = connection.execute(self._insert, rows).scalars().all()
+            params = [workloads.params(row) for row in rows]
+            ids = connection.execute(self._insert, params).scalars().all()
             for record, new_id in zip(records, ids, strict=True):
                 record.id = new_id
             events = NewEvents()
@@ -139,7 +155,9 @@ class StoreWriter:
                 written = [self._events.row(event) for event in events.events]
                 for row in written:
                     refuse_too_long(self._events.mapper, row)
-                connection.execute(insert(self._events.table), written)
+                connection.execute(
+                    insert(self._events.table), [self._events.params(row) for row in written]
+                )
         # committed: each row as if read back (the defaults it was given included)
         for record, row in zip(records, rows, strict=True):
             stored = record.__dict__
@@ -160,8 +178,9 @@ class StoreWriter:
                 continue
             refuse_too_long(self._workloads.mapper, changed)
             row.update(changed)
+            bound = self._workloads.params(changed)
             by_columns.setdefault(tuple(sorted(changed)), []).append(
-                {"_id": record.id, **{f"_{key}": value for key, value in changed.items()}}
+                {"_id": record.id, **{f"_{key}": value for key, value in bound.items()}}
             )
         for columns, params in by_columns.items():
             statement = (
