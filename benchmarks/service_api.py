@@ -95,6 +95,7 @@ def service_config(args: argparse.Namespace) -> str:
             "c.LocalBackend.run_as_user = False",
             "c.FracHubService.grace_period = 1",
             f"c.FracHubService.interactive_reserve_gpus = {args.reserve!r}",
+            f"c.FracHubService.job_tokens = {not args.no_job_tokens!r}",
             'c.Application.log_level = "WARN"',
             *THREAD_NAMES,
             *profile_lines(args.profile),
@@ -612,6 +613,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--postgres", action="store_true", help="the store on a throwaway PostgreSQL server"
+    )
+    parser.add_argument(
+        "--no-job-tokens",
+        action="store_true",
+        help="FracHubService.job_tokens = False: the started jobs get no hub token of their "
+        "own (what the hub's CPU during the submissions is for)",
     )
     parser.add_argument(
         "--lean-client",
