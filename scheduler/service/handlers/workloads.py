@@ -54,13 +54,9 @@ class NeverCache:
         self.answers: dict[tuple[WorkloadRequest, bool], str | None] = {}
 
     def answer(self, ask: WorkloadRequest, queues: tuple, nodes: tuple, grow: bool) -> str | None:
-        # equal, not only the same: the loop makes a new tuple of queues as it goes (91
-        # times in 4,000 submissions), each miss a decision on an empty cluster (~1 ms)
-        if (queues is not self.queues and queues != self.queues) or (
-            nodes is not self.nodes and nodes != self.nodes
-        ):
+        if queues is not self.queues or (nodes is not self.nodes and nodes != self.nodes):
             self.answers.clear()
-        self.queues = queues
+            self.queues = queues
         self.nodes = nodes
         shape = feasibility.shape(ask)
         key = (shape, grow)
