@@ -46,13 +46,14 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from hubharness import API_PATH, Hub, ServiceProcess  # noqa: E402
+from hubharness import API_PATH, Hub, ServiceProcess, descendants  # noqa: E402
 
 PAGINATED = {"Accept": "application/jupyterhub-pagination+json"}
 
@@ -94,10 +95,23 @@ def service_config(args: argparse.Namespace) -> str:
             "c.LocalBackend.run_as_user = False",
             "c.FracHubService.grace_period = 1",
             f"c.FracHubService.interactive_reserve_gpus = {args.reserve!r}",
+            f"c.FracHubService.job_tokens = {not args.no_job_tokens!r}",
             'c.Application.log_level = "WARN"',
+            *THREAD_NAMES,
             *profile_lines(args.profile),
         ]
     )
+
+
+THREAD_NAMES = [
+    "import ctypes as _ctypes, threading as _threading",
+    "_prctl, _inner = _ctypes.CDLL(None).prctl, _threading.Thread._bootstrap_inner",
+    "def _named(thread): _prctl(15, thread.name.encode()[:15], 0, 0, 0); _inner(thread)",
+    "_threading.Thread._bootstrap_inner = _named",
+]
+"""Config lines that give each of the service's threads its Python name as its Linux name
+(``/proc/PID/task/TID/comm``; Python 3.11 does not), so that ``cpu_parts`` can tell the
+engine's thread from the store's writer. Benchmark only: PR_SET_NAME on the new thread."""
 
 
 def profile_lines(path: str | None) -> list[str]:
@@ -118,8 +132,56 @@ def profile_lines(path: str | None) -> list[str]:
     ]
 
 
+class LeanConnection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON and reads the answer, with nothing
+    else: the submissions' client for ``--lean-client``. httpx spent about 0.9 ms of CPU a
+    request on this machine's 2 cores, which the service, the hub and the proxy share: a
+    load generator that costs less leaves more of them to the system measured (the requests
+    still go through the proxy with a user's token, and every answer is checked)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.path = parts.path
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, token: str, body: dict) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        data = json.dumps(body).encode()
+        writer.write(
+            f"POST {self.path}{path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Authorization: token {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(":") for line in lines[1:] if line)
+        }
+        if "content-length" in headers:
+            answer = await reader.readexactly(int(headers["content-length"]))
+        else:  # chunked
+            answer = b""
+            while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+                answer += (await reader.readexactly(size + 2))[:-2]
+            await reader.readuntil(b"\r\n")
+        if headers.get("connection", "").lower() == "close":
+            writer.close()
+            self.streams = None
+        return status, answer
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
 async def submit_all(
-    clients: list[httpx.AsyncClient], args: argparse.Namespace
+    clients: list[httpx.AsyncClient], args: argparse.Namespace, tokens: list[str], url: str
 ) -> tuple[list[float], float, float]:
     rng = random.Random(args.seed)
     sizes = rng.choices([0.25, 0.5, 1], weights=[50, 30, 20], k=args.workloads)
@@ -130,18 +192,25 @@ async def submit_all(
     progress = {"done": 0}
 
     async def worker() -> None:
+        lean = LeanConnection(url) if args.lean_client else None
         while not queue.empty():
             i = queue.get_nowait()
-            client = clients[i % len(clients)]
             body = {"command": f"sleep {args.sleep}", "gpus": sizes[i], "name": f"bench-{i}"}
             began = time.perf_counter()
-            response = await client.post("workloads", json=body)
+            if lean is None:
+                response = await clients[i % len(clients)].post("workloads", json=body)
+                status, text = response.status_code, response.text
+            else:
+                status, answer = await lean.post("workloads", tokens[i % len(tokens)], body)
+                text = answer.decode()
             latencies.append(time.perf_counter() - began)
-            if response.status_code != 201:
-                raise RuntimeError(f"submission {i}: {response.status_code} {response.text}")
+            if status != 201 or json.loads(text)["name"] != body["name"]:
+                raise RuntimeError(f"submission {i}: {status} {text}")
             progress["done"] += 1
             if progress["done"] % 1000 == 0:
                 print(f"  submitted {progress['done']:,}", file=sys.stderr, flush=True)
+        if lean is not None:
+            lean.close()
 
     first = time.time()
     began = time.perf_counter()
@@ -313,6 +382,69 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _ticks(path: str) -> float:
+    """User + system seconds from a /proc stat file (0 when the task is gone)."""
+    try:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_parts(hub: Hub, service: ServiceProcess) -> dict[str, float]:
+    """CPU seconds so far of every process on the submissions' path, the service by thread:
+    the event loop (the main thread), each named thread (``THREAD_NAMES``; numbered pool
+    threads summed), threads that have ended (the process's total less its live threads),
+    the jobs it started; the hub, its configurable-http-proxy, this client; and the whole
+    machine's busy time, so that the difference is everything else that ran."""
+    parts: dict[str, float] = {}
+
+    def add(name: str, seconds: float) -> None:
+        parts[name] = parts.get(name, 0.0) + seconds
+
+    live = 0.0
+    for task in Path(f"/proc/{service.pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        seconds = _ticks(f"{task}/stat")
+        live += seconds
+        name = "event loop" if int(task.name) == service.pid else comm.rstrip("0123456789_")
+        add(f"service: {name}", seconds)
+    add("service: ended threads", _ticks(f"/proc/{service.pid}/stat") - live)
+    for pid in descendants(service.pid):
+        add("service's jobs", _ticks(f"/proc/{pid}/stat"))
+    assert hub.proc is not None
+    add("hub", _ticks(f"/proc/{hub.proc.pid}/stat"))
+    for pid in descendants(hub.proc.pid):
+        cmdline = (
+            Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
+        )
+        name = "configurable-http-proxy" if b"configurable-http-proxy" in cmdline else "hub"
+        if pid != service.pid:
+            add(name, _ticks(f"/proc/{pid}/stat"))
+    times = os.times()
+    add("benchmark client", times.user + times.system)
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    idle = int(cpu[3]) + int(cpu[4])
+    add("machine", (sum(int(value) for value in cpu[:8]) - idle) / os.sysconf("SC_CLK_TCK"))
+    return parts
+
+
+def cpu_per_submission(
+    before: dict[str, float], after: dict[str, float], count: int
+) -> dict[str, float]:
+    """ms of CPU per submission by part between two ``cpu_parts`` (parts under 0.005 ms
+    left out), with ``everything else`` = the machine's less every part measured."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    machine = spent.pop("machine")
+    spent["everything else"] = machine - sum(spent.values())
+    spent["machine"] = machine
+    found = {name: round(1000 * seconds / count, 3) for name, seconds in spent.items()}
+    return {name: ms for name, ms in sorted(found.items()) if abs(ms) >= 0.005}
+
+
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -343,13 +475,18 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
     stop = asyncio.Event()
     cpu_before, wall_before = cpu_seconds(service.pid), time.perf_counter()
     loop_cpu_before = cpu_seconds(service.pid, service.pid)
+    parts_before = cpu_parts(hub, service)
     reader = asyncio.create_task(read_while(client(tokens[0]), stop))
     spawner = None
     if args.notebook_every > 0:
         spawner = asyncio.create_task(spawn_notebooks(notebook, args.notebook_every, stop))
-    post_latencies, first_post, submit_seconds = await submit_all(clients, args)
+    post_latencies, first_post, submit_seconds = await submit_all(
+        clients, args, tokens, hub.service_url(API_PATH)
+    )
     submit_cpu = cpu_seconds(service.pid) - cpu_before
     submit_loop_cpu = cpu_seconds(service.pid, service.pid) - loop_cpu_before
+    submit_parts = cpu_per_submission(parts_before, cpu_parts(hub, service), args.workloads)
+    load = Path("/proc/loadavg").read_text().split()[:3]
     running = await settle(admin, args.quiet)
     stop.set()
     read_latencies = await reader
@@ -399,12 +536,17 @@ async def measure(hub: Hub, service: ServiceProcess, args: argparse.Namespace) -
         "projects": args.projects,
         "gpus": capacity,
         "concurrency": args.concurrency,
+        "client": "lean" if args.lean_client else "httpx",
         "submit_seconds": round(submit_seconds, 2),
         "submissions_per_second": round(args.workloads / submit_seconds, 1),
         "submit_service_cpu_seconds": round(submit_cpu, 2),
         # the event loop's thread alone (requests, the group commit, applying cycles), per
         # submission: the figure that bounds the submissions a second, whatever the load
         "submit_loop_cpu_ms_per_submission": round(1000 * submit_loop_cpu / args.workloads, 3),
+        # every process's CPU during the submissions, ms per submission (the hub, its proxy
+        # and this client share the machine's 2 cores with the service)
+        "submit_cpu_ms_per_submission_by_part": submit_parts,
+        "load_average_after_submissions": " ".join(load),
         "post_p50_ms": round(1000 * statistics.median(post_latencies), 1),
         "post_p99_ms": round(1000 * percentile(post_latencies, 99), 1),
         "list_p50_ms": round(1000 * statistics.median(read_latencies), 1),
@@ -471,6 +613,19 @@ def main() -> int:
     )
     parser.add_argument(
         "--postgres", action="store_true", help="the store on a throwaway PostgreSQL server"
+    )
+    parser.add_argument(
+        "--no-job-tokens",
+        action="store_true",
+        help="FracHubService.job_tokens = False: the started jobs get no hub token of their "
+        "own (what the hub's CPU during the submissions is for)",
+    )
+    parser.add_argument(
+        "--lean-client",
+        action="store_true",
+        help="submit over plain keep-alive connections instead of httpx (still through the "
+        "proxy, a user's token each): the client's CPU, about 0.9 ms a request with httpx, "
+        "is not the service's",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -17,11 +17,11 @@ import httpx
 import pytest
 from hubharness import API_PATH, Hub
 from service_client import service_config
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from scheduler.engine import Kind, Request, WorkloadRequest
-from scheduler.service.persistence.orm import EventRecord, WorkloadRecord
+from scheduler.service.persistence.orm import EventRecord, TooLong, WorkloadRecord
 from scheduler.service.persistence.store import engine_url, open_store
 from scheduler.service.persistence.writer import StoreWriter
 
@@ -112,6 +112,84 @@ def test_a_refused_commit_stores_nothing_and_the_next_one_goes_through(url: str)
         names = connection.execute(select(WorkloadRecord.name)).scalars().all()
         events = connection.execute(select(EventRecord.workload_id)).scalars().all()
     assert names == ["kept"] and events == [kept.id]
+    writer.close()
+    store.close()
+
+
+def test_a_group_gets_its_ids_in_order_and_what_prepare_changes_is_stored(url: str) -> None:
+    """The rows go in by one multi-row insert: each gets its own id back, in the order
+    given; a name ``prepare`` sets from the id (as a default name is) and a sweep's fields
+    are written by an update in the same transaction; defaults left unset are stored and
+    loaded, so the committed rows are detached objects needing no SQL to read."""
+    store = open_store(url)
+    writer = StoreWriter(store.engine)
+    records = [new_record(name) for name in ("a", "", "c", "")]
+    records[2].env = None  # a column's default (an empty mapping) applies, as in the ORM
+
+    def prepare(records: list[WorkloadRecord], session) -> None:
+        add_event(records, session)
+        for record in records:
+            if not record.name:
+                record.name = f"job-{record.id}"
+        records[0].sweep_id = records[0].id
+
+    asyncio.run(writer.insert(records, prepare))
+    ids = [record.id for record in records]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    for record in records:
+        state = inspect(record)
+        assert state.detached and state.key is not None and not state.expired_attributes
+        assert not state.unloaded  # every column there: reading one runs no SQL
+    with store.engine.connect() as connection:
+        stored = connection.execute(
+            select(
+                WorkloadRecord.id, WorkloadRecord.name, WorkloadRecord.env, WorkloadRecord.sweep_id
+            ).order_by(WorkloadRecord.id)
+        ).all()
+        events = connection.execute(select(EventRecord.workload_id)).scalars().all()
+        # never set, so SQL NULL as the ORM wrote it (not JSON's null)
+        without = (
+            select(WorkloadRecord.id)
+            .where(WorkloadRecord.handle.is_(None))
+            .order_by(WorkloadRecord.id)
+        )
+        assert connection.execute(without).scalars().all() == ids
+    assert [tuple(row) for row in stored] == [
+        (ids[0], "a", {}, ids[0]),
+        (ids[1], f"job-{ids[1]}", {}, None),
+        (ids[2], "c", {}, None),
+        (ids[3], f"job-{ids[3]}", {}, None),
+    ]
+    assert [record.env for record in records] == [{}, {}, {}, {}]
+    assert sorted(events) == ids
+    store.adopt(records)  # and the scheduler's session takes them without a query
+    assert store.workload(ids[1]) is records[1] and records[1].name == f"job-{ids[1]}"
+    writer.close()
+    store.close()
+
+
+def test_a_value_longer_than_its_column_is_refused_on_insert_and_on_update(url: str) -> None:
+    """The rows bypass the ORM, whose hook checked lengths: the writer checks each row and
+    each change itself, so PostgreSQL and SQLite refuse alike and nothing is stored."""
+    store = open_store(url)
+    writer = StoreWriter(store.engine)
+    with pytest.raises(TooLong, match=r"workloads\.name: 256 characters"):
+        asyncio.run(writer.insert([new_record("x" * 256)], add_event))
+
+    def too_long_name(records: list[WorkloadRecord], session) -> None:
+        records[0].name = "y" * 300
+
+    with pytest.raises(TooLong, match=r"workloads\.name: 300 characters"):
+        asyncio.run(writer.insert([new_record("short")], too_long_name))
+
+    def too_long_event(records: list[WorkloadRecord], session) -> None:
+        session.add(EventRecord(workload_id=records[0].id, time=1.0, type="t" * 33))
+
+    with pytest.raises(TooLong, match=r"events\.type: 33 characters"):
+        asyncio.run(writer.insert([new_record("short")], too_long_event))
+    with store.engine.connect() as connection:
+        assert connection.execute(select(WorkloadRecord.id)).all() == []
+        assert connection.execute(select(EventRecord.id)).all() == []
     writer.close()
     store.close()
 
