@@ -21,6 +21,10 @@ hundred fit and the rest queue. Measured:
   it is granted, then releases it; from request to grant, p50/p99;
 - the service's CPU time (user + system, from /proc) next to the wall time of the same span,
   since the machine is shared and wall time alone says little;
+- every process's CPU during the submissions, per submission
+  (``submit_cpu_ms_per_submission_by_part``): the service by thread, the jobs it started, the
+  hub, its proxy, this client and the rest of the machine, with the load average: what of the
+  2 cores is the service's;
 - the service's resident memory at the end.
 
 The 30 job projects sit in a department ``batch`` capped at the cluster less
