@@ -35,3 +35,20 @@ def test_the_four_kai_scale_tests_run_end_to_end_at_four_nodes() -> None:
     for test in ("fill", "reclaim", "large", "topology"):
         assert result[test]["median_seconds"] > 0
         assert result[test]["kai_seconds"] > 0
+
+
+def test_the_hub_token_benchmark_runs_against_a_real_hub() -> None:
+    """benchmarks/hub_tokens.py (the hub's CPU per job token) issues its tokens through
+    the service's own HubTokens against a real hub; behaviour only, no timing."""
+    bench = BENCH.parent / "hub_tokens.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--tokens", "5", "--variants", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [result] = json.loads(done.stdout)
+    assert result["hub"] == "info" and result["tokens"] == 5
+    assert result["hub_user_ms"] >= 0 and result["wall_ms"] > 0
