@@ -52,3 +52,20 @@ def test_the_hub_token_benchmark_runs_against_a_real_hub() -> None:
     [result] = json.loads(done.stdout)
     assert result["hub"] == "info" and result["tokens"] == 5
     assert result["hub_user_ms"] >= 0 and result["wall_ms"] > 0
+
+
+def test_the_kubernetes_start_benchmark_runs_every_start_to_running() -> None:
+    """benchmarks/kube_starts.py (the backend's start path alone) at 2 nodes: every one of
+    its 16 starts reaches Running on the fake; behaviour only, no timing."""
+    bench = BENCH.parent / "kube_starts.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--nodes", "2", "--timeout", "120", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    assert result["nodes"] == 2 and result["jobs"] == 16
+    assert result["running_seconds"] > 0
