@@ -79,10 +79,6 @@ ZONE, BLOCK, RACK = (
     "nvidia.com/gpu.clique",
 )
 """KAI's three topology levels (zone, block, rack) on the three node labels FracHub reads."""
-HUB_CONFIG = 'c.JupyterHub.log_level = "INFO"'
-"""The hub as deployed (z2jh's default level), not at the tests' DEBUG: DEBUG writes lines
-per request that cost the hub 8.5 ms of CPU per job token against 5.5 ms at INFO
-(docs/benchmarks.md, "KAI's scale tests"), as the service runs at WARN here."""
 
 
 def service_config(kubeconfig: str, capacity: int, job_tokens: bool = True) -> str:
@@ -473,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "job_tokens": not args.no_job_tokens,
         "load_before": load(),
     }
-    with Hub(work / "hub", extra_config=HUB_CONFIG) as hub:
+    with Hub(work / "hub") as hub:
         users = {}
         for user, group in (("kai-sanity", "sanity"), ("kai-reclaim", "reclaim")):
             hub.create_user(user, groups=[group])
