@@ -539,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         help="jobs get no hub token of their own (FracHubService.job_tokens = False)",
     )
     parser.add_argument(
+        "--hub-trusts-config-tokens",
+        action="store_true",
+        help="the hub hashes the service's config-given token once "
+        "(JupyterHub.trust_user_provided_tokens), a hub admin's setting",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="profile the service and the fake (cProfile: service.prof, fake.prof)",
@@ -559,9 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "nodes": args.nodes,
         "job_tokens": not args.no_job_tokens,
+        "hub_trusts_config_tokens": args.hub_trusts_config_tokens,
         "load_before": load(),
     }
-    with Hub(work / "hub") as hub:
+    hub_config = (
+        "c.JupyterHub.trust_user_provided_tokens = True" if args.hub_trusts_config_tokens else ""
+    )
+    with Hub(work / "hub", extra_config=hub_config) as hub:
         users = {}
         for user, group in (("kai-sanity", "sanity"), ("kai-reclaim", "reclaim")):
             hub.create_user(user, groups=[group])

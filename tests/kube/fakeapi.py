@@ -832,6 +832,8 @@ class _Objects(dict):
         self.pods_by_node: dict[str, set[tuple[str, str, str]]] = {}
         self.pods_pending: set[tuple[str, str, str]] = set()
         """Pods waiting for the scheduler: Pending, on no node, not being deleted."""
+        self.pods_running: set[tuple[str, str, str]] = set()
+        """Pods Running and not being deleted (``/_fake/running``, polled by benchmarks)."""
 
     def of(self, plural: str) -> dict[tuple[str, str, str], Obj]:
         return self.by_plural.get(plural, {})
@@ -846,6 +848,7 @@ class _Objects(dict):
                 self.pods_by_owner.get(ref.get("uid", ""), set()).discard(key)
             self.pods_by_node.get(obj["spec"].get("nodeName") or "", set()).discard(key)
             self.pods_pending.discard(key)
+            self.pods_running.discard(key)
 
     def __setitem__(self, key: tuple[str, str, str], obj: Obj) -> None:
         old = self.get(key)
@@ -859,6 +862,9 @@ class _Objects(dict):
             for ref in meta.get("ownerReferences") or []:
                 self.pods_by_owner.setdefault(ref.get("uid", ""), set()).add(key)
             node = obj["spec"].get("nodeName")
+            phase = (obj.get("status") or {}).get("phase")
+            if phase == "Running" and not meta.get("deletionTimestamp"):
+                self.pods_running.add(key)
             if node:
                 self.pods_by_node.setdefault(node, set()).add(key)
             elif (obj.get("status") or {}).get("phase") == "Pending" and not meta.get(
@@ -2150,7 +2156,9 @@ class _RunningHandler(web.RequestHandler):
         labels = self.get_query_argument("labelSelector", "")
         label = self.get_query_argument("label", "")
         found = []
-        for (_, ns, _), pod in self.fake._objects.of("pods").items():
+        objects = self.fake._objects
+        for key in list(objects.pods_running):
+            pod, ns = objects[key], key[1]
             meta = pod["metadata"]
             if (
                 (not namespace or ns == namespace)

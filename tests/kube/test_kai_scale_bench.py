@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kai_scale.py"
 
@@ -35,3 +36,32 @@ def test_the_four_kai_scale_tests_run_end_to_end_at_four_nodes() -> None:
     for test in ("fill", "reclaim", "large", "topology"):
         assert result[test]["median_seconds"] > 0
         assert result[test]["kai_seconds"] > 0
+
+
+def bench_json(script: str, *args: str) -> Any:
+    """Run ``benchmarks/<script>`` with ``args`` and ``--json``; its parsed output."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH.parent / script), *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+def test_the_hub_token_benchmark_runs_against_a_real_hub() -> None:
+    """benchmarks/hub_tokens.py (the hub's CPU per job token) issues its tokens through
+    the service's own HubTokens against a real hub; behaviour only, no timing."""
+    [result] = bench_json("hub_tokens.py", "--tokens", "5", "--variants", "info")
+    assert result["hub"] == "info" and result["tokens"] == 5
+    assert result["hub_user_ms"] >= 0 and result["wall_ms"] > 0
+
+
+def test_the_kubernetes_start_benchmark_runs_every_start_to_running() -> None:
+    """benchmarks/kube_starts.py (the backend's start path alone) at 2 nodes: every one of
+    its 16 starts reaches Running on the fake; behaviour only, no timing."""
+    result = bench_json("kube_starts.py", "--nodes", "2", "--timeout", "120")
+    assert result["nodes"] == 2 and result["jobs"] == 16
+    assert result["running_seconds"] > 0
