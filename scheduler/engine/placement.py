@@ -606,15 +606,26 @@ def _may_hold(ledger: Ledger, request: Request, nodes: Collection[int] | None) -
     A victim search asks whether the gang fits after each trial eviction and again for each
     victim it gives back; at 500 replicas each failed question placed up to 500 replicas
     before failing, so one 500-node decision cost seconds. This test only says no where the
-    search would fail, so it changes no decision."""
+    search would fail, so it changes no decision.
+
+    Over the whole cluster the per-node sum is read from ``Ledger.whole_counts`` (nodes per
+    count of wholly free GPUs) in at most a GPU count's steps: node by node, a refusal walked
+    every node, and the 4,000-node burst cycle's 3,300 gang questions spent 0.45 s on it."""
     per_replica = request.whole_gpus
     if per_replica == 0:
         return True
     if ledger.total_free < request.replicas * per_replica * MILLI:
         return False
     short = request.replicas
+    if nodes is None:
+        counts = ledger.whole_counts
+        for free in range(len(counts) - 1, per_replica - 1, -1):
+            short -= (free // per_replica) * counts[free]
+            if short <= 0:
+                return True
+        return False
     whole = ledger.whole_free
-    for n in range(len(whole)) if nodes is None else nodes:
+    for n in nodes:
         short -= whole[n] // per_replica
         if short <= 0:
             return True

@@ -4,6 +4,9 @@
 Random ledgers (nodes of 1-8 GPUs, some GPU models, CPU and memory, whole and fractional
 work already taken) and random whole-GPU gangs: wherever the search without the test finds
 a placement, the test must say yes, and ``place`` with it must give the same placement.
+Over the whole cluster the test reads ``Ledger.whole_counts`` (nodes per count of wholly free
+GPUs) instead of walking the nodes: after any takes, give-backs, rollbacks and copies it must
+be the count of ``whole_free`` by value, and the test must answer as the walk over the nodes.
 """
 
 from __future__ import annotations
@@ -71,3 +74,43 @@ def test_the_room_test_never_refuses_a_gang_the_search_would_place(case, subset)
         assert placing._may_hold(Ledger(nodes, taken), request, only)
     fast = placed(with_test=True)
     assert fast == plain
+
+
+def _walk(ledger: Ledger, request: Request) -> bool:
+    """The room test written node by node, as it was before ``whole_counts``."""
+    per_replica = request.whole_gpus
+    if ledger.total_free < request.replicas * per_replica * MILLI:
+        return False
+    return sum(free // per_replica for free in ledger.whole_free) >= request.replicas
+
+
+@settings(PROFILE, max_examples=300)
+@given(
+    case=ledgers_and_gangs(),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["give", "take", "undo", "copy"]), st.integers(0, 99))
+    ),
+)
+def test_whole_counts_follow_every_change_and_the_room_test_matches_the_walk(case, steps) -> None:
+    nodes, taken, request, _ = case
+    ledger = Ledger(nodes, taken)
+    held = [placement for placement, _, _ in taken]
+    marks: list[int] = []
+    for action, pick in steps:
+        if action == "give" and held:
+            ledger.give_back(held.pop(pick % len(held)))
+        elif action == "take":
+            node = nodes[pick % len(nodes)]
+            g = pick % node.gpus
+            free = ledger.free[ledger.index[node.name]][g]
+            if free:
+                placement = (ReplicaPlacement(node.name, (GpuShare(g, free),)),)
+                marks.append(ledger.mark())
+                ledger.take(placement)
+        elif action == "undo" and marks:
+            ledger.rollback(marks.pop())  # a give-back it undoes is never given back again
+        elif action == "copy":
+            ledger, marks = ledger.copy(), []
+        most = max(node.gpus for node in nodes)
+        assert ledger.whole_counts == [ledger.whole_free.count(v) for v in range(most + 1)]
+        assert placing._may_hold(ledger, request, None) == _walk(ledger, request)

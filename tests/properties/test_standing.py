@@ -46,6 +46,7 @@ def state_of(session: Session) -> dict:
         "cpu": list(ledger.cpu_free),
         "mem": list(ledger.mem_free),
         "whole": list(ledger.whole_free),
+        "whole_counts": list(ledger.whole_counts),
         "total": ledger.total_free,
         "by_memory": {m: list(index) for m, index in ledger.by_memory.items()},
         "by_whole": list(ledger.by_whole),
